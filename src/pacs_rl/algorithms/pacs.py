@@ -1,0 +1,148 @@
+"""PACS: the outcome reward as a label, the policy as its classifier (paper §3).
+
+Shapes: B = number of groups × G completions, the G rows of a group contiguous; T = response length.
+
+    r̂_i = β Σ_t mask_t (log π_θ − log π_ref)              eq. 8   reward_proxy
+    ψ_i  = r̂_i − 1/(G−1) Σ_{j≠i} r̂_j                      eq. 7   group_scores(method="rloo")
+    L    = 1/B Σ_i w_i · BCEWithLogits(ψ_i, R_i)           eq. 9   pacs_loss
+    ∂L/∂ψ_i = w_i (σ(ψ_i) − R_i) / B                       eq. 5
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .masked import check_finite, check_groups, check_rewards, check_token_tensors, masked_sum
+
+__all__ = ["SCORE_METHODS", "class_balance_weights", "group_scores", "pacs_loss", "reward_proxy"]
+
+SCORE_METHODS = ("rloo", "grpo", "dr_grpo")
+
+
+def reward_proxy(logp: Tensor, ref_logp: Tensor, mask: Tensor, beta: float = 1.0) -> Tensor:
+    """Eq. 8: r̂_i = β · Σ_t mask_{i,t} (logp_{i,t} − ref_logp_{i,t}).
+
+    logp, ref_logp, mask: (B, T) → (B,). A masked SUM (not a mean) over response tokens; gradient flows
+    through ``logp`` (and ``ref_logp`` if it requires grad).
+    """
+    check_token_tensors(mask, logp=logp, ref_logp=ref_logp)
+    return beta * masked_sum(logp - ref_logp, mask, dim=-1)
+
+
+def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: float = 1e-6) -> Tensor:
+    """Score each value against the other values of its group. Differentiable.
+
+    values: (B,) with B = n_groups × G, groups contiguous → (B,).
+      rloo    (eq. 7):  v_i − mean_{j≠i} v_j                  needs G ≥ 2
+      grpo    (eq. 11): (v_i − mean_j v_j) / (std_j v_j + eps)  needs G ≥ 2
+      dr_grpo (eq. 12): v_i − mean_j v_j
+    ``std`` is the unbiased (Bessel-corrected, /(G−1)) standard deviation, as ``torch.std`` computes it and
+    as TRL, verl and the PACS authors' code use. A group of equal values has std 0: its scores are 0 and
+    the gradient is the one of (v − mean)/eps (finite, but of size 1/eps); see docs/ALGORITHMS.md.
+    """
+    if not isinstance(values, Tensor) or values.dim() != 1:
+        shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
+        raise ValueError(f"values must be a 1-D tensor of shape (B,), got {shape}.")
+    if method not in SCORE_METHODS:
+        raise ValueError(f"unknown score method {method!r}; choose one of {list(SCORE_METHODS)}.")
+    min_size = 1 if method == "dr_grpo" else 2
+    why = "the leave-one-out baseline (rloo)" if method == "rloo" else "the group std (grpo)"
+    n_groups = check_groups(values.shape[0], group_size, min_size, why)
+    v = values.view(n_groups, group_size)
+    if method == "rloo":
+        loo_mean = (v.sum(dim=1, keepdim=True) - v) / (group_size - 1)  # mean of the G−1 others
+        out = v - loo_mean  # eq. 7
+    else:
+        centred = v - v.mean(dim=1, keepdim=True)  # eq. 12
+        if method == "dr_grpo":
+            out = centred
+        else:
+            # eq. 11 with a safe sqrt: sqrt has an infinite derivative at 0, which times the 0 numerator
+            # would give nan; select a dummy where var == 0 so the value is exact and the gradient finite.
+            var = v.var(dim=1, keepdim=True)  # unbiased, /(G−1)
+            positive = var > 0
+            std = torch.where(positive, torch.sqrt(torch.where(positive, var, torch.ones_like(var))), 0.0)
+            out = centred / (std + eps)
+    return out.reshape(-1)
+
+
+@torch.no_grad()
+def class_balance_weights(rewards: Tensor, group_size: int) -> Tensor:
+    """§3.4.2 class-imbalance weights (King & Zeng 2001; sklearn's "balanced" class weight).
+
+    rewards: (B,) in {0, 1}, groups of ``group_size`` contiguous rows → (B,) float, no gradient.
+    In a group with both labels, w_i = G / (2 · #rows sharing R_i's label); a group with a single label
+    keeps w = 1. E.g. G = 8 with 2 correct: 8/4 = 2.0 for correct rows, 8/12 = 0.667 for incorrect rows.
+    """
+    if not isinstance(rewards, Tensor) or rewards.dim() != 1:
+        shape = tuple(rewards.shape) if isinstance(rewards, Tensor) else type(rewards).__name__
+        raise ValueError(f"rewards must be a 1-D tensor of shape (B,), got {shape}.")
+    check_rewards(rewards, rewards.shape[0], binary=True)
+    n_groups = check_groups(rewards.shape[0], group_size, 1)
+    dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    r = rewards.to(dtype).view(n_groups, group_size)
+    n_pos = r.sum(dim=1, keepdim=True)
+    n_neg = group_size - n_pos
+    mixed = (n_pos > 0) & (n_neg > 0)
+    w_pos = group_size / (2 * n_pos.clamp(min=1))
+    w_neg = group_size / (2 * n_neg.clamp(min=1))
+    w = torch.where(r == 1, w_pos, w_neg)
+    return torch.where(mixed, w, torch.ones_like(w)).reshape(-1)
+
+
+def pacs_loss(
+    logp: Tensor,
+    ref_logp: Tensor,
+    mask: Tensor,
+    rewards: Tensor,
+    group_size: int,
+    beta: float = 1.0,
+    score: str = "rloo",
+    weighted: bool = True,
+) -> tuple[Tensor, dict[str, float]]:
+    """Eq. 9: L = 1/B Σ_i w_i · BCEWithLogits(ψ_i, R_i), ψ from eq. 7 (or 11/12) over r̂ from eq. 8.
+
+    logp:     (B, T) log π_θ of each response token, with gradient.
+    ref_logp: (B, T) log π_ref of the same tokens (the rollout policy's in the authors' "old" mode).
+    mask:     (B, T) 1 on response tokens, 0 on padding (padding values are ignored, even nan/inf).
+    rewards:  (B,) outcome rewards in {0, 1}; groups of ``group_size`` contiguous rows.
+    Returns (loss 0-dim tensor, metrics dict of python floats). The mean is over the B sequences, not
+    over Σw. Raises ValueError on bad shapes, partial groups, non-binary rewards, nan/inf on response
+    tokens.
+    """
+    if score not in SCORE_METHODS:
+        raise ValueError(f"unknown score {score!r} for pacs_loss; choose one of {list(SCORE_METHODS)}.")
+    batch, _ = check_token_tensors(mask, logp=logp, ref_logp=ref_logp)
+    check_rewards(rewards, batch, binary=True)
+    check_groups(batch, group_size, 1 if score == "dr_grpo" else 2, f"the {score} score")
+    check_finite(mask, logp=logp, ref_logp=ref_logp)
+
+    r_hat = reward_proxy(logp, ref_logp, mask, beta)  # eq. 8, (B,)
+    psi = group_scores(r_hat, group_size, score)  # eq. 7 / 11 / 12, (B,)
+    labels = rewards.to(psi.dtype)
+    if weighted:
+        weights = class_balance_weights(rewards, group_size).to(psi.dtype)  # §3.4.2
+    else:
+        weights = torch.ones_like(labels)
+    # eq. 9 in the log-sigmoid form: stable for |ψ| in the thousands (never log(sigmoid(ψ))).
+    per_seq = F.binary_cross_entropy_with_logits(psi, labels, reduction="none")
+    loss = (weights * per_seq).mean()  # mean over the B sequences, not over Σw
+
+    with torch.no_grad():
+        p = torch.sigmoid(psi)
+        stats = {
+            "loss": loss.detach(),
+            "psi_mean": psi.mean(),
+            "psi_std": psi.std(unbiased=False),  # population std over the B sequences
+            "psi_abs_max": psi.abs().max(),
+            "prob_mean": p.mean(),  # mean predicted P(correct) = σ(ψ)
+            "critic_accuracy": ((psi > 0).to(labels.dtype) == labels).to(psi.dtype).mean(),  # σ(ψ)>0.5 ⇔ ψ>0
+            "brier": ((p - labels) ** 2).mean(),
+            "weight_mean": weights.mean(),
+            "reward_proxy_mean": r_hat.mean(),
+            "reward_mean": labels.mean(),
+        }
+        values = torch.stack([v.reshape(()).float() for v in stats.values()]).tolist()  # one device sync
+    return loss, dict(zip(stats, values, strict=True))
