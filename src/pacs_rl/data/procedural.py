@@ -1,0 +1,214 @@
+"""Procedurally generated tasks with exact answers: two-digit arithmetic (the project's default training
+task) and reasoning-gym tasks by name.
+
+Train / held-out separation for arithmetic is by construction, not by luck: every problem
+``(a, op, b)`` belongs to exactly one split, decided by a stable hash of its text (20% held out,
+:data:`HELD_OUT_FRACTION`). ``split="train"`` draws only from the train part and ``split="test"``
+only from the held-out part, so the two never overlap whatever their sizes and seeds. Within one set
+problems are distinct. For other sources use :func:`split_disjoint`.
+
+Source strings (for :func:`pacs_rl.data.load_problems` and ``--benchmark``):
+
+- ``arithmetic`` or ``arithmetic?n=100&seed=0&ops=+-*&digits=2&split=test`` (defaults shown; a bare
+  ``arithmetic`` is the held-out split);
+- ``reasoning_gym:<task>?size=200&seed=1&<option>=<value>...``: any task of ``reasoning_gym``
+  (``reasoning_gym.create_dataset(task, size=..., seed=..., **options)``); its ``question`` becomes
+  ``problem`` and its ``answer`` the answer. Values are parsed as int, float, true/false, else text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from typing import Any
+
+from pacs_rl.data.loaders import DataError, Problem
+
+HELD_OUT_FRACTION = 0.2
+ARITHMETIC_OPS = "+-*"
+_OP_FN = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+_ENUMERATE_LIMIT = 200_000  # problem spaces up to this size are enumerated, larger ones sampled
+
+
+def arithmetic_text(a: int, op: str, b: int) -> str:
+    return f"What is {a} {op} {b}?"
+
+
+def is_held_out(a: int, op: str, b: int) -> bool:
+    """The fixed split of the problem space: a stable hash of the text (not Python's salted hash)."""
+    h = int.from_bytes(hashlib.blake2b(f"{a}{op}{b}".encode(), digest_size=8).digest(), "big")
+    return (h % 10_000) < HELD_OUT_FRACTION * 10_000
+
+
+def _check_args(n: int, ops: str, digits: int, split: str | None) -> None:
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if not ops or set(ops) - set(ARITHMETIC_OPS):
+        raise ValueError(f"ops must be a non-empty combination of {ARITHMETIC_OPS!r}, got {ops!r}")
+    if not 1 <= digits <= 6:
+        raise ValueError(f"digits must be in 1..6, got {digits}")
+    if split not in ("train", "test", None):
+        raise ValueError(f"split must be 'train', 'test' or None (whole space), got {split!r}")
+
+
+def arithmetic_problems(
+    n: int, seed: int = 0, ops: str = ARITHMETIC_OPS, digits: int = 2, split: str | None = "train"
+) -> list[Problem]:
+    """``n`` distinct problems "What is a op b?" with ``digits``-digit operands, deterministic by seed.
+
+    ``split="train"`` (default) and ``split="test"`` draw from disjoint parts of the problem space;
+    ``split=None`` from all of it. The answer is the exact integer as a string (may be negative).
+    """
+    _check_args(n, ops, digits, split)
+    ops = "".join(dict.fromkeys(ops))  # dedupe, keep order
+    lo, hi = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+    space = (hi - lo + 1) ** 2 * len(ops)
+    rng = random.Random(f"arithmetic/{seed}/{split}/{ops}/{digits}")
+
+    def in_split(a: int, op: str, b: int) -> bool:
+        return split is None or is_held_out(a, op, b) == (split == "test")
+
+    if space <= _ENUMERATE_LIMIT:
+        pool = [
+            (a, op, b)
+            for op in ops
+            for a in range(lo, hi + 1)
+            for b in range(lo, hi + 1)
+            if in_split(a, op, b)
+        ]
+        if n > len(pool):
+            raise ValueError(
+                f"asked for {n} distinct {digits}-digit problems with ops {ops!r} in split {split!r}, "
+                f"but only {len(pool)} exist; lower n or raise digits"
+            )
+        triples = rng.sample(pool, n)
+    else:
+        seen: set[tuple[int, str, int]] = set()
+        triples = []
+        while len(triples) < n:
+            t = (rng.randint(lo, hi), rng.choice(ops), rng.randint(lo, hi))
+            if t not in seen and in_split(*t):
+                seen.add(t)
+                triples.append(t)
+    tag = split or "all"
+    return [
+        Problem(
+            id=f"arith-{tag}-{seed}-{i}",
+            problem=arithmetic_text(a, op, b),
+            answer=str(_OP_FN[op](a, b)),
+            extras={"a": a, "op": op, "b": b, "split": tag},
+        )
+        for i, (a, op, b) in enumerate(triples)
+    ]
+
+
+def arithmetic_splits(
+    n_train: int, n_test: int, seed: int = 0, ops: str = ARITHMETIC_OPS, digits: int = 2
+) -> tuple[list[Problem], list[Problem]]:
+    """A training set and a held-out set that share no problem (different seeds, disjoint spaces)."""
+    train = arithmetic_problems(n_train, seed=seed, ops=ops, digits=digits, split="train")
+    test = arithmetic_problems(n_test, seed=seed + 1, ops=ops, digits=digits, split="test")
+    return train, test
+
+
+def _normalize(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def split_disjoint(train: list[Problem], held_out: list[Problem]) -> tuple[list[Problem], int]:
+    """Drop from ``train`` every problem whose text (whitespace-collapsed, lower-cased) appears in
+    ``held_out`` or earlier in ``train``. Returns the kept training problems and how many were dropped."""
+    seen = {_normalize(p.problem) for p in held_out}
+    kept = []
+    for p in train:
+        key = _normalize(p.problem)
+        if key not in seen:
+            seen.add(key)
+            kept.append(p)
+    return kept, len(train) - len(kept)
+
+
+# --------------------------------------------------------------------------------------------------
+# Source strings
+
+
+def is_procedural(source: str) -> bool:
+    return source == "arithmetic" or source.startswith(("arithmetic?", "reasoning_gym:", "rg:"))
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_query(query: str) -> dict[str, Any]:
+    """``"n=100&ops=+-*"`` -> ``{"n": 100, "ops": "+-*"}``. Unlike URL parsing, '+' stays '+'."""
+    out: dict[str, Any] = {}
+    for part in filter(None, query.split("&")):
+        if "=" not in part:
+            raise DataError(f"bad option {part!r}: expected key=value (e.g. seed=1)")
+        key, value = part.split("=", 1)
+        out[key.strip()] = _parse_value(value.strip())
+    return out
+
+
+def reasoning_gym_problems(task: str, size: int = 100, seed: int = 0, **options: Any) -> list[Problem]:
+    """Problems of a reasoning-gym task; extras keep its metadata (for its own scorer)."""
+    try:
+        import reasoning_gym
+    except ImportError as e:  # pragma: no cover - a declared dependency
+        raise DataError("reasoning_gym is not installed: pip install reasoning-gym") from e
+    try:
+        ds = reasoning_gym.create_dataset(task, size=size, seed=seed, **options)
+    except Exception as e:
+        from reasoning_gym.factory import DATASETS
+
+        hint = "" if task in DATASETS else f" Known tasks include: {', '.join(sorted(DATASETS)[:30])}, ..."
+        raise DataError(f"reasoning_gym task {task!r} with {options or 'no options'}: {e}.{hint}") from e
+    out = []
+    for i, item in enumerate(ds):
+        answer = item.get("answer")
+        if not isinstance(answer, str) or not answer.strip():
+            raise DataError(f"reasoning_gym:{task} item {i} has no usable answer ({answer!r})")
+        out.append(
+            Problem(
+                id=f"rg-{task}-{seed}-{i}",
+                problem=item["question"],
+                answer=answer.strip(),
+                extras={"metadata": item.get("metadata", {}), "task": task},
+            )
+        )
+    return out
+
+
+def load_procedural(source: str, split: str | None = None) -> list[Problem]:
+    """Problems from an ``arithmetic?...`` or ``reasoning_gym:<task>?...`` source string."""
+    if source == "arithmetic" or source.startswith("arithmetic?"):
+        opts = parse_query(source.partition("?")[2])
+        n = int(opts.pop("n", 100))
+        seed = int(opts.pop("seed", 0))
+        ops = str(opts.pop("ops", ARITHMETIC_OPS))
+        digits = int(opts.pop("digits", 2))
+        which = opts.pop("split", split or "test")
+        if opts:
+            raise DataError(
+                f"{source!r}: unknown option(s) {', '.join(opts)}; known: n, seed, ops, digits, split"
+            )
+        return arithmetic_problems(
+            n, seed=seed, ops=ops, digits=digits, split=None if which == "all" else which
+        )
+    m = re.fullmatch(r"(?:reasoning_gym|rg):([A-Za-z0-9_\-]+)(?:\?(.*))?", source)
+    if not m:
+        raise DataError(f"bad reasoning_gym source {source!r}; expected reasoning_gym:<task>?size=100&seed=0")
+    opts = parse_query(m.group(2) or "")
+    size = int(opts.pop("size", 100))
+    seed = int(opts.pop("seed", 0))
+    return reasoning_gym_problems(m.group(1), size=size, seed=seed, **opts)

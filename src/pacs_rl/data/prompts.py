@@ -1,0 +1,65 @@
+"""The prompt of the PACS paper (Appendix B.1): the model's own chat template, with the instruction
+appended to the user turn.
+
+    <|im_start|>system
+    You are a helpful assistant.<|im_end|>            <- whatever the model's template adds by itself
+    <|im_start|>user
+    {problem} Please reason step by step, and put your final answer within \\boxed{}.<|im_end|>
+    <|im_start|>assistant
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+INSTRUCTION = r"Please reason step by step, and put your final answer within \boxed{}."
+
+
+def user_turn(problem: str, instruction: str = INSTRUCTION) -> str:
+    """The text of the user turn: ``"{problem} {instruction}"``."""
+    problem = problem.rstrip()
+    return f"{problem} {instruction}" if instruction else problem
+
+
+def build_messages(
+    problem: str, system_prompt: str | None = None, instruction: str = INSTRUCTION
+) -> list[dict[str, str]]:
+    """Chat messages for one problem. No system turn unless given: the template adds its default."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": user_turn(problem, instruction)})
+    return messages
+
+
+def plain_prompt(problem: str, instruction: str = INSTRUCTION) -> str:
+    """The fallback for a tokenizer without a chat template (a base model): a plain Q/A layout."""
+    return f"Question: {user_turn(problem, instruction)}\nAnswer:"
+
+
+def format_prompt(
+    tokenizer: Any,
+    problem: str,
+    system_prompt: str | None = None,
+    instruction: str = INSTRUCTION,
+    plain_fallback: bool = False,
+) -> str:
+    """Render one problem as generation-ready text with the tokenizer's chat template.
+
+    A tokenizer without a chat template raises ``ValueError``, unless ``plain_fallback=True``, which
+    uses :func:`plain_prompt` instead (``"Question: ... Answer:"``).
+    """
+    if getattr(tokenizer, "chat_template", None) is None:
+        if plain_fallback:
+            return plain_prompt(problem, instruction)
+        name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+        raise ValueError(
+            f"tokenizer {name!r} has no chat template, so the paper's prompt (Appendix B.1) cannot be "
+            "rendered. Use an instruct/chat model, set tokenizer.chat_template, or pass "
+            "plain_fallback=True (CLI: --plain-prompt) for a plain 'Question: ... Answer:' prompt."
+        )
+    messages = build_messages(problem, system_prompt=system_prompt, instruction=instruction)
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def format_prompts(tokenizer: Any, problems: list[str], **kwargs: Any) -> list[str]:
+    """:func:`format_prompt` over a list."""
+    return [format_prompt(tokenizer, p, **kwargs) for p in problems]
