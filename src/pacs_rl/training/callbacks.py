@@ -1,0 +1,150 @@
+"""Trainer callbacks: reference reset (PACS, frozen reference), metrics.jsonl, a rich progress bar."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class ReferenceResetCallback(TrainerCallback):
+    """Every `ref_reset_steps` optimizer steps: copy the policy into the frozen reference and, with
+    `reset_optimizer`, clear the optimizer state (Adam moments) at the same moment (paper §3.4)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        every = args.ref_reset_steps
+        if every > 0 and state.global_step % every == 0:
+            self.trainer.reset_reference()
+            if args.reset_optimizer:
+                clear_optimizer_state(self.trainer.optimizer)
+        return control
+
+
+def clear_optimizer_state(optimizer) -> None:
+    """Forget every per-parameter state (moments, step counts) of a (possibly accelerate-wrapped) optimizer."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    inner.state.clear()
+
+
+class MetricsJsonlCallback(TrainerCallback):
+    """Append every log (one per `logging_steps` optimizer steps) as a JSON line to <output_dir>/metrics.jsonl.
+
+    On resume, rows of steps after the checkpoint (logged by the interrupted run, then redone) are dropped,
+    so the file holds one row per step."""
+
+    def __init__(self, output_dir: str | os.PathLike | None = None):
+        self.output_dir = output_dir
+
+    def path(self, args) -> Path:
+        return Path(self.output_dir or args.output_dir) / METRICS_FILE
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        path = self.path(args)
+        if state.is_world_process_zero and path.is_file():
+            kept = [line for line in path.read_text().splitlines() if _row_step(line) <= state.global_step]
+            path.write_text("".join(line + "\n" for line in kept))
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return control
+        row = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
+        row.update({k: _jsonable(v) for k, v in logs.items()})
+        path = self.path(args)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        return control
+
+
+def _row_step(line: str) -> float:
+    try:
+        return json.loads(line).get("step", math.inf)
+    except json.JSONDecodeError:  # a line cut by a kill: drop it
+        return math.inf
+
+
+def _jsonable(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict]:
+    """Rows of a metrics.jsonl, skipping lines that do not parse (a run killed mid-write)."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+class RichProgressCallback(TrainerCallback):
+    """A one-line progress bar: step, reward, accuracy, seconds per step and ETA."""
+
+    def __init__(self, description: str = "training"):
+        self.description = description
+        self.progress = None
+        self.task = None
+        self.fields = {"reward": float("nan"), "accuracy": float("nan")}
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return control
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("reward {task.fields[reward]:.3f}  acc {task.fields[accuracy]:.3f}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            transient=False,
+        )
+        self.progress.start()
+        self.task = self.progress.add_task(
+            self.description, total=state.max_steps, completed=state.global_step, **self.fields
+        )
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.progress is None or not logs:
+            return control
+        for key in ("reward", "accuracy"):
+            if logs.get(key) is not None:
+                self.fields[key] = logs[key]
+        self.progress.update(self.task, **self.fields)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+        return control

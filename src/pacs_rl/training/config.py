@@ -1,0 +1,226 @@
+"""`PACSConfig`: TRL's `GRPOConfig` plus the PACS fields, and the checks that keep every group whole.
+
+How the paper's schedule maps onto TRL (Appendix B.2 of the PACS paper, verl vocabulary on the left):
+
+    train batch size (prompts per rollout)  = generation_batch_size / num_generations
+    rollout number G                        = num_generations
+    mini-batch (one optimizer step)         = per_device_train_batch_size × gradient_accumulation_steps × processes
+    mini-batches per rollout batch          = mini_batches_per_rollout
+                                              (TRL: steps_per_generation = mini_batches_per_rollout × grad. accum.)
+    ppo epochs over a rollout batch         = num_iterations (1 in the paper)
+
+A *group* is the G completions of one prompt. PACS's score ψ_i (eq. 7) needs every r̂_j of its group with
+gradient, so the rows of a group must share one micro-batch on one process. `__post_init__` refuses any
+setting that would split a group and names the setting to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+# Loss names served by pacs_rl.algorithms.compute_policy_loss through this trainer.
+LOSS_TYPES = ("pacs", "grpo", "dr_grpo", "rloo", "cw_grpo")
+# Reserved: built on the same trainer later (PPO needs a value head).
+RESERVED_LOSS_TYPES = ("ppo",)
+PACS_SCORES = ("rloo", "grpo", "dr_grpo")
+REFERENCES = ("old", "frozen")
+
+
+@dataclass
+class PACSConfig(GRPOConfig):
+    """Configuration of `PACSTrainer`: every `GRPOConfig` field plus the fields below.
+
+    TRL's own KL coefficient `beta` stays 0 (the paper uses no KL term); PACS's β is `pacs_beta`.
+    """
+
+    # ---- which loss -------------------------------------------------------------------------------------
+    loss_type: str = field(
+        default="pacs",
+        metadata={
+            "help": "Policy loss, computed by pacs_rl.algorithms.compute_policy_loss on the same rollouts for every "
+            "method: 'pacs' (default; BCE between σ(ψ) and the 0/1 reward, PACS paper eq. 9), 'grpo' (clipped ratio, "
+            "std-normalised group advantage), 'dr_grpo' (no std, no length normalisation), 'rloo' (leave-one-out "
+            "baseline), 'cw_grpo' (covariance-weighted GRPO). 'ppo' is reserved.",
+            "choices": list(LOSS_TYPES),
+        },
+    )
+    loss_options: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Extra keyword options passed to the loss, e.g. {'kl_coef': 0.0} for a baseline. The PACS options "
+            "have their own fields (pacs_beta, pacs_score, pacs_weighted); the clipped losses get clip_eps from "
+            "`epsilon` unless set here."
+        },
+    )
+
+    # ---- PACS -------------------------------------------------------------------------------------------
+    pacs_beta: float = field(
+        default=1.0,
+        metadata={
+            "help": "β of the PACS reward proxy r̂ = β·Σ_t (log π_θ − log π_ref) (paper eq. 8). Distinct from TRL's "
+            "KL coefficient `beta`, which stays 0."
+        },
+    )
+    pacs_score: str = field(
+        default="rloo",
+        metadata={
+            "help": "How ψ is formed from the r̂ of a group: 'rloo' (default, eq. 7: r̂_i minus the mean of the others), "
+            "'grpo' (standardised within the group), 'dr_grpo' (minus the group mean).",
+            "choices": list(PACS_SCORES),
+        },
+    )
+    pacs_weighted: bool = field(
+        default=True,
+        metadata={
+            "help": "Class-imbalance weights (paper §3.4.2): in a group with both labels, a completion of label y "
+            "gets weight G / (2·count(y)); single-label groups keep weight 1. False sets every weight to 1."
+        },
+    )
+    reference: str = field(
+        default="old",
+        metadata={
+            "help": "π_ref of the reward proxy. 'old' (default, the authors' code): the policy that generated the "
+            "rollout batch; r̂ = 0 on the first mini-batch of a rollout (its gradient is not 0) and informative on "
+            "the later ones. 'frozen' (the paper's text): a copy of the policy, hard-reset to the current policy "
+            "every `ref_reset_steps` optimizer steps.",
+            "choices": list(REFERENCES),
+        },
+    )
+    ref_reset_steps: int = field(
+        default=0,
+        metadata={
+            "help": "With reference='frozen': copy the current policy into the reference every this many optimizer "
+            "steps (0 = never). Must be a multiple of mini_batches_per_rollout so a reset falls between rollouts."
+        },
+    )
+    reset_optimizer: bool = field(
+        default=False,
+        metadata={
+            "help": "With reference='frozen' and ref_reset_steps > 0: clear the optimizer state (Adam moments) at "
+            "each reference reset, as in the paper."
+        },
+    )
+    mini_batches_per_rollout: int | None = field(
+        default=None,
+        metadata={
+            "help": "Optimizer steps taken on each rollout batch (4 in the paper). Sets TRL's steps_per_generation = "
+            "mini_batches_per_rollout × gradient_accumulation_steps. Default: 4, or derived from "
+            "steps_per_generation / generation_batch_size when you set one of those instead."
+        },
+    )
+    reject_non_binary_rewards: bool = field(
+        default=True,
+        metadata={
+            "help": "With loss_type='pacs', stop with an error naming the reward function when a reward is not 0 or "
+            "1 (PACS treats the reward as a label). False thresholds at 0.5 instead, counted in the metrics."
+        },
+    )
+
+    # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
+    bf16: bool | None = field(
+        default=None,
+        metadata={
+            "help": "bf16 mixed precision. Default: True on a CUDA machine, False otherwise (TRL's default True "
+            "fails or slows down on CPU)."
+        },
+    )
+    logging_steps: float = field(
+        default=1,
+        metadata={"help": "Log every this many optimizer steps (also the rate of metrics.jsonl rows)."},
+    )
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={
+            "help": "Recompute activations in the backward pass to save memory (slower; off by default)."
+        },
+    )
+
+    def __post_init__(self):
+        import torch
+
+        if self.loss_type in RESERVED_LOSS_TYPES:
+            raise NotImplementedError(
+                f"loss_type={self.loss_type!r} is reserved but not built yet; use one of {LOSS_TYPES}."
+            )
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(
+                f"loss_type={self.loss_type!r} is not supported by PACSTrainer; use one of {LOSS_TYPES}."
+            )
+        if self.pacs_score not in PACS_SCORES:
+            raise ValueError(f"pacs_score={self.pacs_score!r}; use one of {PACS_SCORES}.")
+        if self.reference not in REFERENCES:
+            raise ValueError(f"reference={self.reference!r}; use one of {REFERENCES}.")
+        if self.bf16 is None:
+            self.bf16 = torch.cuda.is_available()
+        if isinstance(self.loss_options, str):
+            import json
+
+            self.loss_options = json.loads(self.loss_options)
+        self.loss_options = dict(self.loss_options or {})
+
+        # The paper's schedule: mini_batches_per_rollout optimizer steps per rollout batch.
+        ga = self.gradient_accumulation_steps
+        if self.mini_batches_per_rollout is not None:
+            if self.mini_batches_per_rollout < 1:
+                raise ValueError(
+                    f"mini_batches_per_rollout={self.mini_batches_per_rollout}; it must be >= 1."
+                )
+            wanted = self.mini_batches_per_rollout * ga
+            if self.generation_batch_size is not None:
+                raise ValueError(
+                    "Set either mini_batches_per_rollout or generation_batch_size, not both "
+                    f"(got {self.mini_batches_per_rollout} and {self.generation_batch_size})."
+                )
+            if self.steps_per_generation is not None and self.steps_per_generation != wanted:
+                raise ValueError(
+                    f"steps_per_generation={self.steps_per_generation} disagrees with mini_batches_per_rollout="
+                    f"{self.mini_batches_per_rollout} × gradient_accumulation_steps={ga} = {wanted}. Set only one."
+                )
+            self.steps_per_generation = wanted
+        elif self.steps_per_generation is None and self.generation_batch_size is None:
+            self.mini_batches_per_rollout = 4
+            self.steps_per_generation = 4 * ga
+
+        super().__post_init__()  # derives generation_batch_size / steps_per_generation, checks TRL's own rules
+
+        if self.steps_per_generation % ga != 0:
+            raise ValueError(
+                f"steps_per_generation={self.steps_per_generation} is not a multiple of gradient_accumulation_steps="
+                f"{ga}: a rollout batch would end in the middle of an optimizer step. Set mini_batches_per_rollout "
+                "instead of steps_per_generation."
+            )
+        self.mini_batches_per_rollout = self.steps_per_generation // ga
+        self._check_groups_whole()
+
+        if self.beta != 0.0:
+            raise ValueError(
+                f"beta={self.beta}: TRL's KL term is not used by PACSTrainer (the paper uses no KL). For PACS's β "
+                "set pacs_beta; for a KL penalty in a baseline pass loss_options={'kl_coef': ...}."
+            )
+        if self.reference == "frozen" and self.ref_reset_steps % self.mini_batches_per_rollout != 0:
+            raise ValueError(
+                f"ref_reset_steps={self.ref_reset_steps} is not a multiple of mini_batches_per_rollout="
+                f"{self.mini_batches_per_rollout}: the reference must only change between rollout batches."
+            )
+        if self.ref_reset_steps < 0:
+            raise ValueError(f"ref_reset_steps={self.ref_reset_steps}; it must be >= 0 (0 = never reset).")
+
+    def _check_groups_whole(self) -> None:
+        """Refuse settings that would put the rows of one group in different micro-batches or processes."""
+        G = self.num_generations
+        if self.per_device_train_batch_size % G != 0:
+            raise ValueError(
+                f"per_device_train_batch_size={self.per_device_train_batch_size} is not a multiple of "
+                f"num_generations={G}: a group of {G} completions would be split across micro-batches (or "
+                f"processes), and PACS/RLOO/GRPO need a whole group to form its score. Set "
+                f"per_device_train_batch_size to a multiple of {G} (e.g. {G * max(1, self.per_device_train_batch_size // G)})."
+            )
+        if self.do_eval and self.eval_strategy != "no":
+            G_eval = self.num_generations_eval or G
+            if self.per_device_eval_batch_size % G_eval != 0:
+                raise ValueError(
+                    f"per_device_eval_batch_size={self.per_device_eval_batch_size} is not a multiple of the eval group "
+                    f"size {G_eval}; set per_device_eval_batch_size to a multiple of it."
+                )

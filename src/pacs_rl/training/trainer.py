@@ -1,0 +1,320 @@
+"""`PACSTrainer`: TRL's `GRPOTrainer` with one loss hook for every method and whole groups.
+
+What is overridden, and why (each is pinned by tests/test_trl_contract.py):
+
+- `_calculate_rewards` / `_generate_and_score_completions`: keep the raw per-completion rewards in the
+  inputs dict (TRL passes only advantages), check they are 0/1 for PACS, compute the frozen reference's
+  log-probs when `reference="frozen"`, log rollout-level metrics.
+- `_prepare_inputs`: TRL shuffles *rows* of a rollout batch before cutting it into micro-batches; we
+  shuffle *groups*, so every micro-batch holds whole groups (ψ_i of PACS needs all r̂_j of its group).
+- `_compute_loss`: log-probs from TRL's fused LM head, then `pacs_rl.algorithms.compute_policy_loss`.
+- `_save_checkpoint` / `_load_optimizer_and_scheduler`: also save the buffered rollout batch, TRL's
+  micro-step counter and the frozen reference, so a resumed run continues exactly.
+
+Everything else (generation, vLLM, PEFT, accelerate/DeepSpeed, logging) is TRL's.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+
+from pacs_rl.training.config import PACSConfig
+
+PACS_STATE_FILE = "pacs_trainer_state_rank{rank}.pt"
+
+
+def shuffle_groups(batch: dict[str, Any], group_size: int) -> dict[str, Any]:
+    """Permute whole groups of a rollout batch in unison; rows inside a group keep their order.
+
+    batch: values are tensors of shape (B, ...), lists of length B, 0-d tensors or None (left as is);
+    rows [g·G, (g+1)·G) form group g. Uses the global torch RNG (restored on resume).
+    """
+    n_rows = len(
+        next(v for v in batch.values() if v is not None and not (torch.is_tensor(v) and v.ndim == 0))
+    )
+    if n_rows % group_size != 0:
+        raise ValueError(f"rollout batch of {n_rows} rows is not a whole number of groups of {group_size}")
+    perm_groups = torch.randperm(n_rows // group_size)
+    index = (perm_groups[:, None] * group_size + torch.arange(group_size)).reshape(-1)  # (B,)
+
+    def permute(v):
+        if v is None or (torch.is_tensor(v) and v.ndim == 0):
+            return v
+        if torch.is_tensor(v):
+            return v[index.to(v.device)]
+        return [v[i] for i in index.tolist()]
+
+    return {k: permute(v) for k, v in batch.items()}
+
+
+def group_mixed_fraction(rewards: torch.Tensor, group_size: int) -> float:
+    """Fraction of groups whose completions do not all share one reward. rewards: (B,), B = groups × G."""
+    grouped = rewards.view(-1, group_size)
+    return (grouped.max(dim=1).values != grouped.min(dim=1).values).float().mean().item()
+
+
+class PACSTrainer(GRPOTrainer):
+    """GRPOTrainer whose loss is `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`.
+
+    Same constructor as `trl.GRPOTrainer`; `args` must be a `PACSConfig`.
+    """
+
+    def __init__(self, model, reward_funcs=None, args: PACSConfig | None = None, *pos, **kw):
+        if args is None or not isinstance(args, PACSConfig):
+            raise TypeError(f"PACSTrainer needs args=PACSConfig(...), got {type(args).__name__}")
+        ref_policy = None
+        if args.reference == "frozen":
+            if kw.get("peft_config") is not None or _is_peft(model):
+                raise ValueError(
+                    "reference='frozen' with a PEFT adapter is not supported; use reference='old'."
+                )
+            if isinstance(model, str):
+                from transformers import AutoModelForCausalLM
+
+                model = AutoModelForCausalLM.from_pretrained(model, **(args.model_init_kwargs or {}))
+            # Copy before TRL patches the forward (its fused LM head closes over the original module).
+            ref_policy = copy.deepcopy(model)
+        super().__init__(model, reward_funcs, args, *pos, **kw)
+        self.ref_policy = None
+        if ref_policy is not None:
+            from trl.trainer.utils import add_fused_lm_head
+
+            add_fused_lm_head(
+                ref_policy, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32
+            )
+            ref_policy.requires_grad_(False).eval()
+            self.ref_policy = ref_policy.to(self.accelerator.device)
+            from pacs_rl.training.callbacks import ReferenceResetCallback
+
+            if args.ref_reset_steps > 0:
+                self.add_callback(ReferenceResetCallback(self))
+        self._last_rewards_per_func: torch.Tensor | None = None
+        self.num_reference_resets = 0
+
+    # ------------------------------------------------------------------ rollout
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func  # (B_all_processes, n_funcs), gathered
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        device = self.accelerator.device
+        rewards_per_func = self._last_rewards_per_func
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
+        if self.loss_type == "pacs":
+            rewards = self._binary_labels(rewards, unscorable, rewards_per_func, mode)
+        rewards = rewards.masked_fill(unscorable, 0.0)  # unscorable: counted below, labelled 0
+        n_local = output["completion_ids"].size(0)
+        rank = self.accelerator.process_index
+        output["rewards"] = rewards[rank * n_local : (rank + 1) * n_local]  # (B_local,)
+
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        metrics = self._metrics[mode]
+        metrics["rewards/unscorable_frac"].append(unscorable.float().mean().item())
+        metrics["groups/mixed_frac"].append(group_mixed_fraction(rewards, G))
+
+        if self.ref_policy is not None:
+            input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+            attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            with torch.no_grad():
+                ref_logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.ref_policy,
+                    input_ids,
+                    attention_mask,
+                    output["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
+            output["pacs_ref_per_token_logps"] = ref_logps
+        return output
+
+    def _binary_labels(self, rewards, unscorable, rewards_per_func, mode) -> torch.Tensor:
+        """PACS needs labels R ∈ {0, 1}: refuse (default) or threshold at 0.5 other values."""
+        ok = (rewards == 0) | (rewards == 1) | unscorable
+        if bool(ok.all()):
+            return rewards
+        bad = rewards[~ok]
+        if self.args.reject_non_binary_rewards:
+            funcs = ", ".join(
+                f"{name} (e.g. {rewards_per_func[~ok][0, i].item():g})"
+                for i, name in enumerate(self.reward_func_names)
+            )
+            raise ValueError(
+                f"loss_type='pacs' treats the reward as a 0/1 label, but {bad.numel()} of {rewards.numel()} "
+                f"completions got a reward outside {{0, 1}} (first: {bad[0].item():g}) from reward function(s): "
+                f"{funcs}. Make the reward function return 0 or 1, or set reject_non_binary_rewards=False to "
+                "threshold at 0.5."
+            )
+        self._metrics[mode]["rewards/thresholded_frac"].append((~ok).float().mean().item())
+        return (rewards >= 0.5).float()
+
+    def _prepare_inputs(self, generation_batch):
+        # Same flow as GRPOTrainer._prepare_inputs, with groups (not rows) shuffled before the split.
+        if not self.model.training:
+            return self._generate_and_score_completions(generation_batch)
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            batch = split_pixel_values_by_grid(batch)
+            batch = shuffle_groups(batch, self.num_generations)
+            self._buffered_inputs = [
+                unsplit_pixel_values_by_grid(b)
+                for b in split_tensor_dict(batch, self.args.steps_per_generation)
+            ]
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    # ------------------------------------------------------------------ loss
+    def _compute_loss(self, model, inputs):
+        from pacs_rl.algorithms import compute_policy_loss
+
+        mode = "train" if self.model.training else "eval"
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        logp, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )  # (B, T) each
+        # TRL skips the rollout-time forward when the rollout is used for a single optimizer step; then the
+        # old policy is the current one and its log-probs are these, detached.
+        old_logp = inputs.get("old_per_token_logps")
+        old_logp = logp.detach() if old_logp is None else old_logp
+        rewards = inputs["rewards"]  # (B,) raw, 0/1 for PACS
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+
+        options = dict(self.args.loss_options)
+        ref_logp = None
+        if self.loss_type == "pacs":
+            options.setdefault("beta", self.args.pacs_beta)
+            options.setdefault("score", self.args.pacs_score)
+            options.setdefault("weighted", self.args.pacs_weighted)
+            ref_logp = inputs.get("pacs_ref_per_token_logps", old_logp)  # eq. 8: π_ref = old or frozen
+        else:
+            options.setdefault("clip_eps", self.args.epsilon)
+        loss, loss_metrics = compute_policy_loss(
+            self.loss_type,
+            logp=logp,
+            old_logp=old_logp,
+            mask=mask,
+            rewards=rewards,
+            group_size=G,
+            ref_logp=ref_logp,
+            **options,
+        )
+        if mode == "train":
+            loss = loss / self.current_gradient_accumulation_steps
+
+        self._log_step_metrics(mode, loss_metrics, entropies, mask, rewards, G)
+        return loss
+
+    def _log_step_metrics(self, mode, loss_metrics, entropies, mask, rewards, G) -> None:
+        """Average each metric over processes (one all-reduce) and queue it for TRL's `log`."""
+        names = sorted(loss_metrics)
+        local = [float(loss_metrics[k]) for k in names]
+        local += [
+            (entropies.detach() * mask).sum().item() / max(mask.sum().item(), 1.0),
+            rewards.float().mean().item(),
+            group_mixed_fraction(rewards, G),
+        ]
+        values = torch.tensor(local, dtype=torch.float64, device=self.accelerator.device)
+        values = self.accelerator.reduce(values, reduction="mean").tolist()
+        prefix = f"{self.loss_type}/"
+        for name, value in zip(names, values[: len(names)], strict=True):
+            key = name if "/" in name else prefix + name
+            self._metrics[mode][key].append(value)
+        entropy, accuracy, mixed = values[len(names) :]
+        self._metrics[mode]["entropy"].append(entropy)
+        self._metrics[mode]["accuracy"].append(accuracy)  # of this mini-batch's completions
+        self._metrics[mode]["groups/mixed_frac_minibatch"].append(mixed)
+
+    # ------------------------------------------------------------------ reference policy (frozen mode)
+    @torch.no_grad()
+    def reset_reference(self) -> None:
+        """Hard-reset the frozen reference to the current policy (paper §3.4)."""
+        policy = self.accelerator.unwrap_model(self.model)
+        self.ref_policy.load_state_dict(policy.state_dict())
+        self.num_reference_resets += 1
+
+    # ------------------------------------------------------------------ exact resume
+    def _save_checkpoint(self, model, trial):
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        folder = os.path.join(
+            self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        )
+        os.makedirs(folder, exist_ok=True)
+        state = {
+            "step": self._step,
+            "buffered_inputs": self._buffered_inputs,
+            "num_reference_resets": self.num_reference_resets,
+        }
+        if self.ref_policy is not None and self.accelerator.is_main_process:
+            state["ref_policy"] = self.ref_policy.state_dict()
+        path = os.path.join(folder, PACS_STATE_FILE.format(rank=self.accelerator.process_index))
+        torch.save(state, path + ".tmp")
+        os.replace(path + ".tmp", path)
+        super()._save_checkpoint(model, trial)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, PACS_STATE_FILE.format(rank=self.accelerator.process_index))
+        if not os.path.isfile(path):
+            import warnings
+
+            warnings.warn(
+                f"{path} is missing: the rollout batch in progress at this checkpoint is regenerated, so the resumed "
+                "run will not match an uninterrupted one exactly.",
+                stacklevel=2,
+            )
+            return
+        state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
+        self._step = state["step"]
+        self._buffered_inputs = state["buffered_inputs"]
+        self.num_reference_resets = state.get("num_reference_resets", 0)
+        if self.ref_policy is not None:
+            ref_state = state.get("ref_policy")
+            if ref_state is None:  # saved by the main process only
+                main = os.path.join(checkpoint, PACS_STATE_FILE.format(rank=0))
+                ref_state = torch.load(main, map_location=self.accelerator.device, weights_only=False)[
+                    "ref_policy"
+                ]
+            self.ref_policy.load_state_dict(ref_state)
+
+
+def _is_peft(model) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest `checkpoint-N` folder whose save finished (it holds trainer_state.json), or None."""
+    if not os.path.isdir(output_dir):
+        return None
+    best, best_step = None, -1
+    for name in os.listdir(output_dir):
+        if not name.startswith("checkpoint-"):
+            continue
+        try:
+            step = int(name.split("-", 1)[1])
+        except ValueError:
+            continue
+        path = os.path.join(output_dir, name)
+        if os.path.isfile(os.path.join(path, "trainer_state.json")) and step > best_step:
+            best, best_step = path, step
+    return best
+
+
+__all__ = ["PACSTrainer", "group_mixed_fraction", "last_complete_checkpoint", "shuffle_groups"]
