@@ -110,7 +110,10 @@ def _seq_mean_token_mean(token_loss: Tensor, mask: Tensor) -> Tensor:
 
 def _to_floats(stats: dict[str, Tensor]) -> dict[str, float]:
     names = list(stats)
-    values = torch.stack([stats[k].detach().reshape(()).float() for k in names]).tolist()  # one sync
+    dtype = torch.float32
+    for k in names:  # report bf16/fp16 in fp32, keep fp64 as is
+        dtype = torch.promote_types(dtype, stats[k].dtype) if stats[k].is_floating_point() else dtype
+    values = torch.stack([stats[k].detach().reshape(()).to(dtype) for k in names]).tolist()  # one sync
     return dict(zip(names, values, strict=True))
 
 

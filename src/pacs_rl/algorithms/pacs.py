@@ -144,5 +144,6 @@ def pacs_loss(
             "reward_proxy_mean": r_hat.mean(),
             "reward_mean": labels.mean(),
         }
-        values = torch.stack([v.reshape(()).float() for v in stats.values()]).tolist()  # one device sync
+        dtype = torch.promote_types(psi.dtype, torch.float32)  # bf16 metrics are reported in fp32
+        values = torch.stack([v.reshape(()).to(dtype) for v in stats.values()]).tolist()  # one device sync
     return loss, dict(zip(stats, values, strict=True))
