@@ -1,0 +1,23 @@
+"""PACS inside verl, with no fork: verl's registries select it by configuration.
+
+    algorithm.adv_estimator=pacs
+    actor_rollout_ref.actor.policy_loss.loss_mode=pacs
+
+- :mod:`.guard` (pure Python): :func:`check_verl_config` refuses settings that split groups.
+- :mod:`.core` (imports verl): the ``pacs`` estimator and loss; importing it registers them.
+- :mod:`.plugin`: the ``verl.plugins`` entry point, so every verl process registers PACS on ``import verl``.
+- ``python -m pacs_rl.integrations.verl <hydra overrides>``: registers, checks the config, runs verl's PPO main.
+
+See docs/VERL.md.
+"""
+
+from .guard import PACS_NAME, VerlConfigError, check_verl_config, verl_config_problems
+
+__all__ = ["PACS_NAME", "VerlConfigError", "check_verl_config", "register", "verl_config_problems"]
+
+
+def register() -> None:
+    """Register the ``pacs`` advantage estimator and policy loss in verl (imports verl). Idempotent."""
+    from . import core
+
+    core.register()

@@ -1,0 +1,48 @@
+"""``python -m pacs_rl.integrations.verl [hydra overrides]``: verl's PPO entry point with PACS.
+
+Registers PACS, composes verl's own ``ppo_trainer`` config with the overrides (``--config-path`` /
+``--config-name`` work as in ``python -m verl.trainer.main_ppo``), refuses a config that would split
+groups (:func:`pacs_rl.integrations.verl.check_verl_config`), then runs verl's ``main_ppo.main``.
+With ``PACS_VERL_CHECK_ONLY=1`` it stops after the check and prints the PACS settings.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    from pathlib import Path
+
+    import hydra
+    from verl.trainer import main_ppo
+
+    from . import core
+    from .guard import check_verl_config, data_parallel_size
+
+    core.register()
+    config_dir = str(Path(main_ppo.__file__).resolve().parent / "config")
+
+    @hydra.main(config_path=config_dir, config_name="ppo_trainer", version_base=None)
+    def run(config) -> None:
+        check_verl_config(config)
+        if os.environ.get("PACS_VERL_CHECK_ONLY", "") not in ("", "0"):
+            actor = config.actor_rollout_ref.actor
+            loss = actor.policy_loss
+            print(
+                "pacs-rl verl config OK: "
+                f"adv_estimator={config.algorithm.adv_estimator} loss_mode={loss.loss_mode} "
+                f"beta={loss.get('pacs_beta', 1.0)} score={loss.get('pacs_score', 'rloo')} "
+                f"weighted={loss.get('pacs_weighted', True)} n={config.actor_rollout_ref.rollout.n} "
+                f"dp={data_parallel_size(config)} mini={actor.ppo_mini_batch_size} "
+                f"micro_per_gpu={actor.ppo_micro_batch_size_per_gpu}"
+            )
+            return
+        main_ppo.main.__wrapped__(config)  # verl's main without its own hydra wrapper
+
+    run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""PACS in verl's own registries: an advantage estimator and a policy loss, both named ``pacs``.
+
+Importing this module registers both (idempotently) in ``verl.trainer.ppo.core_algos``. verl imports it
+in every process through the ``verl.plugins`` entry point of pacs-rl (see ``plugin.py``).
+
+How the 0/1 labels reach the loss. verl's policy-loss interface passes per micro-batch only
+``old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights``; the
+outcome reward and the prompt id (``uid``) are not among them. So the ``pacs`` estimator, which runs on the
+driver over the whole rollout batch and does see ``uid``, writes into the ``advantages`` tensor an integer
+code per row, constant over the row's response tokens:
+
+    code_i = 2 · g_i + R_i          g_i = ordinal of the row's uid in the batch, R_i ∈ {0, 1}      (A)
+
+and the ``pacs`` loss decodes it (R_i = code_i mod 2, g_i = code_i div 2), checks that every group present
+in the micro-batch is whole (``rollout.n`` rows), sorts the rows by g_i (stable) so that groups are
+contiguous, and calls :func:`pacs_rl.algorithms.pacs_loss` with π_ref = the rollout ("old") policy:
+
+    r̂_i = β Σ_t mask (log π_θ − log π_old)                 eq. 8
+    ψ_i  = r̂_i − mean_{j≠i} r̂_j   (or grpo / dr_grpo)      eq. 7 / 11 / 12
+    ℓ    = Σ_i w_i BCEWithLogits(ψ_i, R_i) · dp / N_mini     eq. 9, scaled as verl's agg_loss does
+
+N_mini is verl's global mini-batch size (rows over all ranks): the micro-batch losses summed over the
+rank's micro-batches and averaged over ranks give the mean over the mini-batch, as eq. 9 asks.
+Codes are exact in float32 up to 2^24, i.e. 8 million groups per rollout batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from verl.trainer.ppo import core_algos
+from verl.workers.config import PolicyLossConfig
+
+from pacs_rl.algorithms import pacs_loss
+
+from .guard import PACS_NAME, SCORE_METHODS
+
+__all__ = [
+    "PACSPolicyLossConfig",
+    "compute_pacs_label_advantage",
+    "compute_pacs_policy_loss",
+    "decode_labels",
+    "encode_labels",
+    "register",
+]
+
+logger = logging.getLogger(__name__)
+
+_MAX_CODE = 2**24  # float32 holds every integer below this exactly
+
+
+@dataclass
+class PACSPolicyLossConfig(PolicyLossConfig):
+    """verl's ``actor.policy_loss`` config with the PACS fields. Select it with
+    ``actor_rollout_ref.actor.policy_loss._target_=pacs_rl.integrations.verl.core.PACSPolicyLossConfig``;
+    set the fields with ``+actor_rollout_ref.actor.policy_loss.pacs_beta=1.0`` (hydra's ``+`` adds a key)."""
+
+    loss_mode: str = PACS_NAME
+    pacs_beta: float = 1.0  # β of the reward proxy, eq. 8 (paper: 1.0)
+    pacs_score: str = "rloo"  # ψ over the group: "rloo" (eq. 7), "grpo" (eq. 11) or "dr_grpo" (eq. 12)
+    pacs_weighted: bool = True  # class-imbalance weights of §3.4.2; False is the paper's "w/o weight"
+
+    def __post_init__(self):
+        if self.pacs_score not in SCORE_METHODS:
+            raise ValueError(
+                f"actor.policy_loss.pacs_score={self.pacs_score!r}: choose one of {list(SCORE_METHODS)}."
+            )
+        if not (
+            isinstance(self.pacs_beta, int | float) and math.isfinite(self.pacs_beta) and self.pacs_beta > 0
+        ):
+            raise ValueError(f"actor.policy_loss.pacs_beta={self.pacs_beta!r}: β must be a positive number.")
+
+
+def _pacs_options(config: Any) -> tuple[float, str, bool, int]:
+    """(β, score, weighted, G) from verl's ActorConfig (or a DictConfig of the same shape)."""
+    policy_loss = config.get("policy_loss", None) if config is not None else None
+    policy_loss = policy_loss if policy_loss is not None else {}
+    beta = float(policy_loss.get("pacs_beta", 1.0))
+    score = str(policy_loss.get("pacs_score", "rloo"))
+    weighted = bool(policy_loss.get("pacs_weighted", True))
+    group_size = config.get("rollout_n", None) if config is not None else None
+    if group_size is None:
+        raise ValueError(
+            "the 'pacs' policy loss needs the group size: verl passes it as actor.rollout_n "
+            "(from actor_rollout_ref.rollout.n); it is missing from the actor config."
+        )
+    return beta, score, weighted, int(group_size)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Labels and group ids through the advantages tensor, eq. (A)
+
+
+def encode_labels(
+    rewards: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor
+) -> torch.Tensor:
+    """Eq. (A): advantages (B, T) = (2 · group_ids + rewards) on response tokens, 0 elsewhere.
+
+    rewards: (B,) in {0, 1}; group_ids: (B,) int ≥ 0; response_mask: (B, T). float32.
+    """
+    code = (2 * group_ids.to(torch.float64) + rewards.to(torch.float64)).to(torch.float32)  # (B,)
+    return code[:, None] * response_mask.to(torch.float32)
+
+
+def decode_labels(advantages: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`encode_labels` for rows with at least one response token.
+
+    advantages, response_mask: (B, T) → (rewards (B,) float in {0, 1}, group_ids (B,) int64); rows with an
+    empty mask (verl's padding rows) get group id −1. Raises ValueError when the tensor does not hold
+    eq.-(A) codes, i.e. when the ``pacs`` estimator did not write it.
+    """
+    mask = response_mask.bool()
+    has_tokens = mask.any(dim=-1)
+    adv = torch.where(mask, advantages.detach().to(torch.float64), torch.zeros((), dtype=torch.float64))
+    count = mask.sum(dim=-1).clamp(min=1)
+    code = adv.sum(dim=-1) / count  # (B,)
+    spread = torch.where(mask, (adv - code[:, None]).abs(), torch.zeros((), dtype=torch.float64)).amax(dim=-1)
+    valid = (spread == 0) & (code == code.round()) & (code >= 0) & (code < _MAX_CODE)
+    bad = has_tokens & ~valid
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        raise ValueError(
+            f"the 'pacs' policy loss found advantages that are not PACS label codes (row {row}: "
+            f"{advantages[row][mask[row]][:4].tolist()}...). The loss reads the 0/1 outcome labels that the "
+            "'pacs' advantage estimator writes: set algorithm.adv_estimator=pacs together with "
+            "actor_rollout_ref.actor.policy_loss.loss_mode=pacs, and do not transform advantages in between."
+        )
+    code = code.round().to(torch.int64)
+    rewards = (code % 2).to(advantages.dtype)
+    group_ids = torch.where(has_tokens, code // 2, torch.full_like(code, -1))
+    return rewards, group_ids
+
+
+# ------------------------------------------------------------------------------------------------------
+# The advantage estimator: runs once per rollout batch on the driver
+
+
+def compute_pacs_label_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray | None = None,
+    config: Any = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """verl advantage estimator ``pacs``: writes eq.-(A) codes (label + group id), not advantages.
+
+    token_level_rewards: (B, T), the outcome reward on the last response token (verl's convention);
+    response_mask: (B, T); index: (B,) the prompt ``uid`` of each row (verl passes it as ``index``).
+    Returns (advantages, returns), both (B, T) and equal. Raises ValueError when a reward is not 0 or 1,
+    or when ``uid`` is missing.
+    """
+    if index is None:
+        raise ValueError(
+            "the 'pacs' advantage estimator needs the prompt id of each row; verl passes it from "
+            "non_tensor_batch['uid'], which is missing from this batch."
+        )
+    if len(index) != token_level_rewards.shape[0]:
+        raise ValueError(f"index has {len(index)} entries for {token_level_rewards.shape[0]} rows.")
+    rewards = (token_level_rewards * response_mask).sum(dim=-1)  # (B,) outcome reward R_i
+    has_tokens = response_mask.bool().any(dim=-1)
+    labels = rewards.round()
+    bad = has_tokens & (
+        ~torch.isfinite(rewards) | ((rewards - labels).abs() > 1e-6) | (labels < 0) | (labels > 1)
+    )
+    if bool(bad.any()):
+        rows = bad.nonzero()[:, 0].tolist()
+        raise ValueError(
+            f"PACS treats the outcome reward as a 0/1 label, but {len(rows)} of {len(rewards)} rows have another "
+            f"reward (rows {rows[:5]}: {rewards[rows[:5]].tolist()}). Use a verifier reward that returns 1.0 "
+            "for a correct answer and 0.0 otherwise (custom_reward_function / reward settings), with no "
+            "format bonus or penalty."
+        )
+    labels = torch.where(has_tokens, labels, torch.zeros_like(labels))
+
+    ordinal: dict[Any, int] = {}
+    group_ids = torch.tensor([ordinal.setdefault(uid, len(ordinal)) for uid in index], dtype=torch.int64)
+    if 2 * len(ordinal) + 1 >= _MAX_CODE:
+        raise ValueError(
+            f"{len(ordinal)} groups in one rollout batch: PACS codes are exact up to {_MAX_CODE // 2}."
+        )
+    advantages = encode_labels(labels, group_ids, response_mask).to(token_level_rewards.device)
+    return advantages, advantages.clone()
+
+
+# ------------------------------------------------------------------------------------------------------
+# The policy loss: runs on each actor worker, once per micro-batch
+
+
+def compute_pacs_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl policy loss ``pacs``: eq. 9 over the whole groups of one micro-batch.
+
+    old_log_prob, log_prob, advantages, response_mask: (B, T). ``advantages`` must hold the eq.-(A) codes of
+    the ``pacs`` estimator. ``loss_agg_mode`` is ignored: PACS is a mean over sequences (eq. 9).
+    ``config`` is verl's ActorConfig: ``rollout_n`` gives G, ``policy_loss.pacs_*`` the PACS options,
+    ``global_batch_info`` the mini-batch normalisation. Returns (loss, metrics) as verl expects.
+    """
+    if rollout_is_weights is not None:
+        raise ValueError(
+            "PACS has no importance-sampling term, yet verl passed rollout_is_weights; "
+            "set algorithm.rollout_correction.rollout_is=null."
+        )
+    beta, score, weighted, group_size = _pacs_options(config)
+    rewards, group_ids = decode_labels(advantages, response_mask)
+
+    real = (group_ids >= 0).nonzero()[:, 0]  # rows that are not verl padding
+    ids, counts = torch.unique(group_ids[real], return_counts=True)
+    split = counts != group_size
+    if real.numel() == 0 or bool(split.any()):
+        found = dict(zip(ids[split].tolist()[:5], counts[split].tolist()[:5], strict=True))
+        raise ValueError(
+            f"a PACS micro-batch must hold whole groups of rollout.n={group_size} rows, but it holds "
+            f"{real.numel()} rows with these groups (group: rows) {found or 'none'}. A verl setting splits or "
+            "reorders groups: check actor.use_dynamic_bsz=False, actor.shuffle=False, "
+            "trainer.balance_batch=False, trainer.use_v1=False when training on more than one data-parallel "
+            "rank, and ppo_micro_batch_size_per_gpu a multiple of rollout.n; "
+            "pacs_rl.integrations.verl.check_verl_config(config) names the one to change."
+        )
+    order = real[torch.argsort(group_ids[real], stable=True)]  # groups contiguous, rows in batch order
+    loss_mean, metrics = pacs_loss(
+        log_prob[order],
+        old_log_prob[order],
+        response_mask[order],
+        rewards[order],
+        group_size,
+        beta=beta,
+        score=score,
+        weighted=weighted,
+    )
+
+    # verl's normalisation (core_algos.agg_loss, seq-mean modes): Σ_i ℓ_i · dp / global_batch_size.
+    info = config.get("global_batch_info", None) or {}
+    dp_size = int(info.get("dp_size", 1) or 1)
+    global_batch_size = info.get("global_batch_size", None)
+    if global_batch_size is None:
+        if dp_size > 1:
+            raise ValueError("verl did not pass global_batch_size, which the loss needs when dp_size > 1.")
+        global_batch_size = order.numel()
+    loss = loss_mean * order.numel() / float(global_batch_size) * dp_size
+    return loss, {f"pacs/{key}": value for key, value in metrics.items()}
+
+
+# ------------------------------------------------------------------------------------------------------
+# Registration
+
+
+def register() -> None:
+    """Register ``pacs`` in verl's advantage-estimator and policy-loss registries. Idempotent."""
+    current = core_algos.ADV_ESTIMATOR_REGISTRY.get(PACS_NAME)
+    if current is not None and current is not compute_pacs_label_advantage:
+        if getattr(current, "__qualname__", "") != compute_pacs_label_advantage.__qualname__:
+            logger.warning("replacing verl advantage estimator %r (%s) with pacs-rl's", PACS_NAME, current)
+        del core_algos.ADV_ESTIMATOR_REGISTRY[PACS_NAME]  # register_adv_est refuses a second function
+    if core_algos.ADV_ESTIMATOR_REGISTRY.get(PACS_NAME) is None:
+        core_algos.register_adv_est(PACS_NAME)(compute_pacs_label_advantage)
+    core_algos.register_policy_loss(PACS_NAME)(compute_pacs_policy_loss)
+
+
+register()
