@@ -173,7 +173,7 @@ class PACSTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ loss
     def _compute_loss(self, model, inputs):
-        from pacs_rl.algorithms import compute_policy_loss
+        from pacs_rl.algorithms import compute_policy_loss, policy_loss_options
 
         mode = "train" if self.model.training else "eval"
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
@@ -197,8 +197,16 @@ class PACSTrainer(GRPOTrainer):
             options.setdefault("score", self.args.pacs_score)
             options.setdefault("weighted", self.args.pacs_weighted)
             ref_logp = inputs.get("pacs_ref_per_token_logps", old_logp)  # eq. 8: π_ref = old or frozen
-        else:
-            options.setdefault("clip_eps", self.args.epsilon)
+        else:  # TRL's clipping fields, where the loss takes them
+            accepted = policy_loss_options(self.loss_type)
+            trl_fields = {
+                "clip_eps": self.args.epsilon,
+                "clip_eps_high": self.args.epsilon_high,
+                "max_completion_length": self.args.max_completion_length,
+            }
+            for key, value in trl_fields.items():
+                if key in accepted:
+                    options.setdefault(key, value)
         loss, loss_metrics = compute_policy_loss(
             self.loss_type,
             logp=logp,

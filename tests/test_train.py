@@ -1,0 +1,287 @@
+"""PACSTrainer on a tiny random model: whole groups, raw rewards, the reference modes, every loss,
+metrics.jsonl and exact resume. Each run is a few optimizer steps of 8-token completions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pacs_rl.training import PACSConfig, PACSTrainer
+from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.trainer import group_mixed_fraction, last_complete_checkpoint, shuffle_groups
+
+G = 4
+
+
+def parity_reward(completions, **kwargs):
+    """1 when the completion holds an odd number of odd digits: a deterministic 0/1 label."""
+    return [float(sum(c[0]["content"].count(d) for d in "13579") % 2) for c in completions]
+
+
+def _dataset(n=32):
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"{i}+{i}"}], "answer": str(2 * i)} for i in range(n)]
+    )
+
+
+def _config(tmp_path, **overrides):
+    kw = dict(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        per_device_train_batch_size=2 * G,  # two groups per micro-batch
+        num_generations=G,
+        max_completion_length=8,
+        max_steps=2,
+        learning_rate=1e-2,
+        mini_batches_per_rollout=2,
+        report_to=[],
+        seed=0,
+        disable_tqdm=True,
+        save_strategy="no",
+    )
+    kw.update(overrides)
+    return PACSConfig(**kw)
+
+
+def _trainer(tmp_path, model, tokenizer, reward=parity_reward, cls=PACSTrainer, **overrides):
+    return cls(
+        model,
+        reward,
+        args=_config(tmp_path, **overrides),
+        train_dataset=_dataset(),
+        processing_class=tokenizer,
+        callbacks=[MetricsJsonlCallback()],
+    )
+
+
+# ---------------------------------------------------------------- configuration checks
+def test_config_refuses_group_splitting_batch(tmp_path):
+    with pytest.raises(
+        ValueError, match="per_device_train_batch_size=6 is not a multiple of num_generations=4"
+    ):
+        _config(tmp_path, per_device_train_batch_size=6)
+
+
+def test_config_schedule_maps_to_trl(tmp_path):
+    cfg = _config(tmp_path, gradient_accumulation_steps=3, mini_batches_per_rollout=4)
+    assert cfg.steps_per_generation == 12  # 4 mini-batches × 3 micro-batches
+    assert cfg.generation_batch_size == 12 * 2 * G
+    default = PACSConfig(
+        output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=8, num_generations=8
+    )
+    assert default.mini_batches_per_rollout == 4 and default.steps_per_generation == 4
+    assert default.loss_type == "pacs" and default.beta == 0.0 and default.bf16 is False
+    derived = _config(
+        tmp_path, mini_batches_per_rollout=None, steps_per_generation=6, gradient_accumulation_steps=2
+    )
+    assert derived.mini_batches_per_rollout == 3
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            dict(steps_per_generation=3, mini_batches_per_rollout=None, gradient_accumulation_steps=2),
+            "not a multiple of gradient_accumulation_steps",
+        ),
+        (dict(steps_per_generation=3, mini_batches_per_rollout=2), "disagrees with mini_batches_per_rollout"),
+        (dict(beta=0.1), "pacs_beta"),
+        (dict(reference="frozen", ref_reset_steps=3), "ref_reset_steps=3 is not a multiple"),
+        (dict(loss_type="ppo"), "reserved"),
+        (dict(loss_type="dapo"), "not supported by PACSTrainer"),
+        (dict(pacs_score="mean"), "pacs_score='mean'"),
+    ],
+)
+def test_config_errors_name_the_setting(tmp_path, overrides, message):
+    with pytest.raises((ValueError, NotImplementedError), match=message):
+        _config(tmp_path, **overrides)
+
+
+# ---------------------------------------------------------------- pure helpers
+def test_shuffle_groups_moves_whole_groups():
+    torch.manual_seed(0)
+    n_groups = 6
+    group_id = torch.arange(n_groups).repeat_interleave(G)  # (B,)
+    batch = {
+        "gid": group_id,
+        "tokens": group_id[:, None].expand(-1, 3).clone(),
+        "names": [f"g{g}" for g in group_id.tolist()],
+        "num_items_in_batch": torch.tensor(7),
+    }
+    out = shuffle_groups(batch, G)
+    blocks = out["gid"].view(n_groups, G)
+    assert (blocks == blocks[:, :1]).all()  # every block of G rows is one group
+    assert sorted(blocks[:, 0].tolist()) == list(range(n_groups))
+    assert out["names"] == [f"g{g}" for g in out["gid"].tolist()]
+    assert (out["tokens"][:, 0] == out["gid"]).all()
+    assert out["num_items_in_batch"].item() == 7
+    # some permutation happens for some seed (not the identity for every draw)
+    seen = {tuple(shuffle_groups(batch, G)["gid"].view(n_groups, G)[:, 0].tolist()) for _ in range(5)}
+    assert len(seen) > 1
+    with pytest.raises(ValueError, match="whole number of groups"):
+        shuffle_groups({"x": torch.zeros(5)}, G)
+
+
+def test_group_mixed_fraction():
+    rewards = torch.tensor([1.0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0])
+    assert group_mixed_fraction(rewards, G) == pytest.approx(2 / 4)
+
+
+def test_last_complete_checkpoint(tmp_path):
+    assert last_complete_checkpoint(tmp_path / "missing") is None
+    for step, complete in [(2, True), (4, True), (6, False)]:
+        d = tmp_path / f"checkpoint-{step}"
+        d.mkdir()
+        if complete:
+            (d / "trainer_state.json").write_text("{}")
+    assert last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-4")
+
+
+# ---------------------------------------------------------------- the trainer
+class RecordingTrainer(PACSTrainer):
+    """Keeps every micro-batch the loss sees."""
+
+    def _compute_loss(self, model, inputs):
+        self.seen = [*getattr(self, "seen", []), {k: v for k, v in inputs.items()}]
+        return super()._compute_loss(model, inputs)
+
+
+def test_micro_batches_hold_whole_groups_and_raw_rewards(tmp_path, tiny_model, tiny_tokenizer):
+    calls = []
+
+    def reward(completions, **kw):
+        scores = parity_reward(completions)
+        calls.append(scores)
+        return scores
+
+    trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, reward=reward, cls=RecordingTrainer, max_steps=2)
+    trainer.train()
+    assert len(trainer.seen) == 2 and len(calls) == 1  # one rollout serves both mini-batches
+    rollout_rewards = sorted(calls[0])
+    seen_rewards = []
+    for batch in trainer.seen:
+        prompts = batch["prompt_ids"].view(-1, G, batch["prompt_ids"].shape[1])
+        assert (prompts == prompts[:, :1]).all(), "a micro-batch holds a partial group"
+        assert len({tuple(p[0].tolist()) for p in prompts}) == prompts.shape[0]  # distinct groups
+        assert batch["rewards"].shape == (2 * G,)
+        seen_rewards += batch["rewards"].tolist()
+        assert "old_per_token_logps" in batch  # 2 mini-batches per rollout: computed at rollout time
+    assert sorted(seen_rewards) == rollout_rewards  # the raw 0/1 rewards reach the loss, each once
+
+
+def test_reference_old_proxy_is_zero_on_first_minibatch_only(tmp_path, tiny_model, tiny_tokenizer):
+    trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, max_steps=2)
+    trainer.train()
+    rows = read_metrics(tmp_path / METRICS_FILE)
+    assert [r["step"] for r in rows if "pacs/psi_abs_max" in r] == [1, 2]
+    first, second = (r for r in rows if "pacs/psi_abs_max" in r)
+    assert first["pacs/psi_abs_max"] < 1e-4  # π = π_old: r̂ = 0, ψ = 0, loss = log 2
+    assert first["pacs/loss"] == pytest.approx(torch.log(torch.tensor(2.0)).item(), abs=1e-4)
+    assert second["pacs/psi_abs_max"] > 1e-3  # after one update r̂ is informative
+    for key in (
+        "loss",
+        "grad_norm",
+        "reward",
+        "accuracy",
+        "entropy",
+        "completions/mean_length",
+        "groups/mixed_frac",
+        "pacs/prob_mean",
+        "pacs/critic_accuracy",
+        "pacs/brier",
+        "pacs/weight_mean",
+    ):
+        assert key in first, f"metrics.jsonl lacks {key}"
+
+
+def test_non_binary_reward_is_refused_for_pacs(tmp_path, tiny_model, tiny_tokenizer):
+    def half(completions, **kw):
+        return [0.5] * len(completions)
+
+    trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, reward=half, max_steps=1)
+    with pytest.raises(ValueError, match=r"reward outside \{0, 1\}.*half"):
+        trainer.train()
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "rloo", "cw_grpo"])
+def test_baselines_share_the_path(tmp_path, tiny_model, tiny_tokenizer, loss_type):
+    before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, loss_type=loss_type, max_steps=2)
+    trainer.train()
+    rows = read_metrics(tmp_path / METRICS_FILE)
+    assert any(k.startswith(f"{loss_type}/clip_ratio") for r in rows for k in r), (
+        f"no clip ratio logged: {sorted(rows[0])}"
+    )
+    assert all(r["loss"] == r["loss"] for r in rows if "loss" in r)  # finite, not NaN
+    changed = any(not torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    assert changed
+
+
+def test_frozen_reference_resets_and_clears_optimizer(tmp_path, tiny_model, tiny_tokenizer):
+    from transformers import TrainerCallback
+
+    sizes = []
+
+    class Probe(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            sizes.append(len(getattr(trainer.optimizer, "optimizer", trainer.optimizer).state))
+
+    trainer = _trainer(
+        tmp_path,
+        tiny_model,
+        tiny_tokenizer,
+        reference="frozen",
+        ref_reset_steps=2,
+        reset_optimizer=True,
+        max_steps=4,
+    )
+    trainer.add_callback(Probe())
+    trainer.train()
+    assert trainer.num_reference_resets == 2
+    # the probe runs after the reset callback: state cleared on steps 2 and 4, kept on 1 and 3
+    assert sizes[0] > 0 and sizes[1] == 0 and sizes[2] > 0 and sizes[3] == 0
+    ref, pol = trainer.ref_policy.state_dict(), trainer.model.state_dict()
+    assert all(torch.equal(ref[k], pol[k]) for k in ref)  # reset at the final step 4
+
+
+@pytest.mark.parametrize("reference", ["old", "frozen"])
+def test_interrupted_run_resumes_to_identical_weights(tmp_path, tiny_tokenizer, reference):
+    """4 steps in one go vs. killed after step 3 and resumed from the step-1 checkpoint (mid-rollout)."""
+    from transformers import TrainerCallback
+
+    from pacs_rl.models import tiny_random_model
+
+    extra = dict(max_steps=4, save_strategy="steps", save_steps=1, reference=reference)
+    if reference == "frozen":
+        extra.update(ref_reset_steps=2, reset_optimizer=True)
+
+    full = _trainer(tmp_path / "full", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    full.train()
+
+    class Kill(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            if state.global_step == 3:
+                raise KeyboardInterrupt
+
+    run_dir = tmp_path / "killed"
+    first = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    first.add_callback(Kill())
+    with pytest.raises(KeyboardInterrupt):
+        first.train()
+    for step in (2, 3):  # pretend the kill came earlier: only the step-1 checkpoint survived
+        import shutil
+
+        shutil.rmtree(run_dir / f"checkpoint-{step}", ignore_errors=True)
+    assert last_complete_checkpoint(run_dir) == str(run_dir / "checkpoint-1")
+
+    resumed = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=1), tiny_tokenizer, **extra)
+    resumed.train(resume_from_checkpoint=last_complete_checkpoint(run_dir))
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    steps = [r["step"] for r in read_metrics(run_dir / METRICS_FILE) if "loss" in r]
+    assert steps == [1, 2, 3, 4]  # rows of redone steps replaced, not duplicated
+    json.loads((run_dir / METRICS_FILE).read_text().splitlines()[-1])

@@ -1,0 +1,162 @@
+"""Contract with TRL's GRPOTrainer internals that PACSTrainer overrides or relies on.
+
+When a TRL release moves one of these, the test names the method/attribute that moved; update
+src/pacs_rl/training/trainer.py (and the pin trl>=1.16,<1.17 in pyproject.toml) together.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+trl = pytest.importorskip("trl")
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+from trl.trainer import utils as trl_utils  # noqa: E402
+
+# method -> parameters (after self) our overrides/calls use, in order
+METHODS = {
+    "_calculate_rewards": ["inputs", "prompts", "completions", "completion_ids_list"],
+    "_generate_and_score_completions": ["inputs"],
+    "_prepare_inputs": ["generation_batch"],
+    "_compute_loss": ["model", "inputs"],
+    "compute_loss": ["model", "inputs", "return_outputs", "num_items_in_batch"],
+    "_save_checkpoint": ["model", "trial"],
+    "_load_optimizer_and_scheduler": ["checkpoint"],
+    "training_step": ["model", "inputs", "num_items_in_batch"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_overridden_methods_keep_their_signature(name):
+    method = getattr(GRPOTrainer, name, None)
+    assert method is not None, f"trl.GRPOTrainer.{name} no longer exists (trl {trl.__version__})"
+    params = list(inspect.signature(method).parameters)[1:]
+    expected = METHODS[name]
+    assert params[: len(expected)] == expected, (
+        f"trl.GRPOTrainer.{name} parameters changed in trl {trl.__version__}: {params}, expected {expected}"
+    )
+
+
+def test_logp_helper_signature_and_fused_head():
+    fn = GRPOTrainer._get_per_token_logps_and_entropies
+    params = inspect.signature(fn).parameters
+    for p in ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy"):
+        assert p in params, f"GRPOTrainer._get_per_token_logps_and_entropies lost parameter {p!r}"
+    add = getattr(trl_utils, "add_fused_lm_head", None)
+    assert add is not None, "trl.trainer.utils.add_fused_lm_head moved (used for the frozen reference)"
+    for p in ("model", "temperature", "cast_lm_head_to_fp32"):
+        assert p in inspect.signature(add).parameters, f"add_fused_lm_head lost parameter {p!r}"
+
+
+def test_split_helpers_exist():
+    for name in ("split_tensor_dict", "split_pixel_values_by_grid", "unsplit_pixel_values_by_grid"):
+        assert callable(getattr(trl_utils, name, None)), f"trl.trainer.utils.{name} moved"
+
+
+def test_prepare_inputs_flow_is_the_one_we_copied():
+    """Our _prepare_inputs is TRL's with a group shuffle in place of the row shuffle: TRL's must still
+    regenerate every steps_per_generation × num_iterations micro-steps and shuffle rows before the split."""
+    src = inspect.getsource(GRPOTrainer._prepare_inputs)
+    for needle in (
+        "self.args.steps_per_generation * self.num_iterations",
+        "self._buffered_inputs",
+        "shuffle_sequence_dict(",
+        "split_tensor_dict(",
+        "self._step % self.args.steps_per_generation",
+    ):
+        assert needle in src, f"GRPOTrainer._prepare_inputs no longer contains {needle!r}: re-check our copy"
+
+
+def test_old_logps_are_computed_when_a_rollout_serves_several_steps():
+    """PACS with reference='old' needs old_per_token_logps whenever >1 optimizer step uses a rollout."""
+    src = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "self.args.gradient_accumulation_steps % generate_every != 0" in src, (
+        "GRPOTrainer._generate_and_score_completions changed when it computes old_per_token_logps"
+    )
+    assert "self._calculate_rewards(" in src, (
+        "_generate_and_score_completions no longer calls _calculate_rewards"
+    )
+    assert "process_slice" in src, "TRL no longer slices the gathered rewards per process"
+
+
+def test_config_fields_we_map_onto():
+    fields = GRPOConfig.__dataclass_fields__
+    for name in (
+        "steps_per_generation",
+        "generation_batch_size",
+        "num_iterations",
+        "num_generations",
+        "num_generations_eval",
+        "epsilon",
+        "epsilon_high",
+        "max_completion_length",
+        "beta",
+        "loss_type",
+        "use_vllm",
+        "vllm_mode",
+    ):
+        assert name in fields, f"GRPOConfig.{name} no longer exists"
+
+
+def test_runtime_keys_and_attributes(tiny_model, tiny_tokenizer, tmp_path):
+    """Build a real (tiny) GRPOTrainer and check the attributes and output keys we read."""
+    from datasets import Dataset
+
+    ds = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"{i}"}], "answer": "1"} for i in range(4)]
+    )
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        steps_per_generation=2,  # > gradient_accumulation_steps: old logps must be computed
+        report_to=[],
+        max_steps=1,
+    )
+    trainer = GRPOTrainer(
+        tiny_model,
+        lambda completions, **kw: [1.0] * len(completions),
+        args=args,
+        train_dataset=ds,
+        processing_class=tiny_tokenizer,
+    )
+    for attr in (
+        "_step",
+        "_buffered_inputs",
+        "_metrics",
+        "reward_weights",
+        "reward_func_names",
+        "num_generations",
+        "num_generations_eval",
+        "num_iterations",
+        "loss_type",
+        "temperature",
+        "accelerator",
+    ):
+        assert hasattr(trainer, attr), f"GRPOTrainer instance lost attribute {attr!r}"
+    trainer.model.train()
+    batch = [dict(ds[i]) for i in range(2) for _ in range(2)]  # 2 prompts × G=2, as RepeatSampler yields
+    out = trainer._generate_and_score_completions(batch)
+    for key in (
+        "prompt_ids",
+        "prompt_mask",
+        "completion_ids",
+        "completion_mask",
+        "advantages",
+        "old_per_token_logps",
+    ):
+        assert key in out, f"_generate_and_score_completions no longer returns {key!r}; keys: {sorted(out)}"
+    assert out["completion_ids"].shape[0] == 4
+    logps, ent, _ = trainer._get_per_token_logps_and_entropies(
+        trainer.model,
+        __import__("torch").cat([out["prompt_ids"], out["completion_ids"]], 1),
+        __import__("torch").cat([out["prompt_mask"], out["completion_mask"]], 1),
+        out["completion_ids"].shape[1],
+        compute_entropy=True,
+    )
+    assert logps.shape == out["completion_ids"].shape and ent.shape == logps.shape
