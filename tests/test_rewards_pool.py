@@ -1,0 +1,101 @@
+"""Batched verification: worker pool, order, per-task deadlines, threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from pacs_rl.rewards import RewardPool, make_math_reward_func, verify, verify_batch
+
+PATHOLOGICAL = r"The answer is \boxed{9^{9^{9^{9}}}}."
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with RewardPool(num_workers=2) as p:
+        yield p.wait_ready()
+
+
+def _pairs(n: int):
+    # completion i answers i; gold is i for even i and i + 1 for odd i -> expected score 1, 0, 1, 0, ...
+    completions = [rf"so the result is \boxed{{{i}}}" for i in range(n)]
+    answers = [str(i if i % 2 == 0 else i + 1) for i in range(n)]
+    expected = [1.0 if i % 2 == 0 else 0.0 for i in range(n)]
+    return completions, answers, expected
+
+
+def test_pool_preserves_order_and_counts(pool):
+    completions, answers, expected = _pairs(40)
+    result = pool.verify_batch(completions, answers)
+    assert result.scores == expected
+    assert result.reasons == {"correct": 20, "wrong": 20}
+    assert result.num_workers == 2 and result.pairs_per_second > 0
+    assert [v.extracted for v in result.verdicts] == [str(i) for i in range(40)]
+
+
+def test_pool_matches_in_process(pool, shared_data):
+    import json
+
+    rows = [json.loads(line) for line in (shared_data / "minerva_math.jsonl").open()][:12]
+    completions = [r["solution"] for r in rows] * 2
+    answers = [r["answer"] for r in rows] + [r["answer"] for r in rows[1:] + rows[:1]]
+    in_process = verify_batch(completions, answers, num_workers=0, timeout=20)
+    pooled = pool.verify_batch(completions, answers, timeout=20)
+    assert pooled.verdicts == in_process.verdicts
+
+
+def test_pathological_answer_times_out_in_pool_without_stalling_the_batch(pool):
+    completions, answers, expected = _pairs(10)
+    completions[3], answers[3], expected[3] = PATHOLOGICAL, "5", 0.0
+    started = time.monotonic()
+    result = pool.verify_batch(completions, answers, timeout=0.5)
+    assert time.monotonic() - started < 5.0
+    assert result.scores == expected
+    assert result.verdicts[3].reason == "timeout" and result.reasons["timeout"] == 1
+
+
+def test_stuck_worker_is_killed_and_replaced():
+    # The worker's own timer is switched off, so only the parent's hard deadline can stop the task.
+    with RewardPool(num_workers=1, timeout=0.5, kill_grace=0.5, _soft_timeout=False) as stuck:
+        completions, answers, expected = _pairs(4)
+        completions.insert(1, PATHOLOGICAL)
+        answers.insert(1, "5")
+        expected.insert(1, 0.0)
+        result = stuck.verify_batch(completions, answers)
+        assert result.scores == expected
+        assert result.verdicts[1].reason == "timeout"
+        assert stuck.restarts == 1
+        assert stuck.verify_batch([r"\boxed{2}"], ["2"]).scores == [1.0]  # the replacement works
+
+
+def test_calls_from_a_non_main_thread(pool):
+    completions, answers, expected = _pairs(6)
+    out = {}
+
+    def work():
+        out["single"] = verify(PATHOLOGICAL, "5", timeout=0.5)
+        out["in_process"] = verify_batch(completions, answers, num_workers=0)
+        out["pool"] = pool.verify_batch(completions, answers)
+        out["trl"] = make_math_reward_func(pool=pool)(completions=completions, answer=answers)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert out["single"].reason == "timeout"
+    assert out["in_process"].scores == expected
+    assert out["pool"].scores == expected
+    assert out["trl"] == expected
+
+
+def test_bad_arguments_are_explained(pool):
+    with pytest.raises(ValueError, match="3 completions but 2 answers"):
+        verify_batch(["1", "2", "3"], ["1", "2"], num_workers=0)
+    with pytest.raises(ValueError, match="num_workers >= 1"):
+        RewardPool(num_workers=0)
+    closed = RewardPool(num_workers=1)
+    closed.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        closed.verify_batch(["1"], ["1"])
