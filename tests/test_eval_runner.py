@@ -1,0 +1,299 @@
+"""The evaluation runner: outputs, pass@k recomputed from samples.jsonl, resume after a crash, refusals.
+
+Most tests use a scripted sampler (fast, exact control over what is correct); the end-to-end ones use
+the tiny random model through the real transformers sampler and the ``pacs-rl eval`` command.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+import pytest
+
+from pacs_rl.data import arithmetic_problems
+from pacs_rl.evaluation.passk import pass_at_k
+from pacs_rl.evaluation.runner import EvalConfig, ResumeMismatch, plan_chunks, read_samples, run_eval
+
+
+@dataclass
+class FakeSample:
+    text: str
+    token_ids: list[int] = field(default_factory=lambda: [1, 2, 3])
+    finish_reason: str = "stop"
+
+
+class ScriptedSampler:
+    """Answers "What is a op b?" prompts; sample j of a call is right when (a + j) % 3 != 0.
+    Raises on call number ``crash_on`` (1-based) to simulate a crash mid-run."""
+
+    def __init__(self, crash_on: int | None = None):
+        self.calls = 0
+        self.crash_on = crash_on
+        self.requested = 0
+
+    def generate(self, prompts, params):
+        self.calls += 1
+        if self.crash_on is not None and self.calls == self.crash_on:
+            raise RuntimeError("simulated crash")
+        out = []
+        for prompt in prompts:
+            a, op, b = re.search(r"What is (\d+) ([+\-*]) (\d+)\?", prompt).groups()
+            right = eval(f"{a}{op}{b}")  # the test's own oracle, independent of the answers stored
+            out.append(
+                [
+                    FakeSample(f"So the answer is \\boxed{{{right if (int(a) + j) % 3 else right + 1}}}.")
+                    for j in range(params.n)
+                ]
+            )
+            self.requested += params.n
+        return out
+
+
+def _config(tmp_path, **kw):
+    base = dict(
+        model="scripted",
+        benchmark="arithmetic?n=6&seed=3",
+        output_dir=str(tmp_path / "run"),
+        n=4,
+        batch_size=8,  # 2 problems per chunk at n = 4
+        verify_workers=0,
+        progress=False,
+    )
+    base.update(kw)
+    return EvalConfig(**base)
+
+
+def _pairs(path):
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return rows, Counter((r["problem_id"], r["sample_index"]) for r in rows)
+
+
+def test_outputs_and_passk_recomputed_from_samples(tmp_path, tiny_tokenizer):
+    cfg = _config(tmp_path)
+    metrics = run_eval(cfg, sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+    out = tmp_path / "run"
+    rows, pairs = _pairs(out / "samples.jsonl")
+    ids = [p.id for p in arithmetic_problems(6, seed=3, split="test")]
+    assert set(pairs) == {(pid, i) for pid in ids for i in range(4)} and max(pairs.values()) == 1
+    assert {"completion", "extracted", "score", "reason", "finish_reason", "num_tokens"} <= set(rows[0])
+    # pass@k from the counts in samples.jsonl, computed here independently of the runner
+    c = Counter()
+    for r in rows:
+        c[r["problem_id"]] += r["score"] == 1.0
+    for k in (1, 2, 4):
+        expect = sum(pass_at_k(4, c[pid], k) for pid in ids) / len(ids)
+        assert metrics["pass_at_k"][str(k)] == pytest.approx(expect, abs=1e-12)
+    on_disk = json.loads((out / "metrics.json").read_text())
+    assert on_disk["pass_at_k"] == metrics["pass_at_k"] and on_disk["ks"] == [1, 2, 4]
+    assert sum(on_disk["reasons"].values()) == 24 and on_disk["num_problems"] == 6
+    # the scripted sampler is right unless (a + j) % 3 == 0: at least one wrong and one right overall
+    assert 0 < metrics["pass_at_k"]["1"] < 1
+    t = on_disk["timing"]
+    assert t["samples_generated_this_run"] == 24 and t["generation_seconds"] >= 0
+    assert (out / "results.md").read_text().startswith("### arithmetic?n=6&seed=3")
+    assert (out / "passk.png").stat().st_size > 1000
+
+
+def test_resume_after_crash_samples_only_missing(tmp_path, tiny_tokenizer):
+    cfg = _config(tmp_path)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run_eval(cfg, sampler=ScriptedSampler(crash_on=3), tokenizer=tiny_tokenizer)
+    _, pairs = _pairs(tmp_path / "run" / "samples.jsonl")
+    assert len(pairs) == 16  # two chunks of 2 problems x 4 samples were written before the crash
+    again = ScriptedSampler()
+    metrics = run_eval(cfg, sampler=again, tokenizer=tiny_tokenizer)
+    assert again.requested == 8 and metrics["timing"]["samples_generated_this_run"] == 8
+    _, pairs = _pairs(tmp_path / "run" / "samples.jsonl")
+    ids = [p.id for p in arithmetic_problems(6, seed=3, split="test")]
+    assert set(pairs) == {(pid, i) for pid in ids for i in range(4)} and max(pairs.values()) == 1
+    # an uninterrupted run gives the same metrics (the scripted sampler is deterministic)
+    fresh = run_eval(_config(tmp_path, output_dir=str(tmp_path / "fresh")), ScriptedSampler(), tiny_tokenizer)
+    assert fresh["pass_at_k"] == metrics["pass_at_k"]
+
+
+def test_resume_after_truncated_write(tmp_path, tiny_tokenizer):
+    cfg = _config(tmp_path)
+    run_eval(cfg, sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+    path = tmp_path / "run" / "samples.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    # keep 9 whole rows: problem 0 complete, problem 1 with 4 and problem 2 with 1 of 4 samples,
+    # then half a row, as a crash in the middle of a write leaves it
+    path.write_text("".join(lines[:9]) + lines[9][: len(lines[9]) // 2])
+    again = ScriptedSampler()
+    metrics = run_eval(cfg, sampler=again, tokenizer=tiny_tokenizer)
+    assert again.requested == 24 - 9
+    assert metrics["timing"]["broken_lines_dropped"] == 1
+    rows, pairs = _pairs(path)
+    assert len(rows) == 24 and len(pairs) == 24  # no duplicates, nothing missing
+    c = Counter()
+    for r in rows:
+        c[r["problem_id"]] += r["score"] == 1.0
+    expect = sum(pass_at_k(4, v, 2) for v in c.values()) / 6
+    assert metrics["pass_at_k"]["2"] == pytest.approx(expect, abs=1e-12)
+
+
+def test_resume_refuses_other_settings_and_extends_n(tmp_path, tiny_tokenizer):
+    run_eval(_config(tmp_path, n=2), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+    with pytest.raises(ResumeMismatch, match=r"temperature: samples have 0\.6, this command has 0\.7"):
+        run_eval(_config(tmp_path, n=2, temperature=0.7), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+    with pytest.raises(ResumeMismatch, match="max_new_tokens"):
+        run_eval(
+            _config(tmp_path, n=2, max_new_tokens=5), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer
+        )
+    more = ScriptedSampler()
+    metrics = run_eval(_config(tmp_path, n=4), sampler=more, tokenizer=tiny_tokenizer)
+    assert more.requested == 6 * 2 and metrics["n"] == 4  # only indices 2 and 3 were sampled
+    rows, _ = read_samples(tmp_path / "run" / "samples.jsonl")
+    assert sorted(Counter(r["sample_index"] for r in rows).items()) == [(0, 6), (1, 6), (2, 6), (3, 6)]
+
+
+def test_k_outside_n_and_plan_chunks(tmp_path):
+    with pytest.raises(ValueError, match=r"k values \[8\] are outside 1..n"):
+        _config(tmp_path, n=4, ks=[1, 8]).resolved_ks()
+    assert _config(tmp_path, n=6).resolved_ks() == [1, 2, 4]
+    todo = [("a", [0, 1]), ("b", [0, 1]), ("c", [3]), ("d", [0, 1]), ("e", [0, 1]), ("f", [0, 1])]
+    chunks = plan_chunks(todo, per_chunk_sequences=4)
+    assert [[p for p, _ in ch] for ch in chunks] == [["a", "b"], ["c"], ["d", "e"], ["f"]]
+
+
+def test_bad_rows_are_counted_in_metrics(tmp_path, tiny_tokenizer):
+    data = tmp_path / "d.jsonl"
+    good = [{"id": f"p{i}", "problem": f"What is {10 + i} + 11?", "answer": str(21 + i)} for i in range(3)]
+    data.write_text(
+        "\n".join([json.dumps(good[0]), "{not json", json.dumps(good[1]), json.dumps(good[2])]) + "\n"
+    )
+    metrics = run_eval(_config(tmp_path, benchmark=str(data), n=2), ScriptedSampler(), tiny_tokenizer)
+    assert metrics["skipped_rows"] == 1 and "line 2" in metrics["skipped_examples"][0]
+    assert metrics["num_problems"] == 3
+
+
+# --------------------------------------------------------------------------------------------------
+# End to end with the tiny random model (real sampler, real verifier, the CLI)
+
+
+def _cli(args):
+    from typer.testing import CliRunner
+
+    from pacs_rl.cli import app
+
+    return CliRunner().invoke(app, args)
+
+
+def test_cli_tiny_model_on_shared_data_and_merge(tmp_path, tiny_model_dir, shared_data):
+    common = [
+        "--n",
+        "2",
+        "--k",
+        "1,2",
+        "--max-new-tokens",
+        "6",
+        "--limit",
+        "2",
+        "--no-progress",
+        "--verify-workers",
+        "0",
+    ]
+    bench = str(shared_data / "math500.jsonl")
+    r = _cli(
+        [
+            "eval",
+            "--model",
+            str(tiny_model_dir),
+            "--benchmark",
+            bench,
+            "--output",
+            str(tmp_path / "a"),
+            *common,
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    m = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "a" / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(0 < r["num_tokens"] <= 6 for r in rows)
+    assert {r["problem_id"] for r in rows} == {
+        "test/precalculus/807.json",
+        "test/intermediate_algebra/1994.json",
+    }
+    c = Counter()
+    for row in rows:
+        c[row["problem_id"]] += row["score"] == 1.0
+    assert m["pass_at_k"]["1"] == pytest.approx(sum(pass_at_k(2, v, 1) for v in c.values()) / 2)
+    # rerunning the finished command samples nothing and gives the same metrics
+    r = _cli(
+        [
+            "eval",
+            "--model",
+            str(tiny_model_dir),
+            "--benchmark",
+            bench,
+            "--output",
+            str(tmp_path / "a"),
+            *common,
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    m2 = json.loads((tmp_path / "a" / "metrics.json").read_text())
+    assert m2["timing"]["samples_generated_this_run"] == 0 and m2["pass_at_k"] == m["pass_at_k"]
+    # a changed sampling setting is refused with a message, not a traceback
+    r = _cli(
+        ["eval", "-m", str(tiny_model_dir), "-b", bench, "-o", str(tmp_path / "a"), *common, "--top-p", "0.5"]
+    )
+    assert r.exit_code == 2 and "top_p" in r.output
+    # merging two finished runs
+    r = _cli(
+        [
+            "eval",
+            "--model",
+            str(tiny_model_dir),
+            "--benchmark",
+            bench,
+            "--output",
+            str(tmp_path / "b"),
+            *common,
+            "--seed",
+            "1",
+        ]
+    )
+    assert r.exit_code == 0, r.output
+    r = _cli(["eval", "--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--output", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "m" / "passk.png").is_file() and (tmp_path / "m" / "results.md").read_text().count(
+        str(tiny_model_dir)
+    ) == 2
+
+
+def test_tiny_model_crash_and_resume_on_arithmetic(tmp_path, tiny_model_dir, monkeypatch):
+    from pacs_rl.sampling import TransformersSampler
+
+    cfg = EvalConfig(
+        model=str(tiny_model_dir),
+        benchmark="arithmetic?n=5&seed=0",
+        output_dir=str(tmp_path / "run"),
+        n=3,
+        max_new_tokens=4,
+        batch_size=6,  # 2 problems per chunk
+        verify_workers=0,
+        progress=False,
+    )
+    real = TransformersSampler.generate
+    calls = {"n": 0}
+
+    def crashing(self, prompts, params):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # like a Ctrl-C in the middle of the run
+        return real(self, prompts, params)
+
+    monkeypatch.setattr(TransformersSampler, "generate", crashing)
+    with pytest.raises(KeyboardInterrupt):
+        run_eval(cfg)
+    assert len(read_samples(tmp_path / "run" / "samples.jsonl")[0]) == 6
+    monkeypatch.setattr(TransformersSampler, "generate", real)
+    metrics = run_eval(cfg)
+    assert metrics["timing"]["samples_generated_this_run"] == 9
+    _, pairs = _pairs(tmp_path / "run" / "samples.jsonl")
+    ids = [p.id for p in arithmetic_problems(5, seed=0, split="test")]
+    assert set(pairs) == {(pid, i) for pid in ids for i in range(3)} and max(pairs.values()) == 1
