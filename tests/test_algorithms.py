@@ -292,6 +292,13 @@ def test_gradient_matches_closed_form_through_the_group_score(score, weighted):
     assert torch.allclose(logp.grad, expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("score", ["rloo", "grpo", "dr_grpo"])
+def test_pacs_loss_passes_numerical_gradcheck(score):
+    logp, ref, mask, rewards = make_batch(seed=9, groups=2, g=3, t=4)
+    logp.requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda x: pacs_loss(x, ref, mask, rewards, 3, 0.7, score)[0], (logp,))
+
+
 def test_at_logp_equal_ref_loss_is_ln2_and_gradient_is_reinforce():
     """ψ = 0 ⇒ ℓ_i = ln 2, so L = ln2 · mean(w). ∂L/∂ψ_i = w_i (1/2 − R_i)/B; through RLOO and eq. 8 the
     gradient equals that of −1/B Σ_j A_j Σ_t mask logp_{j,t} with

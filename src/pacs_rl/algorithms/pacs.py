@@ -40,7 +40,8 @@ def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: flo
       dr_grpo (eq. 12): v_i − mean_j v_j
     ``std`` is the unbiased (Bessel-corrected, /(G−1)) standard deviation, as ``torch.std`` computes it and
     as TRL, verl and the PACS authors' code use. A group of equal values has std 0: its scores are 0 and
-    the gradient is the one of (v − mean)/eps (finite, but of size 1/eps); see docs/ALGORITHMS.md.
+    the gradient is the one of (v − mean)/eps: finite, but of size 1/eps (see docs/ALGORITHMS.md, it
+    matters for PACS with the "old" reference, where every r̂ is 0 at the first update).
     """
     if not isinstance(values, Tensor) or values.dim() != 1:
         shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
@@ -50,7 +51,7 @@ def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: flo
     min_size = 1 if method == "dr_grpo" else 2
     why = "the leave-one-out baseline (rloo)" if method == "rloo" else "the group std (grpo)"
     n_groups = check_groups(values.shape[0], group_size, min_size, why)
-    v = values.view(n_groups, group_size)
+    v = values.reshape(n_groups, group_size)
     if method == "rloo":
         loo_mean = (v.sum(dim=1, keepdim=True) - v) / (group_size - 1)  # mean of the G−1 others
         out = v - loo_mean  # eq. 7
@@ -59,11 +60,8 @@ def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: flo
         if method == "dr_grpo":
             out = centred
         else:
-            # eq. 11 with a safe sqrt: sqrt has an infinite derivative at 0, which times the 0 numerator
-            # would give nan; select a dummy where var == 0 so the value is exact and the gradient finite.
-            var = v.var(dim=1, keepdim=True)  # unbiased, /(G−1)
-            positive = var > 0
-            std = torch.where(positive, torch.sqrt(torch.where(positive, var, torch.ones_like(var))), 0.0)
+            # eq. 11. torch.std is unbiased (/(G−1)); its backward is 0 (not nan) where std = 0.
+            std = v.std(dim=1, keepdim=True)
             out = centred / (std + eps)
     return out.reshape(-1)
 
@@ -82,7 +80,7 @@ def class_balance_weights(rewards: Tensor, group_size: int) -> Tensor:
     check_rewards(rewards, rewards.shape[0], binary=True)
     n_groups = check_groups(rewards.shape[0], group_size, 1)
     dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-    r = rewards.to(dtype).view(n_groups, group_size)
+    r = rewards.to(dtype).reshape(n_groups, group_size)
     n_pos = r.sum(dim=1, keepdim=True)
     n_neg = group_size - n_pos
     mixed = (n_pos > 0) & (n_neg > 0)
