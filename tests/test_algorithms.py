@@ -14,6 +14,7 @@ import torch
 
 from pacs_rl.algorithms import (
     class_balance_weights,
+    finite_groups,
     group_scores,
     pacs_loss,
     reward_proxy,
@@ -498,3 +499,29 @@ def test_unknown_score_and_small_groups_are_refused():
         class_balance_weights(torch.tensor([0.0, 2.0]), 2)
     with pytest.raises(ValueError, match="not a multiple of group_size=4"):
         class_balance_weights(torch.tensor([0.0, 1.0]), 4)
+
+
+def test_finite_groups_flags_whole_groups_and_ignores_padding():
+    logp, ref, mask, rewards = make_batch(seed=10, groups=3, g=4, t=5)
+    logp = torch.where(mask.bool(), logp, float("nan"))  # garbage in padding is fine
+    assert finite_groups(mask, 4, rewards, logp=logp, ref_logp=ref).tolist() == [True, True, True]
+    bad = logp.clone()
+    bad[5, 0] = float("inf")  # row 5 → group 1
+    r = rewards.clone()
+    r[11] = float("nan")  # row 11 → group 2
+    keep = finite_groups(mask, 4, r, logp=bad, ref_logp=ref)
+    assert keep.tolist() == [True, False, False]
+    rows = keep.repeat_interleave(4)
+    loss, _ = pacs_loss(bad[rows], ref[rows], mask[rows], r[rows], 4)
+    assert torch.isfinite(loss)
+    with pytest.raises(ValueError, match="not a multiple of group_size=5"):
+        finite_groups(mask, 5, logp=logp)
+
+
+def test_bool_and_int_masks_and_rewards_match_float():
+    logp, ref, mask, rewards = make_batch(seed=12)
+    want, wm = pacs_loss(logp, ref, mask, rewards, 4)
+    for m, r in ((mask.bool(), rewards.bool()), (mask.long(), rewards.long())):
+        got, gm = pacs_loss(logp, ref, m, r, 4)
+        assert got.item() == pytest.approx(want.item(), abs=1e-12)
+        assert gm == pytest.approx(wm)

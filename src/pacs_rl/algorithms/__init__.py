@@ -18,7 +18,7 @@ from .baselines import (
     ppo_value_loss,
     rloo_loss,
 )
-from .masked import masked_mean, masked_sum, masked_var, masked_whiten
+from .masked import finite_groups, masked_mean, masked_sum, masked_var, masked_whiten
 from .pacs import SCORE_METHODS, class_balance_weights, group_scores, pacs_loss, reward_proxy
 from .registry import POLICY_LOSSES, compute_policy_loss, policy_loss_options
 
@@ -32,6 +32,7 @@ __all__ = [
     "covariance_weights",
     "cw_grpo_loss",
     "dr_grpo_loss",
+    "finite_groups",
     "group_scores",
     "grpo_loss",
     "k3_kl",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["masked_mean", "masked_sum", "masked_var", "masked_whiten"]
+__all__ = ["finite_groups", "masked_mean", "masked_sum", "masked_var", "masked_whiten"]
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -147,3 +147,28 @@ def check_finite(mask: Tensor, **tensors: Tensor | None) -> None:
                 f"{name} holds {int(bad.sum())} non-finite value(s) on response tokens (first at row {row}, "
                 f"token {col}: {float(x[row, col])}). Check the forward pass (fp16 overflow?) or drop those rows."
             )
+
+
+@torch.no_grad()
+def finite_groups(mask: Tensor, group_size: int, rewards: Tensor | None = None, **tensors: Tensor) -> Tensor:
+    """Which groups are safe to train on: (n_groups,) bool, True when every response-token entry of every
+    given (B, T) tensor (and every reward, if given) in the group is finite.
+
+    For trainers that must not crash or be silently skewed by a bad row: select the good groups
+    (``rows = finite_groups(...).repeat_interleave(group_size)``), count the dropped ones, report them,
+    and compute the loss on the rest. Whole groups are dropped, because ψ needs every row of its group.
+    """
+    batch, _ = check_token_tensors(mask, **tensors)
+    n_groups = check_groups(batch, group_size, 1)
+    valid = mask.bool()
+    ok = torch.ones(batch, dtype=torch.bool, device=mask.device)
+    for x in tensors.values():
+        if x.is_floating_point():
+            ok &= ~(valid & ~torch.isfinite(x)).any(dim=1)
+    if rewards is not None:
+        _check_tensor("rewards", rewards)
+        if rewards.shape != (batch,):
+            raise ValueError(f"rewards has shape {tuple(rewards.shape)}; it must be ({batch},), one per row.")
+        if rewards.is_floating_point():
+            ok &= torch.isfinite(rewards)
+    return ok.reshape(n_groups, group_size).all(dim=1)
