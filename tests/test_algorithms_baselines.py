@@ -464,3 +464,18 @@ def test_dr_grpo_accepts_group_size_one_and_real_valued_rewards():
     assert loss.item() == 0.0  # a group of one has advantage 0
     loss, m = grpo_loss(logp, old, mask, torch.linspace(-1, 2, 8), 4)
     assert math.isfinite(loss.item()) and m["reward_mean"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo", "cw_grpo"])
+def test_bf16_log_probs_give_finite_losses_close_to_fp64(name):
+    logp, old, mask, rewards = _on_policy_batch()
+    lp = (logp.detach() + 0.05 * torch.where(mask.bool(), torch.sin(torch.arange(4.0)), 0.0)).nan_to_num(0.0)
+    want, _ = compute_policy_loss(name, logp=lp, old_logp=old, mask=mask, rewards=rewards, group_size=4)
+    lp16 = lp.to(torch.bfloat16).requires_grad_(True)
+    got, m = compute_policy_loss(
+        name, logp=lp16, old_logp=old.to(torch.bfloat16), mask=mask, rewards=rewards, group_size=4
+    )
+    got.backward()
+    assert torch.isfinite(lp16.grad.float()).all()
+    assert got.item() == pytest.approx(want.item(), abs=0.03)
+    assert all(math.isfinite(v) for v in m.values())

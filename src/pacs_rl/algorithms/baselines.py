@@ -147,8 +147,9 @@ def _group_clip_loss(
         )
     check_finite(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp)
 
-    with torch.no_grad():
-        adv = group_scores(rewards.to(logp.dtype), group_size, advantage_method, eps)  # (B,)
+    with torch.no_grad():  # advantages in at least fp32, also for bf16 log-probs
+        adv_dtype = torch.promote_types(logp.dtype, torch.float32)
+        adv = group_scores(rewards.to(adv_dtype), group_size, advantage_method, eps)  # (B,)
     token_adv = adv[:, None].expand(batch, length)
     stats: dict[str, Tensor] = {}
     if covariance_weighting:
@@ -289,13 +290,14 @@ def covariance_weights(logp: Tensor, advantages: Tensor, mask: Tensor) -> Tensor
     than 2 valid tokens) every valid weight is 1.
     """
     valid = mask.bool()
-    token_adv = advantages.detach()[:, None].expand_as(logp)
-    lp = logp.detach()
+    dtype = torch.promote_types(logp.dtype, torch.float32)  # bf16 is too coarse for c² / σ²
+    lp = logp.detach().to(dtype)
+    token_adv = advantages.detach().to(dtype)[:, None].expand_as(lp)
     c = (lp - masked_mean(lp, mask)) * (token_adv - masked_mean(token_adv, mask))
     sigma2 = masked_var(c, mask)
     n_valid = valid.sum()
     if not bool(sigma2 > 0) or not bool(torch.isfinite(sigma2)):
-        return valid.to(logp.dtype)
+        return valid.to(dtype)
     log_w = torch.where(valid, -(c**2) / (2.0 * sigma2), torch.full_like(c, float("-inf")))
     w = torch.softmax(log_w.reshape(-1), dim=0).reshape(c.shape) * n_valid.to(c.dtype)
     return torch.where(valid, w, torch.zeros_like(w))
