@@ -123,6 +123,17 @@ def test_reward_proxy_ignores_garbage_padding_and_gives_no_padding_gradient():
     assert logp.grad.tolist() == [[1.0, 0.0, 0.0]]
 
 
+def test_reward_proxy_upcasts_bf16_and_still_reaches_the_bf16_leaf():
+    t = 2048
+    logp = torch.full((1, t), -2.0, dtype=torch.bfloat16).requires_grad_(True)
+    ref = torch.full((1, t), -2.0078125, dtype=torch.bfloat16)  # one bf16 step apart near −2
+    out = reward_proxy(logp, ref, torch.ones(1, t))
+    assert out.dtype == torch.float32
+    assert out.item() == pytest.approx(t * 0.0078125, rel=1e-6)  # exact in fp32, 16.0
+    out.sum().backward()
+    assert logp.grad.dtype == torch.bfloat16 and bool((logp.grad == 1).all())
+
+
 # ---------------------------------------------------------------------------------------------------
 # eq. 7 / 11 / 12: group scores
 # ---------------------------------------------------------------------------------------------------

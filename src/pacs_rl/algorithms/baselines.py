@@ -74,10 +74,14 @@ def clipped_surrogate(
     detached stats: clip_ratio_low (A<0 and ρ<1−ε: the clip stops a decrease), clip_ratio_high (A>0 and
     ρ>1+ε_high), clip_ratio_region (ρ outside the interval, any A), ratio_mean, approx_kl = mean(old − logp)).
     Fractions are over response tokens. Padding is set to log-ratio 0 before exp, so garbage there is inert.
+    Computed in at least fp32 (bf16 inputs are upcast; gradients still reach them).
     """
     low_eps, high_eps = _check_clip(clip_eps, clip_eps_high)
     valid = mask.bool()
-    log_ratio = torch.where(valid, logp - old_logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    dtype = torch.promote_types(logp.dtype, torch.float32)  # ratios near 1 need more than bf16
+    log_ratio = torch.where(
+        valid, logp.to(dtype) - old_logp.to(dtype), torch.zeros((), dtype=dtype, device=logp.device)
+    )
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - low_eps, 1.0 + high_eps)
     token_loss = torch.maximum(-advantages * ratio, -advantages * clipped)
@@ -85,9 +89,9 @@ def clipped_surrogate(
     with torch.no_grad():
         below, above = ratio < 1.0 - low_eps, ratio > 1.0 + high_eps
         stats = {
-            "clip_ratio_low": masked_mean((below & (advantages < 0)).to(logp.dtype), mask),
-            "clip_ratio_high": masked_mean((above & (advantages > 0)).to(logp.dtype), mask),
-            "clip_ratio_region": masked_mean((below | above).to(logp.dtype), mask),
+            "clip_ratio_low": masked_mean((below & (advantages < 0)).to(dtype), mask),
+            "clip_ratio_high": masked_mean((above & (advantages > 0)).to(dtype), mask),
+            "clip_ratio_region": masked_mean((below | above).to(dtype), mask),
             "ratio_mean": masked_mean(ratio, mask),
             "approx_kl": masked_mean(-log_ratio, mask),
         }
@@ -99,7 +103,10 @@ def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
 
     logp, ref_logp, mask: (B, T) → (B, T), 0 on padding.
     """
-    d = torch.where(mask.bool(), ref_logp - logp, torch.zeros((), dtype=logp.dtype, device=logp.device))
+    dtype = torch.promote_types(logp.dtype, torch.float32)
+    d = torch.where(
+        mask.bool(), ref_logp.to(dtype) - logp.to(dtype), torch.zeros((), dtype=dtype, device=logp.device)
+    )
     return torch.exp(d) - d - 1.0
 
 

@@ -25,10 +25,11 @@ def reward_proxy(logp: Tensor, ref_logp: Tensor, mask: Tensor, beta: float = 1.0
     """Eq. 8: r̂_i = β · Σ_t mask_{i,t} (logp_{i,t} − ref_logp_{i,t}).
 
     logp, ref_logp, mask: (B, T) → (B,). A masked SUM (not a mean) over response tokens; gradient flows
-    through ``logp`` (and ``ref_logp`` if it requires grad).
+    through ``logp`` (and ``ref_logp`` if it requires grad). Computed in at least fp32.
     """
     check_token_tensors(mask, logp=logp, ref_logp=ref_logp)
-    return beta * masked_sum(logp - ref_logp, mask, dim=-1)
+    dtype = torch.promote_types(logp.dtype, torch.float32)  # a bf16 sum over T tokens loses the signal
+    return beta * masked_sum(logp.to(dtype) - ref_logp.to(dtype), mask, dim=-1)
 
 
 def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: float = 1e-6) -> Tensor:
