@@ -126,10 +126,10 @@ def test_reward_proxy_ignores_garbage_padding_and_gives_no_padding_gradient():
 def test_reward_proxy_upcasts_bf16_and_still_reaches_the_bf16_leaf():
     t = 2048
     logp = torch.full((1, t), -2.0, dtype=torch.bfloat16).requires_grad_(True)
-    ref = torch.full((1, t), -2.0078125, dtype=torch.bfloat16)  # one bf16 step apart near −2
+    ref = torch.full((1, t), -2.015625, dtype=torch.bfloat16)  # one bf16 step (2⁻⁶) below −2
     out = reward_proxy(logp, ref, torch.ones(1, t))
     assert out.dtype == torch.float32
-    assert out.item() == pytest.approx(t * 0.0078125, rel=1e-6)  # exact in fp32, 16.0
+    assert out.item() == pytest.approx(t * 0.015625, rel=1e-6)  # 32.0, exact in fp32
     out.sum().backward()
     assert logp.grad.dtype == torch.bfloat16 and bool((logp.grad == 1).all())
 

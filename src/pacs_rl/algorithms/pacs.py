@@ -28,7 +28,7 @@ def reward_proxy(logp: Tensor, ref_logp: Tensor, mask: Tensor, beta: float = 1.0
     through ``logp`` (and ``ref_logp`` if it requires grad). Computed in at least fp32.
     """
     check_token_tensors(mask, logp=logp, ref_logp=ref_logp)
-    dtype = torch.promote_types(logp.dtype, torch.float32)  # a bf16 sum over T tokens loses the signal
+    dtype = torch.promote_types(logp.dtype, torch.float32)  # ψ subtracts sums: bf16 (~3 digits) is too coarse
     return beta * masked_sum(logp.to(dtype) - ref_logp.to(dtype), mask, dim=-1)
 
 
