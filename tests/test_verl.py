@@ -1,0 +1,370 @@
+"""PACS inside a real verl install (CPU): the registered estimator and loss called through verl's own
+lookups and call sites equal pacs_rl.algorithms on the same input; the guard refuses each setting that
+splits groups, on verl's own composed config. Run: python -m pytest -m verl tests/test_verl*.py"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.verl
+verl = pytest.importorskip("verl")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from verl import DataProto  # noqa: E402
+from verl.trainer import main_ppo  # noqa: E402
+from verl.trainer.ppo import core_algos  # noqa: E402
+from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
+from verl.utils import tensordict_utils as tu  # noqa: E402
+from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from verl.workers.utils.losses import ppo_loss  # noqa: E402
+
+from pacs_rl.algorithms import pacs_loss  # noqa: E402
+from pacs_rl.integrations.verl import (  # noqa: E402
+    VerlConfigError,
+    check_verl_config,
+    core,
+    verl_config_problems,
+)
+
+VERL_CONFIG_DIR = str(Path(main_ppo.__file__).resolve().parent / "config")
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verl"
+G = 4
+
+PACS_OVERRIDES = [
+    "algorithm.adv_estimator=pacs",
+    "actor_rollout_ref.actor.policy_loss._target_=pacs_rl.integrations.verl.core.PACSPolicyLossConfig",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=pacs",
+    f"actor_rollout_ref.rollout.n={G}",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "data.train_batch_size=16",
+    "trainer.n_gpus_per_node=1",
+    "trainer.nnodes=1",
+    "trainer.balance_batch=False",
+    "trainer.use_v1=False",
+]
+
+
+def verl_config(*extra: str, overrides=PACS_OVERRIDES):
+    """verl's own ppo_trainer.yaml composed by hydra with the given overrides."""
+    with initialize_config_dir(config_dir=VERL_CONFIG_DIR, version_base=None):
+        return compose("ppo_trainer", overrides=[*overrides, *extra])
+
+
+def actor_config(*extra: str):
+    """verl's ActorConfig exactly as its workers build it (omega_conf_to_dataclass of the actor node)."""
+    return omega_conf_to_dataclass(verl_config(*extra).actor_rollout_ref.actor)
+
+
+def make_batch(n_groups: int, group_size: int, max_len: int = 6, seed: int = 0):
+    """Rows of n_groups groups (contiguous), random response lengths, 0/1 rewards with mixed groups."""
+    gen = torch.Generator().manual_seed(seed)
+    batch = n_groups * group_size
+    lengths = torch.randint(1, max_len + 1, (batch,), generator=gen)
+    mask = (torch.arange(max_len)[None, :] < lengths[:, None]).float()
+    rewards = torch.randint(0, 2, (batch,), generator=gen).float()
+    rewards[0], rewards[1] = 1.0, 0.0  # group 0 mixed whatever the draw
+    uids = np.array([f"prompt-{g}" for g in range(n_groups) for _ in range(group_size)], dtype=object)
+    old = -torch.rand(batch, max_len, generator=gen) * 2
+    new = old + 0.3 * torch.randn(batch, max_len, generator=gen)
+    return mask, rewards, uids, old, new, lengths
+
+
+def outcome_rewards(rewards, mask, lengths):
+    """verl's token_level_rewards: the outcome reward on the last response token."""
+    out = torch.zeros_like(mask)
+    out[torch.arange(len(rewards)), lengths - 1] = rewards
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registration
+
+
+def test_pacs_is_found_through_verls_registries():
+    assert core_algos.get_adv_estimator_fn("pacs") is core.compute_pacs_label_advantage
+    assert core_algos.get_policy_loss_fn("pacs") is core.compute_pacs_policy_loss
+    core.register()  # idempotent: a second import (e.g. a Ray worker re-import) must not raise
+    assert core_algos.get_adv_estimator_fn("pacs") is core.compute_pacs_label_advantage
+
+
+def test_policy_loss_config_comes_from_verls_command_line():
+    cfg = actor_config(
+        "+actor_rollout_ref.actor.policy_loss.pacs_beta=0.5",
+        "+actor_rollout_ref.actor.policy_loss.pacs_score=dr_grpo",
+        "+actor_rollout_ref.actor.policy_loss.pacs_weighted=false",
+    )
+    assert isinstance(cfg.policy_loss, core.PACSPolicyLossConfig)
+    assert (cfg.policy_loss.pacs_beta, cfg.policy_loss.pacs_score, cfg.policy_loss.pacs_weighted) == (
+        0.5,
+        "dr_grpo",
+        False,
+    )
+    assert cfg.rollout_n == G
+    with pytest.raises(Exception, match="pacs_score"):
+        actor_config("+actor_rollout_ref.actor.policy_loss.pacs_score=ppo")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The estimator, through verl's compute_advantage
+
+
+def test_estimator_through_verls_compute_advantage_writes_labels_and_group_ids():
+    mask, rewards, uids, _, _, lengths = make_batch(3, G)
+    data = DataProto.from_single_dict(
+        {"token_level_rewards": outcome_rewards(rewards, mask, lengths), "response_mask": mask, "uid": uids}
+    )
+    algo = omega_conf_to_dataclass(verl_config().algorithm)
+    out = compute_advantage(data, adv_estimator=algo.adv_estimator, config=algo)
+    adv = out.batch["advantages"]
+    # eq. (A): 2·g + R on every response token, 0 on padding; g = ordinal of the uid
+    expected_code = 2 * torch.arange(3).repeat_interleave(G).float() + rewards
+    assert torch.equal(adv, expected_code[:, None] * mask)
+    labels, groups = core.decode_labels(adv, mask)
+    assert torch.equal(labels, rewards)
+    assert torch.equal(groups, torch.arange(3).repeat_interleave(G))
+
+
+def test_estimator_refuses_non_binary_rewards_and_missing_uid():
+    mask, rewards, uids, _, _, lengths = make_batch(2, G)
+    rewards[3] = 0.5  # a format bonus, say
+    with pytest.raises(ValueError, match=r"0/1 label.*rows \[3\]"):
+        core_algos.get_adv_estimator_fn("pacs")(
+            token_level_rewards=outcome_rewards(rewards, mask, lengths), response_mask=mask, index=uids
+        )
+    with pytest.raises(ValueError, match="uid"):
+        core_algos.get_adv_estimator_fn("pacs")(token_level_rewards=mask, response_mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The loss, through verl's own ppo_loss (the call site of the engine workers)
+
+
+def verl_ppo_loss(config, new_lp, old, adv, mask, lengths, global_batch_size):
+    """Call verl.workers.utils.losses.ppo_loss as the FSDP engine does: the model's log-probs come flat
+    (no padding, one value per prompt+response token, shifted left by one) and verl re-pads them."""
+    batch, max_len = mask.shape
+    prompt_len = 2
+    pieces = []
+    for i in range(batch):
+        filler = torch.zeros(1)
+        pieces += [filler.expand(prompt_len - 1), new_lp[i, : lengths[i]], filler]
+    flat = torch.cat(pieces)
+    attention = torch.cat([torch.ones(batch, prompt_len), mask], dim=1).long()
+    td = TensorDict(
+        {
+            "prompts": torch.ones(batch, prompt_len, dtype=torch.long),
+            "responses": torch.ones(batch, max_len, dtype=torch.long),
+            "attention_mask": attention,
+            "response_mask": mask.long(),
+            "old_log_probs": old,
+            "advantages": adv,
+        },
+        batch_size=[batch],
+    )
+    tu.assign_non_tensor(td, dp_size=1, batch_num_tokens=int(mask.sum()), global_batch_size=global_batch_size)
+    return ppo_loss(config, {"log_probs": flat}, td)
+
+
+@pytest.mark.parametrize(
+    ("score", "weighted", "beta"), [("rloo", True, 1.0), ("grpo", False, 2.0), ("dr_grpo", True, 0.5)]
+)
+def test_loss_through_verls_ppo_loss_equals_pacs_loss(score, weighted, beta):
+    mask, rewards, uids, old, new, lengths = make_batch(2, G, seed=3)
+    config = actor_config(
+        f"+actor_rollout_ref.actor.policy_loss.pacs_beta={beta}",
+        f"+actor_rollout_ref.actor.policy_loss.pacs_score={score}",
+        f"+actor_rollout_ref.actor.policy_loss.pacs_weighted={weighted}",
+    )
+    adv, _ = core.compute_pacs_label_advantage(outcome_rewards(rewards, mask, lengths), mask, index=uids)
+
+    new_verl = new.clone().requires_grad_(True)
+    loss, metrics = verl_ppo_loss(config, new_verl, old, adv, mask, lengths, global_batch_size=len(rewards))
+    loss.backward()
+
+    new_ref = new.clone().requires_grad_(True)
+    expected, _ = pacs_loss(new_ref, old, mask, rewards, G, beta=beta, score=score, weighted=weighted)
+    expected.backward()
+
+    torch.testing.assert_close(loss.detach(), expected.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(new_verl.grad * mask, new_ref.grad * mask, rtol=1e-5, atol=1e-7)
+    assert "pacs/psi_mean" in metrics and "actor/pg_loss" in metrics
+
+
+def test_loss_regroups_interleaved_rows_and_scales_to_the_global_mini_batch():
+    """Rows of two groups interleaved inside one micro-batch give the same loss as contiguous rows; verl's
+    normalisation Σ_i ℓ_i · dp / global_batch_size makes a micro-batch of half the mini-batch count half."""
+    mask, rewards, uids, old, new, lengths = make_batch(2, G, seed=5)
+    adv, _ = core.compute_pacs_label_advantage(outcome_rewards(rewards, mask, lengths), mask, index=uids)
+    config = actor_config()
+    config.global_batch_info.update(dp_size=1, global_batch_size=2 * len(rewards))
+    perm = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])  # g0 g1 g0 g1 ...
+    loss, _ = core_algos.get_policy_loss_fn("pacs")(
+        old_log_prob=old[perm],
+        log_prob=new[perm],
+        advantages=adv[perm],
+        response_mask=mask[perm],
+        config=config,
+    )
+    expected, _ = pacs_loss(new, old, mask, rewards, G)
+    torch.testing.assert_close(loss, expected * len(rewards) / (2 * len(rewards)))
+
+
+def test_loss_refuses_a_split_group_and_non_pacs_advantages():
+    mask, rewards, uids, old, new, lengths = make_batch(2, G)
+    adv, _ = core.compute_pacs_label_advantage(outcome_rewards(rewards, mask, lengths), mask, index=uids)
+    config = actor_config()
+    config.global_batch_info.update(dp_size=1, global_batch_size=len(rewards))
+    loss_fn = core_algos.get_policy_loss_fn("pacs")
+    keep = slice(0, 2 * G - 1)  # the last row of group 1 went to another micro-batch
+    with pytest.raises(ValueError, match=r"whole groups of rollout.n=4.*\{1: 3\}.*use_dynamic_bsz"):
+        loss_fn(
+            old_log_prob=old[keep],
+            log_prob=new[keep],
+            advantages=adv[keep],
+            response_mask=mask[keep],
+            config=config,
+        )
+    grpo_adv, _ = core_algos.compute_grpo_outcome_advantage(
+        outcome_rewards(rewards, mask, lengths), mask, uids
+    )
+    with pytest.raises(ValueError, match=r"algorithm\.adv_estimator=pacs"):
+        loss_fn(old_log_prob=old, log_prob=new, advantages=grpo_adv, response_mask=mask, config=config)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The guard, on verl's own composed config
+
+
+def test_guard_accepts_the_safe_config_and_ignores_non_pacs_runs():
+    assert verl_config_problems(verl_config()) == []
+    check_verl_config(verl_config())
+    assert verl_config_problems(verl_config(overrides=["actor_rollout_ref.actor.use_dynamic_bsz=True"])) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.actor.use_dynamic_bsz=True"),
+        ("actor_rollout_ref.actor.shuffle=True", "actor_rollout_ref.actor.shuffle=True"),
+        ("trainer.balance_batch=True", "trainer.balance_batch=True"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=6", "ppo_micro_batch_size_per_gpu=6"),
+        ("data.train_batch_size=12", "data.train_batch_size=12"),
+        ("algorithm.adv_estimator=grpo", "algorithm.adv_estimator='grpo'"),
+        ("actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "loss_mode='vanilla'"),
+        ("actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.n=1"),
+        ("algorithm.rollout_correction.rollout_is=token", "rollout_correction.rollout_is='token'"),
+    ],
+)
+def test_guard_refuses_each_unsafe_setting(override, named):
+    config = verl_config(override)
+    with pytest.raises(VerlConfigError) as err:
+        check_verl_config(config)
+    assert named in str(err.value)
+
+
+def test_guard_refuses_v1_trainer_and_mini_batches_that_straddle_ranks_on_several_gpus():
+    config = verl_config(
+        "trainer.n_gpus_per_node=4",
+        "trainer.use_v1=True",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=6",
+        "data.train_batch_size=12",
+    )
+    text = "\n".join(verl_config_problems(config))
+    assert "trainer.use_v1=True with 4 data-parallel ranks" in text
+    assert "ppo_mini_batch_size=6 prompts is not a multiple of the 4 data-parallel ranks" in text
+    assert "data.train_batch_size=12 prompts is not a multiple of the 4" not in text  # 12 = 3 × 4
+
+
+# ---------------------------------------------------------------------------------------------------
+# Examples and processes
+
+
+def test_example_configs_pass_the_guard_and_hold_the_papers_recipe():
+    with initialize_config_dir(config_dir=str(EXAMPLES), version_base=None):
+        paper = compose("pacs_qwen2.5_7b_deepscaler")
+        single = compose("pacs_qwen2.5_0.5b_single_gpu")
+    check_verl_config(paper)
+    check_verl_config(single)
+    actor = paper.actor_rollout_ref.actor
+    assert (paper.data.train_batch_size, actor.ppo_mini_batch_size, paper.actor_rollout_ref.rollout.n) == (
+        1024,
+        256,
+        8,
+    )
+    assert (actor.optim.lr, actor.use_kl_loss, paper.algorithm.use_kl_in_reward) == (1e-6, False, False)
+    assert (paper.data.max_prompt_length, paper.data.max_response_length) == (512, 4096)
+    assert (paper.trainer.nnodes, paper.trainer.n_gpus_per_node, actor.ppo_micro_batch_size_per_gpu) == (
+        8,
+        8,
+        8,
+    )
+    assert (actor.policy_loss.pacs_beta, actor.policy_loss.pacs_score, actor.policy_loss.pacs_weighted) == (
+        1.0,
+        "rloo",
+        True,
+    )
+    assert isinstance(omega_conf_to_dataclass(actor).policy_loss, core.PACSPolicyLossConfig)
+
+
+def _run(args, env_extra):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **env_extra}
+    return subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_a_fresh_import_verl_registers_pacs_through_the_entry_point():
+    """What every Ray worker does: `import verl` loads the verl.plugins entry point of pacs-rl."""
+    code = "import verl.trainer.ppo.core_algos as c; print(sorted(set(c.ADV_ESTIMATOR_REGISTRY) & {'pacs'}), 'pacs' in c.POLICY_LOSS_REGISTRY)"
+    out = _run([sys.executable, "-c", code], {"VERL_USE_EXTERNAL_PLUGINS": "auto"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("['pacs'] True"), out.stdout
+
+
+def test_runner_checks_the_config_before_verl_starts():
+    base = [sys.executable, "-m", "pacs_rl.integrations.verl", *PACS_OVERRIDES]
+    ok = _run(base, {"PACS_VERL_CHECK_ONLY": "1"})
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "pacs-rl verl config OK" in ok.stdout and "n=4" in ok.stdout
+    bad = _run([*base, "actor_rollout_ref.actor.use_dynamic_bsz=True"], {"PACS_VERL_CHECK_ONLY": "1"})
+    assert bad.returncode != 0
+    assert "actor_rollout_ref.actor.use_dynamic_bsz=True" in bad.stderr
+    example = [sys.executable, "-m", "pacs_rl.integrations.verl", f"--config-path={EXAMPLES}"]
+    paper = _run([*example, "--config-name=pacs_qwen2.5_7b_deepscaler"], {"PACS_VERL_CHECK_ONLY": "1"})
+    assert paper.returncode == 0, paper.stderr[-2000:]
+    assert "n=8 dp=64 mini=256 micro_per_gpu=8" in paper.stdout
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data and reward for a verl run
+
+
+def test_prepared_parquet_is_read_by_verls_rlhf_dataset(shared_data, tiny_tokenizer, tmp_path):
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from pacs_rl.integrations.verl.data import write_verl_parquet
+
+    out = tmp_path / "train.parquet"
+    assert write_verl_parquet(shared_data / "train_deepscaler_subset.jsonl", out, limit=4) == 4
+    config = verl_config("data.max_prompt_length=4096", f"++data.cache_dir={tmp_path / 'cache'}").data
+    dataset = RLHFDataset(str(out), tiny_tokenizer, config)
+    assert len(dataset) == 4
+    row = dataset[0]
+    assert row["raw_prompt"][-1]["content"].endswith(r"put your final answer within \boxed{}.")
+    assert row["reward_model"]["ground_truth"] == r"\frac{3}{7}"
+
+
+def test_reward_function_loads_through_verls_loader_and_returns_labels():
+    from verl.utils.import_utils import load_extern_object
+
+    score = load_extern_object("pkg://pacs_rl.integrations.verl.reward", "compute_score")
+    assert score("pacs/x", r"so the answer is \boxed{\frac{3}{7}}", r"\frac{3}{7}") == 1.0
+    assert score("pacs/x", r"so the answer is \boxed{0.5}", r"\frac{3}{7}") == 0.0
+    assert score("pacs/x", "no boxed answer", r"\frac{3}{7}") == 0.0
