@@ -1,0 +1,593 @@
+"""PPO with a learned critic (PACS paper, Appendix A.1): the paper's main baseline, on PACSTrainer's path.
+
+`PPOTrainer` is a `PACSTrainer` (same generation, rewards, whole-group shuffling, metrics, exact resume)
+plus a value model. Per rollout batch (`_generate_and_score_completions`):
+
+    V_old(s_t)      critic values on the response tokens, next to TRL's old log-probs     (B, T)
+    r_t             the outcome reward R on the last response token, 0 elsewhere            (B, T)
+    δ_t = r_t + γ V(s_{t+1}) − V(s_t),   A_t = δ_t + γλ A_{t+1}     (1) GAE, no bootstrap past the end
+    G_t = A_t + V_old(s_t)                                           (2) the critic's regression target
+    Â_t = (A_t − mean A) / sqrt(var A + 1e-8)                        (3) optional, over the whole rollout batch
+
+Per mini-batch (`_compute_loss`), with ρ_t = π_θ(o_t) / π_old(o_t):
+
+    L_π = 1/B Σ_i 1/|o_i| Σ_t max(−Â ρ, −Â clip(ρ, 1−ε, 1+ε))                         (4) Appendix A.1
+    L_V = ½ · mean_t max((V − G)², (V_old + clip(V − V_old, −ε_V, ε_V) − G)²)            (5) clipped value loss
+
+The critic has its own optimizer (AdamW, `critic_learning_rate`) and steps on the same micro-batches as the
+policy, at the same optimizer-step boundaries. For the first `critic_warmup_steps` optimizer steps only the
+critic trains (the policy gets no gradient, so its optimizer skips it).
+
+Why γ = λ = 1 by default: the reward is a single outcome at the last token and the paper uses no KL penalty,
+so with γ = λ = 1 the target G_t is exactly R for every token and A_t = R − V(s_t): an unbiased Monte-Carlo
+advantage with the critic as a per-prefix baseline (verl's defaults too). λ < 1 would lean on a critic that
+starts from a language model with a fresh head, biasing early advantages.
+
+The value head is zero-initialised, so V ≡ 0 at the start and the first advantages are R itself (whitened).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from pacs_rl.algorithms import (
+    compute_gae,
+    masked_sum,
+    outcome_token_rewards,
+    ppo_policy_loss,
+    ppo_value_loss,
+)
+from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.trainer import PACSTrainer
+
+CRITIC_DIR = "critic"  # inside a checkpoint folder (and beside a saved final model)
+CRITIC_OPTIMIZER_FILE = "optimizer.pt"
+CRITIC_SCHEDULER_FILE = "scheduler.pt"
+PPO_OPTIONS = ("clip_eps", "clip_eps_high")  # loss_options keys ppo_policy_loss accepts
+
+
+# ----------------------------------------------------------------------------------------------------
+# configuration
+# ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PPOConfig(PACSConfig):
+    """Configuration of `PPOTrainer`: every `PACSConfig` field plus the critic and GAE fields below.
+
+    The policy's clip range is TRL's `epsilon` / `epsilon_high` (0.2 by default), its learning rate
+    `learning_rate` (1e-6 in the paper); the critic's is `critic_learning_rate` (1e-5 in the paper).
+    """
+
+    loss_type: str = field(
+        default="ppo",
+        metadata={
+            "help": "Always 'ppo' here: the clipped policy loss of PACS paper Appendix A.1 with GAE advantages from a "
+            "learned critic. The other losses are served by PACSConfig / PACSTrainer.",
+            "choices": ["ppo"],
+        },
+    )
+    critic_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the critic's backbone comes from: a local folder or Hub id loaded with "
+            "AutoModelForTokenClassification(num_labels=1). Default: the policy's own weights (its path, or a copy of "
+            "the model object you pass). A folder holding a saved critic (a checkpoint's critic/) keeps its value head; "
+            "otherwise the head is new and zero-initialised."
+        },
+    )
+    critic_learning_rate: float = field(
+        default=1e-5,
+        metadata={
+            "help": "Learning rate of the critic's AdamW (1e-5 in the paper, Appendix B.2; actor 1e-6)."
+        },
+    )
+    critic_max_grad_norm: float | None = field(
+        default=None,
+        metadata={
+            "help": "Gradient-norm clip of the critic; default: the policy's max_grad_norm. 0 disables it."
+        },
+    )
+    critic_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "For the first this many optimizer steps only the critic trains: the policy gets no gradient and "
+            "its optimizer skips it (weights and Adam state untouched). The steps count towards max_steps and the "
+            "policy's learning-rate schedule."
+        },
+    )
+    gae_gamma: float = field(
+        default=1.0,
+        metadata={
+            "help": "Discount γ of GAE over response tokens. 1.0 (default, verl's too): the outcome reward is not "
+            "discounted, so every token's return is the reward itself."
+        },
+    )
+    gae_lambda: float = field(
+        default=1.0,
+        metadata={
+            "help": "λ of GAE. 1.0 (default): A_t = R − V(s_t), unbiased Monte-Carlo advantages with the critic as "
+            "baseline; smaller values trade bias from the critic for lower variance."
+        },
+    )
+    value_clip_eps: float = field(
+        default=0.5,
+        metadata={
+            "help": "Clip range of the value loss: V may move at most this far from the rollout-time value before its "
+            "error stops counting down (0.5 as in verl's cliprange_value). Use a large value to disable."
+        },
+    )
+    whiten_advantages: bool = field(
+        default=True,
+        metadata={
+            "help": "Whiten the GAE advantages over the whole rollout batch (all processes): zero mean, unit "
+            "variance over response tokens (verl does this for GAE). The critic's targets are not whitened."
+        },
+    )
+
+    def __post_init__(self):
+        if self.loss_type != "ppo":
+            raise ValueError(
+                f"PPOConfig is for loss_type='ppo', got {self.loss_type!r}; use PACSConfig for the other losses."
+            )
+        for name, value in (("gae_gamma", self.gae_gamma), ("gae_lambda", self.gae_lambda)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value} must be in [0, 1]; 1.0 is the default for outcome rewards.")
+        if not self.value_clip_eps > 0:
+            raise ValueError(
+                f"value_clip_eps={self.value_clip_eps} must be > 0 (e.g. 0.5; a large value disables the clip)."
+            )
+        if not self.critic_learning_rate > 0:
+            raise ValueError(
+                f"critic_learning_rate={self.critic_learning_rate} must be > 0 (1e-5 in the paper)."
+            )
+        if self.critic_warmup_steps < 0:
+            raise ValueError(f"critic_warmup_steps={self.critic_warmup_steps} must be >= 0.")
+        if self.critic_max_grad_norm is not None and self.critic_max_grad_norm < 0:
+            raise ValueError(f"critic_max_grad_norm={self.critic_max_grad_norm} must be >= 0 (0 disables).")
+        if self.fp16:
+            raise ValueError(
+                "fp16=True is not supported with loss_type='ppo' (one gradient scaler cannot serve the policy's and "
+                "the critic's optimizers); use bf16=True or full precision."
+            )
+        if self.deepspeed or self.fsdp:
+            raise ValueError(
+                "loss_type='ppo' runs the critic under plain accelerate (one or several processes, DDP); DeepSpeed and "
+                "FSDP are not supported for the critic yet. Drop the deepspeed/fsdp setting, or use another loss_type."
+            )
+        unknown = sorted(set(dict(self._options_dict())) - set(PPO_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"loss_options {unknown} are not accepted by the PPO policy loss; it accepts {list(PPO_OPTIONS)} "
+                "(the critic has its own fields: value_clip_eps, critic_learning_rate, gae_gamma, gae_lambda)."
+            )
+        # PACSConfig validates every shared field (batch shapes, whole groups, schedule). Its list of losses
+        # predates 'ppo', so it is shown a loss it knows while it checks, and 'ppo' is restored after.
+        self.loss_type = "grpo"
+        try:
+            super().__post_init__()
+        finally:
+            self.loss_type = "ppo"
+
+    def _options_dict(self) -> dict:
+        if isinstance(self.loss_options, str):
+            import json
+
+            return json.loads(self.loss_options)
+        return dict(self.loss_options or {})
+
+
+# ----------------------------------------------------------------------------------------------------
+# pure pieces
+# ----------------------------------------------------------------------------------------------------
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+def global_masked_mean(x: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] = _identity) -> Tensor:
+    """Mean of x over mask across processes. x, mask: (B, T) → 0-dim. all_reduce sums a tensor over processes."""
+    total = all_reduce(torch.stack([masked_sum(x, mask), mask.bool().sum().to(x.dtype)]))
+    return total[0] / total[1].clamp(min=1)
+
+
+def global_masked_var(x: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] = _identity) -> Tensor:
+    """Unbiased variance of x over mask across processes (two passes, like masked_var). → 0-dim."""
+    mean = global_masked_mean(x, mask, all_reduce)
+    total = all_reduce(torch.stack([masked_sum((x - mean) ** 2, mask), mask.bool().sum().to(x.dtype)]))
+    return torch.where(total[1] > 1, total[0] / (total[1] - 1).clamp(min=1), torch.zeros_like(total[0]))
+
+
+@torch.no_grad()
+def ppo_advantages(
+    rewards: Tensor,
+    old_values: Tensor,
+    mask: Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    whiten: bool = True,
+    all_reduce: Callable[[Tensor], Tensor] = _identity,
+) -> tuple[Tensor, Tensor]:
+    """Advantages and value targets of a rollout batch, eq. (1)-(3).
+
+    rewards: (B,) outcome rewards; old_values, mask: (B, T) → (advantages, returns), both (B, T), 0 on padding.
+    `all_reduce` sums a tensor over processes, so whitening uses the statistics of the whole rollout batch.
+    """
+    token_rewards = outcome_token_rewards(rewards.to(old_values.dtype), mask)  # (B, T), R on the last token
+    advantages, returns = compute_gae(token_rewards, old_values, mask, gamma=gamma, lam=lam)  # (1), (2)
+    if whiten:  # (3), masked_whiten's formula with global statistics
+        mean = global_masked_mean(advantages, mask, all_reduce)
+        var = global_masked_var(advantages, mask, all_reduce)
+        advantages = (advantages - mean) * torch.rsqrt(var + 1e-8)
+        advantages = torch.where(mask.bool(), advantages, torch.zeros_like(advantages))
+    return advantages, returns
+
+
+@torch.no_grad()
+def explained_variance(
+    values: Tensor, returns: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] = _identity
+) -> float:
+    """1 − Var(G − V) / Var(G) over response tokens (1: perfect critic, 0: no better than the mean, < 0 worse).
+
+    values, returns, mask: (B, T). NaN when the returns barely vary (variance < 1e-8, e.g. every reward equal:
+    the ratio would only measure rounding noise).
+    """
+    var_returns = global_masked_var(returns, mask, all_reduce)
+    var_error = global_masked_var(returns - values, mask, all_reduce)
+    if var_returns.item() < 1e-8:
+        return float("nan")
+    return (1.0 - var_error / var_returns).item()
+
+
+def critic_values(critic, input_ids: Tensor, attention_mask: Tensor, logits_to_keep: int) -> Tensor:
+    """Per-token values V(s_t) of the response tokens.
+
+    input_ids, attention_mask: (B, P + T) prompt (left-padded) then completion; → (B, T) in fp32. V(s_t) is read
+    at the position before response token t (the state that emits it), as the policy's logits are.
+    """
+    out = critic(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+    values = out.logits[:, -logits_to_keep - 1 : -1, 0]  # (B, T): hidden state before token t
+    return values.float()
+
+
+# ----------------------------------------------------------------------------------------------------
+# the critic
+# ----------------------------------------------------------------------------------------------------
+
+
+def _is_value_model(config) -> bool:
+    archs = getattr(config, "architectures", None) or []
+    return getattr(config, "num_labels", None) == 1 and any(
+        a.endswith("ForTokenClassification") for a in archs
+    )
+
+
+def build_critic(source, dtype=None):
+    """A value model: the policy's backbone + a Linear(hidden, 1) head (`AutoModelForTokenClassification`).
+
+    source: a causal-LM model object (its backbone weights are copied), or a path / Hub id. A saved critic keeps
+    its head; a new head starts at zero (V ≡ 0). Dropout in the head is 0.
+    """
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    if isinstance(source, (str, os.PathLike)):
+        config = AutoConfig.from_pretrained(source)
+        fresh_head = not _is_value_model(config)
+        kwargs = {"num_labels": 1, "classifier_dropout": 0.0}
+        if dtype is not None:
+            kwargs["dtype"] = dtype
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*newly initialized.*")
+            critic = AutoModelForTokenClassification.from_pretrained(source, **kwargs)
+    else:
+        policy = source
+        if type(policy).__name__.startswith("Peft"):
+            raise ValueError(
+                "The policy is a PEFT model; the critic cannot copy its backbone. Set critic_model_name_or_path to "
+                "the base model's path."
+            )
+        config = policy.config.__class__.from_dict(policy.config.to_dict())
+        config.num_labels, config.classifier_dropout = 1, 0.0
+        config.architectures = None
+        critic = AutoModelForTokenClassification.from_config(config)
+        prefix = critic.base_model_prefix
+        try:
+            getattr(critic, prefix).load_state_dict(policy.base_model.state_dict())
+        except RuntimeError as e:
+            raise ValueError(
+                f"could not copy the policy's backbone into the critic ({type(critic).__name__}): {e}. Set "
+                "critic_model_name_or_path to a model folder instead."
+            ) from None
+        critic = critic.to(dtype=dtype or next(policy.parameters()).dtype)
+        fresh_head = True
+    if fresh_head:
+        head = _value_head(critic)
+        with torch.no_grad():
+            head.weight.zero_()
+            if head.bias is not None:
+                head.bias.zero_()
+    return critic
+
+
+def _value_head(critic) -> torch.nn.Linear:
+    for name in ("score", "classifier"):
+        head = getattr(critic, name, None)
+        if isinstance(head, torch.nn.Linear) and head.out_features == 1:
+            return head
+    raise ValueError(f"{type(critic).__name__} has no Linear(hidden, 1) head named 'score' or 'classifier'.")
+
+
+# ----------------------------------------------------------------------------------------------------
+# the trainer
+# ----------------------------------------------------------------------------------------------------
+
+
+class PPOTrainer(PACSTrainer):
+    """PACSTrainer with a critic: GAE advantages, the clipped policy loss (4) and the clipped value loss (5).
+
+    Same constructor as `PACSTrainer` / `trl.GRPOTrainer`; `args` must be a `PPOConfig`. `critic` (optional):
+    a value model to use instead of building one (see `build_critic`).
+    """
+
+    def __init__(self, model, reward_funcs=None, args: PPOConfig | None = None, *pos, critic=None, **kw):
+        if args is None or not isinstance(args, PPOConfig):
+            raise TypeError(f"PPOTrainer needs args=PPOConfig(...), got {type(args).__name__}")
+        if critic is None:
+            dtype = (args.model_init_kwargs or {}).get("dtype")
+            dtype = getattr(torch, dtype) if isinstance(dtype, str) and dtype != "auto" else dtype
+            dtype = None if dtype == "auto" else dtype
+            critic = build_critic(args.critic_model_name_or_path or model, dtype=dtype)
+        super().__init__(model, reward_funcs, args, *pos, **kw)
+        self.critic = critic.to(self.accelerator.device)
+        if args.gradient_checkpointing:
+            self.critic.gradient_checkpointing_enable(args.gradient_checkpointing_kwargs)
+        self.critic_optimizer = None
+        self.critic_lr_scheduler = None
+
+    # ------------------------------------------------------------------ optimizer, scheduler
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model) if model is not None else super().create_optimizer()
+        if self.critic_optimizer is None:
+            critic = self.accelerator.unwrap_model(self.critic)
+            decay = set(self.get_decay_parameter_names(critic))
+            groups = [
+                {
+                    "params": [p for n, p in critic.named_parameters() if n in decay and p.requires_grad],
+                    "weight_decay": self.args.weight_decay,
+                },
+                {
+                    "params": [p for n, p in critic.named_parameters() if n not in decay and p.requires_grad],
+                    "weight_decay": 0.0,
+                },
+            ]
+            critic_optimizer = torch.optim.AdamW(
+                [g for g in groups if g["params"]],
+                lr=self.args.critic_learning_rate,
+                betas=(self.args.adam_beta1, self.args.adam_beta2),
+                eps=self.args.adam_epsilon,
+            )
+            self.critic, self.critic_optimizer = self.accelerator.prepare(self.critic, critic_optimizer)
+        return optimizer
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        from transformers import get_scheduler
+
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if self.critic_lr_scheduler is None:
+            self.critic_lr_scheduler = get_scheduler(
+                self.args.lr_scheduler_type,
+                optimizer=self.critic_optimizer,
+                num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                num_training_steps=num_training_steps,
+                scheduler_specific_kwargs=self.args.lr_scheduler_kwargs,
+            )
+        return scheduler
+
+    # ------------------------------------------------------------------ rollout: old values, advantages
+    def _all_reduce_sum(self, x: Tensor) -> Tensor:
+        return self.accelerator.reduce(x, reduction="sum") if self.accelerator.num_processes > 1 else x
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)  # + raw rewards (B_local,)
+        mode = "train" if self.model.training else "eval"
+        mask = output["completion_mask"]
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        T = output["completion_ids"].size(1)
+        chunk = self.args.per_device_train_batch_size
+        self.critic.eval()
+        with torch.no_grad(), self.accelerator.autocast():
+            old_values = torch.cat(
+                [
+                    critic_values(self.critic, input_ids[i : i + chunk], attention_mask[i : i + chunk], T)
+                    for i in range(0, input_ids.size(0), chunk)
+                ]
+            )  # (B_local, T)
+        old_values = torch.where(mask.bool(), old_values, torch.zeros_like(old_values))
+        advantages, returns = ppo_advantages(
+            output["rewards"].float(),
+            old_values,
+            mask,
+            gamma=self.args.gae_gamma,
+            lam=self.args.gae_lambda,
+            whiten=self.args.whiten_advantages,
+            all_reduce=self._all_reduce_sum,
+        )
+        output["ppo_old_values"] = old_values
+        output["ppo_advantages"] = advantages
+        output["ppo_returns"] = returns
+
+        metrics = self._metrics[mode]
+        metrics["ppo/explained_variance"].append(
+            explained_variance(old_values, returns, mask, all_reduce=self._all_reduce_sum)
+        )
+        metrics["ppo/rollout_value_mean"].append(
+            global_masked_mean(old_values, mask, self._all_reduce_sum).item()
+        )
+        metrics["ppo/rollout_return_mean"].append(
+            global_masked_mean(returns, mask, self._all_reduce_sum).item()
+        )
+        return output
+
+    # ------------------------------------------------------------------ loss: critic then policy
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        T = completion_ids.size(1)
+
+        # Critic first: its graph is freed by its own backward before the policy's forward. (5)
+        value_metrics = self._critic_update(inputs, input_ids, attention_mask, mask, T, train=mode == "train")
+
+        warmup = mode == "train" and self.state.global_step < self.args.critic_warmup_steps
+        grad_context = torch.no_grad() if warmup else contextlib.nullcontext()
+        with grad_context:
+            logp, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, T, compute_entropy=True
+            )  # (B, T) each
+        old_logp = inputs.get("old_per_token_logps")  # None when one optimizer step uses the whole rollout
+        old_logp = logp.detach() if old_logp is None else old_logp
+        options = {"clip_eps": self.args.epsilon, "clip_eps_high": self.args.epsilon_high}
+        options.update(self.args.loss_options)
+        loss, policy_metrics = ppo_policy_loss(
+            logp, old_logp, mask, inputs["ppo_advantages"], **options
+        )  # (4)
+        if mode == "train":
+            loss = loss / self.current_gradient_accumulation_steps
+        if warmup:  # only the critic trains: the Trainer's backward reaches no policy weight
+            loss = loss.detach().requires_grad_()
+
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        metrics = {**policy_metrics, **value_metrics, "critic_warmup": float(warmup)}
+        self._log_step_metrics(mode, metrics, entropies, mask, inputs["rewards"], G)
+        return loss
+
+    def _critic_update(self, inputs, input_ids, attention_mask, mask, T, train: bool) -> dict[str, float]:
+        """Clipped value loss on one micro-batch; in training, its backward, and the critic's optimizer step on
+        the last micro-batch of an optimizer step (the same boundary as the policy's)."""
+        critic = self.critic
+        critic.train(train)
+        sync = self.accelerator.sync_gradients
+        no_sync = (
+            self.accelerator.no_sync(critic) if train and not sync else contextlib.nullcontext()
+        )  # DDP: reduce critic gradients once per optimizer step
+        with no_sync, torch.set_grad_enabled(train), self.accelerator.autocast():
+            values = critic_values(critic, input_ids, attention_mask, T)  # (B, T)
+            value_loss, metrics = ppo_value_loss(
+                values,
+                inputs["ppo_old_values"],
+                inputs["ppo_returns"],
+                mask,
+                clip_eps=self.args.value_clip_eps,
+            )
+            if train:
+                self.accelerator.backward(value_loss / self.current_gradient_accumulation_steps)
+        if train and sync:
+            metrics.update(self._critic_optimizer_step())
+        return metrics
+
+    def _critic_optimizer_step(self) -> dict[str, float]:
+        max_norm = self.args.critic_max_grad_norm
+        max_norm = self.args.max_grad_norm if max_norm is None else max_norm
+        out = {"critic_lr": self.critic_lr_scheduler.get_last_lr()[0]}
+        if max_norm and max_norm > 0:
+            norm = self.accelerator.clip_grad_norm_(self.critic.parameters(), max_norm)
+            out["critic_grad_norm"] = float(norm)
+        self.critic_optimizer.step()
+        self.critic_lr_scheduler.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints and exact resume
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        """Save the policy (as TRL does) and the critic into <output_dir>/critic (a loadable value model)."""
+        super().save_model(output_dir, _internal_call)
+        output_dir = output_dir or self.args.output_dir
+        state_dict = self.accelerator.get_state_dict(self.critic)  # collective under sharding: every rank
+        if self.args.should_save:
+            critic = self.accelerator.unwrap_model(self.critic)
+            critic.config.architectures = [type(critic).__name__]
+            critic.save_pretrained(os.path.join(output_dir, CRITIC_DIR), state_dict=state_dict)
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        if not self.args.should_save:
+            return
+        folder = os.path.join(output_dir, CRITIC_DIR)
+        os.makedirs(folder, exist_ok=True)
+        for name, obj in (
+            (CRITIC_OPTIMIZER_FILE, self.critic_optimizer),
+            (CRITIC_SCHEDULER_FILE, self.critic_lr_scheduler),
+        ):
+            path = os.path.join(folder, name)
+            torch.save(obj.state_dict(), path + ".tmp")
+            os.replace(path + ".tmp", path)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        self.load_critic_weights(resume_from_checkpoint)
+
+    def load_critic_weights(self, checkpoint: str) -> None:
+        """Load <checkpoint>/critic/ into the critic; a checkpoint without one is refused (not silently reset)."""
+        folder = os.path.join(checkpoint, CRITIC_DIR)
+        files = [f for f in os.listdir(folder) if f.endswith(".safetensors")] if os.path.isdir(folder) else []
+        if not files:
+            raise FileNotFoundError(
+                f"{folder} holds no critic weights: {checkpoint} was not written by a loss_type='ppo' run (or its save "
+                "was cut). Resume from a PPO checkpoint, or start a new run."
+            )
+        from safetensors.torch import load_file
+
+        state = {}
+        for f in sorted(files):
+            state.update(load_file(os.path.join(folder, f)))
+        self.accelerator.unwrap_model(self.critic).load_state_dict(state)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        folder = os.path.join(checkpoint, CRITIC_DIR)
+        paths = [os.path.join(folder, n) for n in (CRITIC_OPTIMIZER_FILE, CRITIC_SCHEDULER_FILE)]
+        if not all(os.path.isfile(p) for p in paths):
+            warnings.warn(
+                f"{folder} lacks {CRITIC_OPTIMIZER_FILE}/{CRITIC_SCHEDULER_FILE} (save_only_model?): the critic resumes "
+                "with a fresh optimizer, so the run will not match an uninterrupted one exactly.",
+                stacklevel=2,
+            )
+            return
+        device = self.accelerator.device
+        self.critic_optimizer.load_state_dict(torch.load(paths[0], map_location=device, weights_only=True))
+        self.critic_lr_scheduler.load_state_dict(torch.load(paths[1], map_location="cpu", weights_only=True))
+
+
+def config_and_trainer_classes(loss_type: str) -> tuple[type, type]:
+    """(config class, trainer class) serving `loss_type`: PPOConfig/PPOTrainer for 'ppo', else PACS's."""
+    if loss_type == "ppo":
+        return PPOConfig, PPOTrainer
+    return PACSConfig, PACSTrainer
+
+
+__all__ = [
+    "PPOConfig",
+    "PPOTrainer",
+    "build_critic",
+    "config_and_trainer_classes",
+    "critic_values",
+    "explained_variance",
+    "global_masked_mean",
+    "global_masked_var",
+    "ppo_advantages",
+]
