@@ -1,0 +1,289 @@
+"""Sampling with a plain ``transformers`` causal LM, faster than ``model.generate`` on CPU.
+
+Same output distribution as ``generate(do_sample=True, num_return_sequences=n)`` in fp32; what
+differs is the work done per token:
+
+- each prompt is prefilled once and its KV cache expanded to its n samples (``generate`` prefills
+  every prompt n times), and the prefill computes the LM head for the last position only;
+- the next token is drawn by an exact inverse-CDF sampler (``ops.sample_next_token``) instead of
+  ``softmax`` + ``torch.multinomial``, and top-p uses a partial sort (``topk``) instead of a full sort;
+- rows that produced a stop token leave the batch (the cache is compacted) instead of being padded
+  to the longest sample;
+- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with AMX; it changes numerics, so the
+  same-distribution statement holds for fp32 only.
+
+Determinism: with the same seed, model weights, prompts, ``SamplingParams``, ``batch_size``, dtype,
+device and torch thread count, the samples are identical. Changing the batch composition (other
+prompts, another batch_size or n) changes which random numbers each row receives, so individual
+samples differ while their distribution does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+import torch
+
+from pacs_rl.sampling.ops import sample_next_token
+from pacs_rl.sampling.params import Sample, SamplingParams
+
+Piece = tuple[int, int, int]  # (prompt index, first sample index, number of samples)
+
+
+def plan_chunks(lengths: Sequence[int], n: int, batch_size: int) -> list[list[Piece]]:
+    """Split prompts × n samples into chunks of at most ``batch_size`` sequences.
+
+    Prompts are taken longest first, so prompts of similar length share a chunk (less left padding)
+    and the largest chunk comes first (an out-of-memory error shows at once). A prompt with more than
+    ``batch_size`` samples is split into several pieces (each prefills the prompt once).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    chunks: list[list[Piece]] = []
+    current: list[Piece] = []
+    used = 0
+    for i in order:
+        for start in range(0, n, batch_size):
+            count = min(batch_size, n - start)
+            if used + count > batch_size:
+                chunks.append(current)
+                current, used = [], 0
+            current.append((i, start, count))
+            used += count
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token id lists into (input_ids, attention_mask), both (batch, max_len) int64."""
+    width = max(len(p) for p in prompt_ids)
+    input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+    for row, ids in enumerate(prompt_ids):
+        input_ids[row, width - len(ids) :] = torch.as_tensor(ids, dtype=torch.long)
+        mask[row, width - len(ids) :] = 1
+    return input_ids, mask
+
+
+def default_stop_ids(model, tokenizer) -> list[int]:
+    """The tokenizer's eos id plus the model's generation_config eos id(s), deduplicated."""
+    ids: list[int] = []
+    candidates = [getattr(tokenizer, "eos_token_id", None)]
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    candidates += list(gen_eos) if isinstance(gen_eos, (list, tuple)) else [gen_eos]
+    for t in candidates:
+        if t is not None and int(t) not in ids:
+            ids.append(int(t))
+    return ids
+
+
+class TransformersSampler:
+    """Sample n completions per prompt from a ``transformers`` causal LM (see module docstring).
+
+    model: any causal LM whose forward takes ``past_key_values``/``position_ids`` (Llama, Qwen, ...,
+    also a PEFT wrapper). It is used in place, never copied: a model under training can be sampled
+    between optimizer steps; its train/eval mode is restored afterwards.
+    dtype: None/"float32" runs as the model is; "bfloat16" runs under CPU/GPU autocast (AMX on CPU).
+    batch_size: sequences (prompts × samples) decoded together; bounds memory.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        dtype: str | None = None,
+        batch_size: int = 64,
+        progress: bool = False,
+    ):
+        if dtype not in (None, "float32", "fp32", "bfloat16", "bf16"):
+            raise ValueError(f"TransformersSampler dtype={dtype!r}: use None, 'float32' or 'bfloat16'")
+        if batch_size < 1:
+            raise ValueError(f"TransformersSampler batch_size={batch_size!r}: need >= 1 sequences")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.autocast_dtype = torch.bfloat16 if dtype in ("bfloat16", "bf16") else None
+        self.batch_size = batch_size
+        self.progress = progress
+        pad = getattr(tokenizer, "pad_token_id", None)
+        if pad is None:
+            pad = getattr(tokenizer, "eos_token_id", None)
+        self.pad_id = int(pad) if pad is not None else 0
+        self._logits_to_keep_ok = True
+        # Test hook: called as hook(step, row_ids, logits) with the (rows, V) logits of every step.
+        self._step_hook: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
+
+    # ------------------------------------------------------------------------------------------
+    def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Sample]]:
+        """prompts: already chat-templated text (no special tokens are added). Returns, per prompt,
+        a list of ``params.n`` Samples."""
+        if isinstance(prompts, str):
+            raise TypeError("TransformersSampler.generate takes a list of prompts, got one str")
+        enc = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+        return self.generate_ids(enc, params)
+
+    def generate_ids(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        """prompt_ids: token ids per prompt. Returns, per prompt, a list of ``params.n`` Samples."""
+        params.validate()
+        for i, ids in enumerate(prompt_ids):
+            if len(ids) == 0:
+                raise ValueError(f"prompt {i} has no tokens; every prompt needs at least one token")
+        stop_ids = (
+            list(params.stop_token_ids)
+            if params.stop_token_ids is not None
+            else default_stop_ids(self.model, self.tokenizer)
+        )
+        device = _model_device(self.model)
+        seed = params.seed if params.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
+        generator = torch.Generator(device=device).manual_seed(seed)
+        results: list[list[Sample | None]] = [[None] * params.n for _ in prompt_ids]
+        chunks = plan_chunks([len(p) for p in prompt_ids], params.n, self.batch_size)
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode(), self._autocast(device), _progress(self.progress, chunks) as bar:
+                for chunk in chunks:
+                    rows = self._generate_chunk(prompt_ids, chunk, params, stop_ids, generator, device)
+                    for (i, start, count), row_samples in zip(chunk, _split(rows, chunk), strict=True):
+                        results[i][start : start + count] = row_samples
+                    bar(sum(c for _, _, c in chunk))
+        finally:
+            self.model.train(was_training)
+        return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------------------
+    def _autocast(self, device: torch.device):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
+
+    def _forward(self, **kw):
+        """model(**kw).logits[:, -1] as float32; asks for the last position's logits only when the
+        model supports ``logits_to_keep`` (saves the LM head over the whole prompt at prefill)."""
+        if self._logits_to_keep_ok:
+            try:
+                return self.model(**kw, logits_to_keep=1).logits[:, -1].float()
+            except TypeError as e:
+                if "logits_to_keep" not in str(e):
+                    raise
+                self._logits_to_keep_ok = False
+        return self.model(**kw).logits[:, -1].float()
+
+    def _generate_chunk(
+        self,
+        prompt_ids: list[list[int]],
+        chunk: list[Piece],
+        params: SamplingParams,
+        stop_ids: list[int],
+        generator: torch.Generator,
+        device: torch.device,
+    ) -> list[Sample]:
+        """Decode one chunk; returns its Samples in chunk order (piece by piece, sample by sample)."""
+        from transformers import DynamicCache
+
+        counts = torch.tensor([c for _, _, c in chunk])
+        input_ids, mask = left_pad([prompt_ids[i] for i, _, _ in chunk], self.pad_id)
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        position_ids = (mask.cumsum(-1) - 1).clamp_min_(0)  # (P, L), as generate does
+        cache = DynamicCache(config=self.model.config)
+
+        # Prefill each prompt once, then give each of its samples a copy of its cache row.
+        logits = self._forward(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            past_key_values=cache,
+            use_cache=True,
+        )  # (P, V)
+        expand = torch.repeat_interleave(torch.arange(len(chunk)), counts).to(device)  # (R,)
+        if len(expand) != len(chunk):
+            cache.batch_select_indices(expand)
+        logits, mask = logits[expand], mask[expand]
+        next_pos = position_ids[expand, -1] + 1  # (R,)
+
+        rows = len(expand)
+        max_new = params.max_new_tokens
+        out = torch.full((rows, max_new), self.pad_id, dtype=torch.long)  # generated ids, on CPU
+        out_lp = torch.zeros((rows, max_new), dtype=torch.float32) if params.logprobs else None
+        length = torch.zeros(rows, dtype=torch.long)
+        stopped = torch.zeros(rows, dtype=torch.bool)
+        stop_t = torch.tensor(stop_ids, dtype=torch.long, device=device)
+        row_ids = torch.arange(rows, device=device)  # batch row -> chunk row
+        live = torch.ones(rows, dtype=torch.bool, device=device)  # rows still generating
+
+        for step in range(max_new):
+            if self._step_hook is not None:
+                self._step_hook(step, row_ids[live].cpu(), logits[live])
+            token = sample_next_token(logits, params.temperature, params.top_p, generator)  # (B,)
+            ids_live = row_ids[live].cpu()
+            out[ids_live, step] = token[live].cpu()
+            if out_lp is not None:
+                lp = logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, -1)
+                out_lp[ids_live, step] = lp[live].cpu()
+            length[ids_live] = step + 1
+            hit = torch.isin(token, stop_t) & live
+            if hit.any():
+                stopped[row_ids[hit].cpu()] = True
+                live &= ~hit
+            if step == max_new - 1 or not live.any():
+                break
+            # Compact: drop finished rows once they are >= 1/8 of the batch (a copy of the cache
+            # costs about as much as one step's cache append; a dead row costs 1/B of every step).
+            dead = int((~live).sum())
+            if dead and dead * 8 >= len(live):
+                keep = live.nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                token, mask, next_pos = token[keep], mask[keep], next_pos[keep]
+                row_ids, live = row_ids[keep], live[keep]
+            mask = torch.cat([mask, mask.new_ones(len(mask), 1)], dim=1)
+            logits = self._forward(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            next_pos = next_pos + 1
+
+        token_lists = [out[r, : length[r]].tolist() for r in range(rows)]
+        texts = self.tokenizer.batch_decode(token_lists, skip_special_tokens=True)
+        return [
+            Sample(
+                text=texts[r],
+                token_ids=token_lists[r],
+                finish_reason="stop" if bool(stopped[r]) else "length",
+                logprobs=out_lp[r, : length[r]].tolist() if out_lp is not None else None,
+            )
+            for r in range(rows)
+        ]
+
+
+def _split(rows: list[Sample], chunk: list[Piece]) -> list[list[Sample]]:
+    """Cut a chunk's flat Samples back into its pieces."""
+    parts, at = [], 0
+    for _, _, count in chunk:
+        parts.append(rows[at : at + count])
+        at += count
+    return parts
+
+
+def _model_device(model) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except (StopIteration, AttributeError):
+        return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, chunks: list[list[Piece]]):
+    """Yield advance(n_sequences): a rich progress bar over sequences when enabled, else a no-op."""
+    if not enabled:
+        yield lambda _n: None
+        return
+    from rich.progress import Progress
+
+    total = sum(c for chunk in chunks for _, _, c in chunk)
+    with Progress(transient=False) as prog:
+        task = prog.add_task("sampling", total=total)
+        yield lambda k: prog.advance(task, k)
