@@ -99,3 +99,30 @@ def test_bad_arguments_are_explained(pool):
     closed.close()
     with pytest.raises(RuntimeError, match="closed"):
         closed.verify_batch(["1"], ["1"])
+
+
+def test_hard_deadline_spares_a_starved_worker_but_not_forever():
+    """Past its wall deadline, a worker that used little CPU (crowded machine) gets more time; past the
+    wall cap it is killed anyway. A real idle process stands in for the starved worker."""
+    import subprocess
+
+    from pacs_rl.rewards.pool import _process_cpu_seconds, _Worker
+
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        pool = RewardPool.__new__(RewardPool)  # only the decision logic, no workers
+        pool.wall_cap_factor = 10.0
+        worker = _Worker(process=sleeper, conn=None, ready=True)
+        worker.head_cpu = _process_cpu_seconds(sleeper.pid)
+        now = time.monotonic()
+        worker.head_started = now - 2.0  # 2 s of wall time against a 1 s limit, ~0 s of CPU
+        assert pool._overran(worker, now, hard_limit=1.0) is False
+        assert worker.next_check > now
+        worker.head_started = now - 10.5  # past 10 x the limit: killed whatever its CPU use
+        assert pool._overran(worker, now, hard_limit=1.0) is True
+        worker.head_cpu -= 5.0  # as if it had burnt 5 CPU seconds since the task began
+        worker.head_started = now - 2.0
+        assert pool._overran(worker, now, hard_limit=1.0) is True
+    finally:
+        sleeper.kill()
+        sleeper.wait()

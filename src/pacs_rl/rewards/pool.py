@@ -1,13 +1,16 @@
 """Time-bounded verification: single checks, batches, and a reusable worker-process pool.
 
 A pathological answer (``\\boxed{9^{9^{9^{9}}}}``) can hold sympy for minutes. Every check here is bounded
-by ``timeout`` seconds of wall-clock time, in two layers:
+by ``timeout`` seconds, in two layers:
 
-- soft: a ``SIGALRM`` interval timer raises inside the check. It only works in a process's main thread,
-  so it is used in the caller's main thread and inside worker processes (whose checks run in their main
-  thread);
-- hard: a worker that has not answered ``timeout + kill_grace`` seconds after starting a task (a C-level
-  loop that ignores signals) is killed and replaced; its task scores 0 with reason "timeout".
+- soft: an interval timer raises inside the check. Signals only reach a process's main thread, so this
+  is used in the caller's main thread and inside worker processes. It counts the process's CPU time
+  (SIGPROF) whenever the process runs a single OS thread (workers always do): a machine crowded by other
+  jobs slows a check down but does not turn a legitimate check into a timeout, so rewards do not depend
+  on the load. In a multi-threaded caller (torch starts threads) it counts wall-clock time (SIGALRM);
+- hard: a worker still busy ``timeout + kill_grace`` seconds after starting a task is killed and
+  replaced if it also used that much CPU (a C-level loop that never returns to the interpreter), or in
+  any case after ``wall_cap_factor`` times that wall time. Its task scores 0 with reason "timeout".
 
 A check requested from a non-main thread in "in-process" mode runs in a one-worker guard pool instead,
 so the bound holds in every thread.
@@ -41,26 +44,54 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _check_with_alarm(completion, answer, strict: bool, prompt, timeout: float | None) -> Verdict:
-    """``check`` bounded by a SIGALRM interval timer. Call only from a main thread."""
+def _check_with_alarm(
+    completion, answer, strict: bool, prompt, timeout: float | None, cpu_clock: bool = False
+) -> Verdict:
+    """``check`` bounded by an interval timer. Call only from a main thread.
+
+    ``cpu_clock=False`` bounds wall-clock time (SIGALRM); ``cpu_clock=True`` bounds the CPU time of the
+    whole process (SIGPROF), which a busy machine cannot exhaust: use it only in a single-threaded worker.
+    """
     if not timeout or timeout <= 0:
         return check(completion, answer, strict=strict, prompt=prompt)
+    which, signum = (
+        (signal.ITIMER_PROF, signal.SIGPROF) if cpu_clock else (signal.ITIMER_REAL, signal.SIGALRM)
+    )
 
     def _on_alarm(signum, frame):
         raise _CheckTimeout
 
-    old_handler = signal.signal(signal.SIGALRM, _on_alarm)
-    old_delay, _ = signal.setitimer(signal.ITIMER_REAL, timeout)
+    old_handler = signal.signal(signum, _on_alarm)
+    old_delay, _ = signal.setitimer(which, timeout)
     started = time.monotonic()
     try:
         return check(completion, answer, strict=strict, prompt=prompt)
     except _CheckTimeout:
         return Verdict(0.0, None, "timeout")
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler)
+        signal.setitimer(which, 0)
+        signal.signal(signum, old_handler)
         if old_delay > 0:  # someone else's timer was running: re-arm what is left of it
-            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - started), 1e-3))
+            signal.setitimer(which, max(old_delay - (time.monotonic() - started), 1e-3))
+
+
+def _only_thread_of_process() -> bool:
+    """True when this process runs one OS thread (then its CPU clock measures this check alone)."""
+    try:
+        with open("/proc/self/status") as f:
+            return any(line.split() == ["Threads:", "1"] for line in f)
+    except OSError:
+        return False
+
+
+def _process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (Linux /proc); None where unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 # --------------------------------------------------------------------------------------------- workers
@@ -68,9 +99,12 @@ def _check_with_alarm(completion, answer, strict: bool, prompt, timeout: float |
 
 def _worker_main(conn, soft_timeout: bool) -> None:
     """Worker loop: receive ``(task_id, completion, answer, strict, prompt, timeout)``, send back
-    ``(task_id, score, extracted, reason)``; ``None`` or a closed pipe stops it."""
+    ``(task_id, score, extracted, reason, cpu_seconds_so_far)``; ``None`` or a closed pipe stops it.
+
+    The worker's own limit counts its CPU time, so a machine crowded by other jobs does not turn slow
+    but legitimate checks into timeouts (rewards stay reproducible under load)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    conn.send(("ready", os.getpid()))
+    conn.send(("ready", time.process_time()))
     while True:
         try:
             task = conn.recv()
@@ -80,10 +114,10 @@ def _worker_main(conn, soft_timeout: bool) -> None:
             return
         task_id, completion, answer, strict, prompt, timeout = task
         if soft_timeout:
-            verdict = _check_with_alarm(completion, answer, strict, prompt, timeout)
+            verdict = _check_with_alarm(completion, answer, strict, prompt, timeout, cpu_clock=True)
         else:
             verdict = check(completion, answer, strict=strict, prompt=prompt)
-        conn.send((task_id, verdict.score, verdict.extracted, verdict.reason))
+        conn.send((task_id, verdict.score, verdict.extracted, verdict.reason, time.process_time()))
 
 
 @dataclass
@@ -92,7 +126,9 @@ class _Worker:
     conn: object
     ready: bool = False
     inflight: collections.deque = field(default_factory=collections.deque)  # task ids, oldest first
-    head_started: float = 0.0  # when the oldest in-flight task began
+    head_started: float = 0.0  # wall clock (monotonic) when the oldest in-flight task began
+    head_cpu: float = 0.0  # the worker's CPU seconds when that task began (reported by the worker)
+    next_check: float = float("inf")  # when to look at the oldest task's deadline again
 
 
 @dataclass
@@ -151,10 +187,12 @@ def _progress_bar(total: int, enabled: bool, description: str):
 class RewardPool:
     """A reusable pool of verifier processes with a per-task deadline.
 
-    Start it once and call :meth:`verify_batch` every training step (start-up, about a second per worker
-    to import sympy, is paid once). Order is preserved; a worker stuck past ``timeout + kill_grace`` is
-    killed and replaced, and its task scores 0 ("timeout"). Thread-safe (one batch at a time) and usable
-    from any thread. Use as a context manager, or call :meth:`close`.
+    Start it once and call :meth:`verify_batch` every training step (start-up, one to a few seconds per
+    worker to import sympy, is paid once). Order is preserved. Each task gets ``timeout`` CPU seconds in
+    its worker; a worker stuck past ``timeout + kill_grace`` (see the module docstring) is killed and
+    replaced, and its task scores 0 ("timeout"). Thread-safe (one batch at a time) and usable from any
+    thread. Use as a context manager, or call :meth:`close`. Workers are spawned: a script that creates
+    a pool needs an ``if __name__ == "__main__":`` guard.
 
     Example::
 
@@ -168,7 +206,8 @@ class RewardPool:
         num_workers: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         kill_grace: float = 1.0,
-        prefetch: int = 2,
+        prefetch: int = 4,
+        wall_cap_factor: float = 10.0,
         start_method: str = "spawn",
         start_timeout: float = 120.0,
         _soft_timeout: bool = True,
@@ -178,7 +217,9 @@ class RewardPool:
             num_workers: worker processes; ``None`` = the CPUs this process may use.
             timeout: default per-pair time limit in seconds (a call may override it).
             kill_grace: extra seconds before a worker that ignores its own timer is killed.
-            prefetch: tasks queued per worker, so a worker never waits for the next one.
+            prefetch: tasks queued per worker, so a worker never waits for the parent to be scheduled.
+            wall_cap_factor: a task is killed after ``wall_cap_factor * (timeout + kill_grace)`` wall
+                seconds even if it used little CPU (a worker blocked on something other than CPU).
             start_method: multiprocessing start method; "spawn" is safe with threads and torch.
             start_timeout: seconds a new worker may take to import its libraries before the pool gives up.
         """
@@ -192,6 +233,7 @@ class RewardPool:
         self.timeout = float(timeout)
         self.kill_grace = float(kill_grace)
         self.prefetch = max(1, int(prefetch))
+        self.wall_cap_factor = float(wall_cap_factor)
         self.start_timeout = float(start_timeout)
         self.restarts = 0  # workers killed (timeouts) or found dead (crashes) and replaced
         self._soft_timeout = _soft_timeout
@@ -282,12 +324,12 @@ class RewardPool:
                         task_id = pending.popleft()
                         prompt = None if prompts is None else prompts[task_id]
                         if not worker.inflight:
-                            worker.head_started = now
+                            worker.head_started, worker.next_check = now, now + hard_limit
                         worker.conn.send(
                             (task_id, completions[task_id], answers[task_id], strict, prompt, timeout)
                         )
                         worker.inflight.append(task_id)
-                deadlines = [w.head_started + hard_limit for w in self._workers if w.ready and w.inflight]
+                deadlines = [w.next_check for w in self._workers if w.ready and w.inflight]
                 wait_for = max(0.0, min(deadlines) - now) if deadlines else 1.0
                 by_conn = {w.conn: w for w in self._workers}
                 for conn in wait(list(by_conn), timeout=wait_for):
@@ -295,22 +337,32 @@ class RewardPool:
                     try:
                         message = conn.recv()
                     except (EOFError, OSError):  # the worker died: its current task is the culprit
+                        if not worker.ready:  # died while starting: a setup problem, not a bad input
+                            worker.process.join(timeout=1)
+                            raise RuntimeError(
+                                f"a verifier worker exited with code {worker.process.exitcode} before it was "
+                                "ready. Worker processes are spawned: the script that starts a RewardPool "
+                                "needs an `if __name__ == '__main__':` guard, and `pacs_rl.rewards` must import "
+                                "cleanly in a fresh interpreter."
+                            ) from None
                         done += self._replace(worker, results, pending, "worker_crash")
                         continue
                     if message[0] == "ready":
-                        worker.ready = True
+                        worker.ready, worker.head_cpu = True, message[1]
                         continue
-                    task_id, score, extracted, reason = message
+                    task_id, score, extracted, reason, worker.head_cpu = message
                     worker.inflight.popleft()
                     worker.head_started = time.monotonic()
+                    worker.next_check = worker.head_started + hard_limit
                     results[task_id] = Verdict(score, extracted, reason)
                     done += 1
                     if bar is not None:
                         bar.advance(0)
                 now = time.monotonic()
                 for worker in list(self._workers):
-                    if worker.ready and worker.inflight and now - worker.head_started > hard_limit:
-                        done += self._replace(worker, results, pending, "timeout")
+                    if worker.ready and worker.inflight and now >= worker.next_check:
+                        if self._overran(worker, now, hard_limit):
+                            done += self._replace(worker, results, pending, "timeout")
                     elif not worker.ready and now - worker.head_started > self.start_timeout:
                         raise RuntimeError(
                             f"a verifier worker did not start within {self.start_timeout:.0f} s (is the machine "
@@ -320,6 +372,19 @@ class RewardPool:
             if bar is not None:
                 bar.stop()
         return results  # type: ignore[return-value]
+
+    def _overran(self, worker: _Worker, now: float, hard_limit: float) -> bool:
+        """Past its wall deadline: kill only if the task also burnt ``hard_limit`` CPU seconds (a stuck
+        C-level loop) or has waited ``wall_cap_factor`` times the limit; a starved worker gets more time."""
+        wall = now - worker.head_started
+        cpu_now = _process_cpu_seconds(worker.process.pid)
+        if cpu_now is None or wall >= self.wall_cap_factor * hard_limit:
+            return True
+        cpu_used = cpu_now - worker.head_cpu
+        if cpu_used >= hard_limit:
+            return True
+        worker.next_check = now + max(0.05, hard_limit - cpu_used)
+        return False
 
     def _replace(self, worker: _Worker, results, pending, reason: str) -> int:
         """Kill ``worker``, fail its current task with ``reason``, requeue its other tasks, start a new one."""
@@ -383,7 +448,7 @@ def verify(
         prompt: the prompt text, when known: text of the completion repeating it is ignored.
     """
     if _in_main_thread():
-        return _check_with_alarm(completion, answer, strict, prompt, timeout)
+        return _check_with_alarm(completion, answer, strict, prompt, timeout, _only_thread_of_process())
     return (
         _guard_pool()
         .verify_batch([completion], [answer], strict=strict, timeout=timeout, prompts=[prompt])
@@ -420,10 +485,11 @@ def verify_batch(
         started = time.perf_counter()
         bar = _progress_bar(len(completions), progress and len(completions) > 0, "verifying")
         verdicts = []
+        cpu_clock = _only_thread_of_process()  # no other thread can eat this process's CPU budget
         try:
             for i, (completion, answer) in enumerate(zip(completions, answers, strict=True)):
                 prompt = None if prompts is None else prompts[i]
-                verdicts.append(_check_with_alarm(completion, answer, strict, prompt, timeout))
+                verdicts.append(_check_with_alarm(completion, answer, strict, prompt, timeout, cpu_clock))
                 if bar is not None:
                     bar.advance(0)
         finally:
