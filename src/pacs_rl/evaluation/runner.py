@@ -72,6 +72,9 @@ class EvalConfig:
     max_new_tokens: int = field(default=1024, metadata={"help": "Tokens generated at most per sample."})
     backend: str = field(default="transformers", metadata={"help": "Sampling engine: transformers or vllm."})
     dtype: str = field(default="float32", metadata={"help": "Model dtype (float32 on CPU; bfloat16 on GPU)."})
+    device: str = field(
+        default="auto", metadata={"help": "transformers device: auto (cuda if any), cpu, cuda:0."}
+    )
     batch_size: int = field(default=64, metadata={"help": "Sequences per generate call of the engine."})
     problems_per_chunk: int | None = field(
         default=None,
@@ -165,7 +168,13 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
     out.mkdir(parents=True, exist_ok=True)
     run_file, samples = out / RUN_FILE, out / SAMPLES_FILE
     locked = config.locked()
-    if run_file.exists():
+    rows, dropped = read_samples(samples)
+    if rows and not run_file.exists():
+        raise ResumeMismatch(
+            f"{samples} holds samples but {run_file} is missing, so their settings are unknown. "
+            "Use another --output folder."
+        )
+    if rows:
         old = json.loads(run_file.read_text()).get("settings", {})
         diff = {k: (old.get(k), v) for k, v in locked.items() if old.get(k) != v}
         if diff:
@@ -176,14 +185,9 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
                 f"{out} holds samples drawn with other settings:\n{lines}\n"
                 "Use another --output folder, or rerun with the settings above to resume."
             )
-    elif samples.exists() and samples.stat().st_size > 0:
-        raise ResumeMismatch(
-            f"{samples} exists but {run_file} does not; cannot tell its settings. Use another --output."
-        )
-    else:
+    else:  # a new run, or one that stopped before its first sample was written
         run_file.write_text(json.dumps({"settings": locked, "created": time.time()}, indent=2))
-    rows, dropped = read_samples(samples)
-    if dropped or (samples.exists() and not samples.read_bytes().endswith(b"\n") and samples.stat().st_size):
+    if dropped or (samples.exists() and samples.stat().st_size and not samples.read_bytes().endswith(b"\n")):
         _rewrite(samples, rows)  # drop a line cut by a crash so appends start on a clean line
     return rows, dropped
 
@@ -250,19 +254,34 @@ def slug(model: str) -> str:
 
 
 def build_sampler(config: EvalConfig):
-    """Load the model and its sampling engine. Returns (sampler, tokenizer)."""
-    from pacs_rl.models import load_model_and_tokenizer, load_tokenizer, resolve_model
+    """Load the model and its sampling engine. Returns (sampler, tokenizer).
+
+    transformers: ``dtype`` bfloat16 keeps fp32 weights and samples under autocast (AMX on CPU);
+    float16 loads half weights (GPU). vllm: the engine loads the weights itself."""
+    from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
     from pacs_rl.sampling import get_sampler
 
     if config.backend == "vllm":
         tokenizer = load_tokenizer(config.model)
-        sampler = get_sampler("vllm", resolve_model(config.model), tokenizer, dtype=config.dtype)
+        sampler = get_sampler(
+            "vllm", config.model, tokenizer, dtype=config.dtype, batch_size=config.batch_size
+        )
         return sampler, tokenizer
     if config.backend != "transformers":
         raise ValueError(f"unknown backend {config.backend!r}; use transformers or vllm")
-    model, tokenizer = load_model_and_tokenizer(config.model, dtype=config.dtype)
+    import torch
+
+    bf16 = config.dtype in ("bfloat16", "bf16")
+    device = config.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_model_and_tokenizer(
+        config.model, dtype="float32" if bf16 else config.dtype, device=device
+    )
     model.eval()
-    sampler = get_sampler("transformers", model, tokenizer, batch_size=config.batch_size)
+    sampler = get_sampler(
+        "transformers", model, tokenizer, dtype="bfloat16" if bf16 else None, batch_size=config.batch_size
+    )
     return sampler, tokenizer
 
 
