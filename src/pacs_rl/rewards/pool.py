@@ -259,6 +259,11 @@ class RewardPool:
         worker.process.join(timeout=5)
         worker.conn.close()
 
+    def worker_cpu_seconds(self) -> float | None:
+        """CPU seconds used so far by the current workers (Linux /proc; None elsewhere)."""
+        values = [_process_cpu_seconds(w.process.pid) for w in self._workers]
+        return None if any(v is None for v in values) else sum(values)
+
     def wait_ready(self) -> RewardPool:
         """Block until every worker has imported its libraries (optional; batches wait anyway)."""
         with self._lock:
