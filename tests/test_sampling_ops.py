@@ -35,6 +35,8 @@ def chi_square_pvalue(samples: torch.Tensor, probs: torch.Tensor) -> float:
     obs = torch.cat([observed[big], observed[~big & (probs > 0)].sum().view(1)])
     exp = torch.cat([expected[big], expected[~big & (probs > 0)].sum().view(1)])
     obs, exp = obs[exp > 0], exp[exp > 0]
+    if obs.numel() < 2:
+        raise ValueError("chi-square needs at least two cells with positive probability")
     stat = ((obs - exp) ** 2 / exp).sum()
     df = obs.numel() - 1
     # chi2 survival function: Q(df/2, stat/2), the regularised upper incomplete gamma function.

@@ -1,0 +1,247 @@
+"""TransformersSampler on tiny random models: same tokens as generate() where it is deterministic,
+same logits as independent runs, the right distribution, stop/length handling and grouping."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pacs_rl.sampling import SamplingParams, TransformersSampler, get_sampler
+from test_sampling_ops import ALPHA, chi_square_pvalue
+
+PROMPTS = [
+    "<|im_start|>user\nWhat is 12 + 30? Answer briefly.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    "x",
+    "<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n",
+]
+
+
+@pytest.fixture()
+def model(tiny_tokenizer):
+    """A tiny random Llama with an untied random LM head: with tied embeddings a random model just
+    repeats its last input token, which would make the greedy checks vacuous."""
+    from pacs_rl.models import tiny_random_model
+
+    m = tiny_random_model(tiny_tokenizer, seed=0)
+    torch.manual_seed(3)  # seed 3: every prompt's greedy continuation has >= 4 distinct tokens
+    m.lm_head.weight = torch.nn.Parameter(torch.randn_like(m.lm_head.weight))
+    return m.eval()
+
+
+def ids_of(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def hf_greedy(model, tok, prompt, max_new_tokens):
+    enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    out = model.generate(**enc, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=tok.pad_token_id)
+    return out[0, enc["input_ids"].shape[1] :].tolist()
+
+
+def test_greedy_equals_generate_with_left_padding(model, tiny_tokenizer):
+    """Prompts of different lengths decoded together (left padding) give, token for token, the
+    greedy continuation of model.generate(do_sample=False) run on each prompt alone."""
+    sampler = TransformersSampler(model, tiny_tokenizer, batch_size=16)
+    got = sampler.generate(PROMPTS, SamplingParams(n=2, temperature=0.0, max_new_tokens=24))
+    for prompt, group in zip(PROMPTS, got, strict=True):
+        expected = hf_greedy(model, tiny_tokenizer, prompt, 24)
+        assert len(set(expected)) > 3  # a varied continuation, not one repeated token
+        assert [s.token_ids for s in group] == [expected, expected]
+
+
+def test_shared_prefix_cache_gives_independent_logits(model, tiny_tokenizer):
+    """Every step's logits, for every sample, equal a fresh uncached forward over that sample's own
+    unpadded prompt + generated tokens. Samples of one prompt share its prefilled cache; prompts are
+    left-padded; one prompt's samples are split across chunks (n=3, batch_size=2); rows leave the
+    batch when they stop."""
+    sampler = TransformersSampler(model, tiny_tokenizer, batch_size=2)
+    seen: dict[tuple[int, int], torch.Tensor] = {}  # (chunk call, chunk row) -> logits per step
+
+    calls = {"chunk": -1}
+
+    def hook(step, rows, logits):
+        if step == 0:
+            calls["chunk"] += 1
+        for r, row_logits in zip(rows.tolist(), logits, strict=True):
+            seen.setdefault((calls["chunk"], r), []).append(row_logits.clone())
+
+    sampler._step_hook = hook
+    prompts = PROMPTS[:3]
+    stop_ids = list(range(40, 50))  # a tenth of the vocabulary: most rows stop early, some do not
+    params = SamplingParams(n=3, temperature=2.0, max_new_tokens=12, seed=0, stop_token_ids=stop_ids)
+    groups = sampler.generate(prompts, params)
+    # Rebuild which (chunk, row) each sample came from: the same plan the sampler used.
+    from pacs_rl.sampling.transformers_backend import plan_chunks
+
+    lengths = [len(ids_of(tiny_tokenizer, p)) for p in prompts]
+    n_checked = 0
+    stopped_early = 0
+    for c, chunk in enumerate(plan_chunks(lengths, 3, 2)):
+        row = 0
+        for i, start, count in chunk:
+            for j in range(start, start + count):
+                sample = groups[i][j]
+                steps = seen[(c, row)]
+                assert len(steps) == len(sample.token_ids)
+                full = torch.tensor([ids_of(tiny_tokenizer, prompts[i]) + sample.token_ids])
+                with torch.no_grad():
+                    ref = model(full).logits[0, lengths[i] - 1 : -1]  # logits that chose each token
+                torch.testing.assert_close(torch.stack(steps), ref, atol=1e-4, rtol=1e-4)
+                stopped_early += sample.finish_reason == "stop"
+                n_checked += 1
+                row += 1
+    assert n_checked == 9
+    assert 0 < stopped_early < n_checked  # some rows stopped and left the batch mid-chunk
+
+
+def test_first_token_distribution_matches_softmax(model, tiny_tokenizer):
+    """4,000 samples of one token: frequencies match softmax(logits/T) of a plain forward (and its
+    nucleus when top_p < 1)."""
+    sampler = TransformersSampler(model, tiny_tokenizer, batch_size=4000)
+    prompt = PROMPTS[1]
+    with torch.no_grad():
+        model.lm_head.weight /= 4  # flatter next-token distribution: more cells to test
+        logits = model(torch.tensor([ids_of(tiny_tokenizer, prompt)])).logits[0, -1]
+    from pacs_rl.sampling import reference_probs
+
+    for temperature, top_p in [(1.0, 1.0), (1.5, 0.8)]:
+        params = SamplingParams(
+            n=4000, temperature=temperature, top_p=top_p, max_new_tokens=1, seed=3, stop_token_ids=[]
+        )
+        first = torch.tensor([s.token_ids[0] for s in sampler.generate([prompt], params)[0]])
+        target = reference_probs(logits[None], temperature, top_p)[0]
+        assert int((target > 0.01).sum()) >= 8  # a distribution worth testing
+        assert chi_square_pvalue(first, target) > ALPHA
+
+
+def test_stop_token_and_length_cap(model, tiny_tokenizer):
+    """A stop token ends a sample (kept as its last id, finish_reason 'stop'); otherwise the sample
+    runs to max_new_tokens with 'length'."""
+    prompt = PROMPTS[0]
+    greedy = hf_greedy(model, tiny_tokenizer, prompt, 20)
+    stop = greedy[5]
+    cut = greedy.index(stop)  # first occurrence
+    sampler = TransformersSampler(model, tiny_tokenizer)
+    [[s]] = sampler.generate(
+        [prompt], SamplingParams(temperature=0, max_new_tokens=20, stop_token_ids=[stop])
+    )
+    assert s.token_ids == greedy[: cut + 1]
+    assert s.finish_reason == "stop"
+
+    [[s]] = sampler.generate([prompt], SamplingParams(temperature=0, max_new_tokens=5, stop_token_ids=[]))
+    assert s.token_ids == greedy[:5]
+    assert s.finish_reason == "length"
+    assert s.text == tiny_tokenizer.decode(greedy[:5], skip_special_tokens=True)
+
+
+def test_sampled_stop_handling_is_consistent(model, tiny_tokenizer):
+    """Many sampled rows with a frequent stop token: each sample is either cut right after its first
+    stop token ('stop') or has exactly max_new_tokens ids and no stop token ('length')."""
+    stop_ids = [5, 40, 70, 90]
+    sampler = TransformersSampler(model, tiny_tokenizer, batch_size=32)
+    groups = sampler.generate(
+        PROMPTS, SamplingParams(n=8, max_new_tokens=16, seed=1, stop_token_ids=stop_ids, temperature=1.5)
+    )
+    reasons = set()
+    for group in groups:
+        assert len(group) == 8
+        for s in group:
+            reasons.add(s.finish_reason)
+            hits = [k for k, t in enumerate(s.token_ids) if t in stop_ids]
+            if s.finish_reason == "stop":
+                assert hits == [len(s.token_ids) - 1]
+            else:
+                assert hits == [] and len(s.token_ids) == 16
+    assert reasons == {"stop", "length"}
+
+
+def test_default_stop_is_eos(model, tiny_tokenizer):
+    """With stop_token_ids=None the tokenizer's eos (<|im_end|>) stops a sample."""
+    eos = tiny_tokenizer.eos_token_id
+    with torch.no_grad():  # make eos the argmax everywhere
+        model.lm_head.weight[eos] = model.lm_head.weight.abs().sum(0) * 10
+    sampler = TransformersSampler(model, tiny_tokenizer)
+    [[s]] = sampler.generate([PROMPTS[0]], SamplingParams(temperature=0, max_new_tokens=8))
+    assert s.token_ids == [eos]
+    assert s.finish_reason == "stop"
+    assert s.text == ""
+
+
+def test_groups_and_seed_reproduce(model, tiny_tokenizer):
+    """Same seed and batch composition -> the same samples; another seed -> other samples. (That each
+    group holds its own prompt's continuations is checked by the greedy and logits tests above.)"""
+    sampler = TransformersSampler(model, tiny_tokenizer, batch_size=6)
+    params = SamplingParams(n=3, max_new_tokens=10, seed=11)
+    a = sampler.generate(PROMPTS, params)
+    b = sampler.generate(PROMPTS, params)
+    c = sampler.generate(PROMPTS, SamplingParams(n=3, max_new_tokens=10, seed=12))
+    assert a == b
+    assert a != c
+    assert [len(g) for g in a] == [3] * len(PROMPTS)
+    # generate_ids is the same path for callers holding token ids
+    ids = [ids_of(tiny_tokenizer, p) for p in PROMPTS]
+    assert sampler.generate_ids(ids, params) == a
+
+
+def test_logprobs_match_a_fresh_forward(model, tiny_tokenizer):
+    sampler = TransformersSampler(model, tiny_tokenizer)
+    [[s]] = sampler.generate([PROMPTS[3]], SamplingParams(max_new_tokens=8, seed=2, logprobs=True))
+    prompt_ids = ids_of(tiny_tokenizer, PROMPTS[3])
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + s.token_ids])).logits[0, len(prompt_ids) - 1 : -1]
+    expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(s.token_ids)[:, None]).squeeze(1)
+    torch.testing.assert_close(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_model_under_training_is_used_in_place(model, tiny_tokenizer):
+    """The trainer's model: train mode is restored, weights are untouched, no grads are recorded,
+    and a weight update between calls changes what is sampled (no stale copy)."""
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    sampler = get_sampler("transformers", model, tiny_tokenizer)
+    params = SamplingParams(n=2, temperature=0, max_new_tokens=6)
+    first = sampler.generate(PROMPTS[:2], params)
+    assert model.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1)  # a drastic "optimizer step"
+    assert sampler.generate(PROMPTS[:2], params) != first
+
+
+def test_bf16_autocast_option_runs(model, tiny_tokenizer):
+    """bf16 is an opt-in speed option (different numerics); it must still return well-formed groups."""
+    sampler = TransformersSampler(model, tiny_tokenizer, dtype="bfloat16")
+    groups = sampler.generate(PROMPTS[:2], SamplingParams(n=3, max_new_tokens=5, seed=0, stop_token_ids=[]))
+    assert [[len(s.token_ids) for s in g] for g in groups] == [[5, 5, 5], [5, 5, 5]]
+    assert next(model.parameters()).dtype == torch.float32  # weights were not converted
+
+
+def test_errors_name_the_bad_value(model, tiny_tokenizer):
+    sampler = TransformersSampler(model, tiny_tokenizer)
+    with pytest.raises(ValueError, match=r"top_p=1\.5"):
+        sampler.generate(["x"], SamplingParams(top_p=1.5))
+    with pytest.raises(ValueError, match="n=0"):
+        sampler.generate(["x"], SamplingParams(n=0))
+    with pytest.raises(ValueError, match="prompt 1 has no tokens"):
+        sampler.generate_ids([[5], []], SamplingParams())
+    with pytest.raises(ValueError, match="unknown sampling backend 'hf'"):
+        get_sampler("hf", model, tiny_tokenizer)
+    with pytest.raises(ValueError, match="dtype='float16'"):
+        TransformersSampler(model, tiny_tokenizer, dtype="float16")
+
+
+@pytest.mark.slow
+def test_real_model_greedy_equals_generate(bundled_model_dir):
+    """SmolLM2-135M-Instruct: batched greedy decoding equals generate() on each chat prompt alone."""
+    from pacs_rl.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(str(bundled_model_dir))
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+        for q in ["What is 7 + 5?", "Name the largest planet of the solar system in one word."]
+    ]
+    got = TransformersSampler(model, tok).generate(prompts, SamplingParams(temperature=0, max_new_tokens=24))
+    for prompt, [s] in zip(prompts, got, strict=True):
+        assert s.token_ids == hf_greedy(model, tok, prompt, 24)
