@@ -568,8 +568,7 @@ class PPOTrainer(PACSTrainer):
                 stacklevel=2,
             )
             return
-        device = self.accelerator.device
-        self.critic_optimizer.load_state_dict(torch.load(paths[0], map_location=device, weights_only=True))
+        self.critic_optimizer.load_state_dict(torch.load(paths[0], map_location="cpu", weights_only=True))
         self.critic_lr_scheduler.load_state_dict(torch.load(paths[1], map_location="cpu", weights_only=True))
 
 

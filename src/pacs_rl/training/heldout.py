@@ -1,0 +1,136 @@
+"""Held-out accuracy before/after training and the training-curve plot.
+
+Greedy decoding (temperature 0) by default: one completion per problem, scored by the same verifier as
+the training reward. Kept small on purpose; `pacs-rl eval` is the full pass@k protocol.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def heldout_accuracy(
+    model,
+    tokenizer,
+    problems,
+    max_new_tokens: int = 96,
+    batch_size: int = 32,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    reward_func=None,
+    progress: bool = True,
+    description: str = "held-out",
+) -> dict:
+    """Accuracy of ``model`` on ``problems`` (list of pacs_rl.data.Problem), one completion each.
+
+    Returns {"accuracy", "n", "correct", "mean_length"}. The global torch RNG is saved and restored, so
+    calling this does not change a training run's random stream.
+    """
+    import torch
+
+    from pacs_rl.data import format_prompt
+    from pacs_rl.rewards import math_reward_func
+
+    reward_func = reward_func or math_reward_func
+    rng_state = torch.get_rng_state()
+    was_training = model.training
+    model.eval()
+    padding_side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    correct, lengths = 0, []
+    try:
+        torch.manual_seed(seed)
+        batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
+        bar = _progress(progress, description, len(problems))
+        for batch in batches:
+            prompts = [format_prompt(tokenizer, p.problem) for p in batch]
+            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
+                model.device
+            )
+            gen = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
+            if temperature > 0:
+                gen.update(do_sample=True, temperature=temperature, top_p=top_p)
+            else:
+                gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+            with torch.no_grad():
+                out = model.generate(**enc, **gen)
+            completion_ids = out[:, enc["input_ids"].shape[1] :]
+            texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            scores = reward_func(
+                [[{"role": "assistant", "content": t}] for t in texts], answer=[p.answer for p in batch]
+            )
+            correct += int(sum(s == 1.0 for s in scores))
+            lengths += (completion_ids != tokenizer.pad_token_id).sum(dim=1).tolist()
+            if bar is not None:
+                bar[0].update(bar[1], advance=len(batch))
+        if bar is not None:
+            bar[0].stop()
+    finally:
+        torch.set_rng_state(rng_state)
+        tokenizer.padding_side = padding_side
+        model.train(was_training)
+    n = len(problems)
+    return {
+        "accuracy": correct / n if n else float("nan"),
+        "n": n,
+        "correct": correct,
+        "mean_length": sum(lengths) / max(len(lengths), 1),
+    }
+
+
+def _progress(enabled: bool, description: str, total: int):
+    if not enabled:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    p = Progress(TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    p.start()
+    return p, p.add_task(description, total=total)
+
+
+CURVES = [
+    ("reward", "rollout reward (mean)"),
+    ("accuracy", "mini-batch accuracy"),
+    ("groups/mixed_frac", "groups with mixed outcomes"),
+    ("entropy", "entropy / token"),
+    ("completions/mean_length", "completion length"),
+    ("grad_norm", "gradient norm"),
+    ("pacs/critic_accuracy", "critic accuracy (σ(ψ)>½ vs R)"),
+    ("pacs/brier", "Brier score of σ(ψ)"),
+    ("loss", "loss"),
+]
+
+
+def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path | None:
+    """Plot the main training curves of a metrics.jsonl into a PNG; None when there is nothing to plot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pacs_rl.training.callbacks import read_metrics
+
+    rows = read_metrics(metrics_path)
+    curves = [(k, label) for k, label in CURVES if any(r.get(k) is not None for r in rows)]
+    if not curves:
+        return None
+    cols = 3
+    nrows = (len(curves) + cols - 1) // cols
+    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 2.8 * nrows), squeeze=False)
+    for ax, (key, label) in zip(axes.flat, curves, strict=False):
+        pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None and "step" in r]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("optimizer step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(curves) :]:
+        ax.axis("off")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    png_path = Path(png_path)
+    fig.savefig(png_path, dpi=110)
+    plt.close(fig)
+    return png_path

@@ -1,0 +1,84 @@
+"""`pacs-rl train`: settings layering, unknown-key errors, the shipped configs, and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+
+from pacs_rl.training import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_cpu_default_yaml_mirrors_the_embedded_defaults():
+    shipped = yaml.safe_load((REPO / "configs" / "cpu_default.yaml").read_text())
+    embedded = {**cli.RUN_DEFAULTS, **cli.CPU_DEFAULTS}
+    assert shipped == {k: embedded[k] for k in shipped}
+    assert set(cli.CPU_DEFAULTS) <= set(shipped)
+
+
+@pytest.mark.parametrize("name", ["cpu_default.yaml", "paper_qwen2.5-7b_8gpu_vllm.yaml"])
+def test_shipped_configs_use_known_keys(name):
+    data = cli.load_yaml(REPO / "configs" / name)
+    assert data
+
+
+def test_paper_config_matches_appendix_b2(tmp_path):
+    run, cfg = cli.resolve_settings(str(REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"), {}, [])
+    G = cfg["num_generations"]
+    mini_batch = cfg["per_device_train_batch_size"] * 8 * cfg["gradient_accumulation_steps"]  # 8 GPUs
+    assert G == 8 and mini_batch == 256 * G  # 256 prompts per mini-batch
+    assert cfg["mini_batches_per_rollout"] * mini_batch == 1024 * G  # 1,024 prompts per rollout batch
+    assert cfg["learning_rate"] == 1e-6 and cfg["beta"] == 0.0 and cfg["temperature"] == 1.0
+    assert cfg["max_completion_length"] == 4096 and cfg["use_vllm"] and cfg["vllm_mode"] == "colocate"
+
+
+def test_layering_and_coercion(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("learning_rate: 1e-5\nmax_steps: 7\nmodel: some/model\n")
+    run, cfg = cli.resolve_settings(
+        str(f), {"max_steps": 9}, ["learning_rate=3e-4", "pacs_weighted=false", "eval_size=0"]
+    )
+    assert cfg["learning_rate"] == 3e-4 and isinstance(cfg["learning_rate"], float)
+    assert cfg["max_steps"] == 9  # typer option beats the file
+    assert cfg["pacs_weighted"] is False and run["eval_size"] == 0 and run["model"] == "some/model"
+
+
+def test_unknown_key_lists_close_matches():
+    with pytest.raises(typer.BadParameter, match="Did you mean: learning_rate"):
+        cli.parse_sets(["learning_rat=1e-5"])
+    with pytest.raises(typer.BadParameter, match="expected key=value"):
+        cli.parse_sets(["learning_rate"])
+
+
+def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
+    sets = [
+        f"model={tiny_model_dir}",
+        "max_steps=2",
+        "save_steps=1",
+        "per_device_train_batch_size=4",
+        "num_generations=2",
+        "max_completion_length=6",
+        "train_size=40",
+        "eval_size=4",
+        "eval_batch_size=4",
+        "learning_rate=1e-3",
+    ]
+    run, cfg = cli.resolve_settings(None, {}, sets)
+    out = tmp_path / "run"
+    summary = cli.run_training(run, cfg, str(out))
+    assert (out / "metrics.jsonl").is_file() and (out / "training_curves.png").is_file()
+    held = json.loads((out / "heldout.json").read_text())
+    assert held["before"]["n"] == 4 and held["after"]["n"] == 4
+    assert any("held-out accuracy" in line for line in summary["lines"])
+    assert (out / "final" / "config.json").is_file()
+    with pytest.raises(typer.BadParameter, match="--resume"):
+        cli.run_training(run, cfg, str(out))  # refuses to overwrite a run
+    run2, cfg2 = cli.resolve_settings(None, {}, [*sets, "max_steps=3"])
+    cli.run_training(run2, cfg2, str(out), resume=True)
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [s for s in steps if s <= 3][-1] == 3
