@@ -292,8 +292,14 @@ def test_example_configs_pass_the_guard_and_hold_the_papers_recipe():
     with initialize_config_dir(config_dir=str(EXAMPLES), version_base=None):
         paper = compose("pacs_qwen2.5_7b_deepscaler")
         single = compose("pacs_qwen2.5_0.5b_single_gpu")
-    check_verl_config(paper)
-    check_verl_config(single)
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    for config in (paper, single):
+        check_verl_config(config)
+        # verl's own start-up validation (main_ppo.main runs it); PACS needs no critic and no reference model
+        assert not need_critic(config) and not need_reference_policy(config)
+        validate_config(config, use_reference_policy=False, use_critic=False)
     actor = paper.actor_rollout_ref.actor
     assert (paper.data.train_batch_size, actor.ppo_mini_batch_size, paper.actor_rollout_ref.rollout.n) == (
         1024,
@@ -326,6 +332,19 @@ def test_a_fresh_import_verl_registers_pacs_through_the_entry_point():
     out = _run([sys.executable, "-c", code], {"VERL_USE_EXTERNAL_PLUGINS": "auto"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("['pacs'] True"), out.stdout
+
+
+def test_the_environment_variable_alternative_registers_pacs_without_plugins():
+    code = "import verl.trainer.ppo.core_algos as c; print('pacs' in c.ADV_ESTIMATOR_REGISTRY, 'pacs' in c.POLICY_LOSS_REGISTRY)"
+    env = {
+        "VERL_USE_EXTERNAL_PLUGINS": "none",
+        "VERL_USE_EXTERNAL_MODULES": "pacs_rl.integrations.verl.plugin",
+    }
+    out = _run([sys.executable, "-c", code], env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("True True"), out.stdout
+    off = _run([sys.executable, "-c", code], {"VERL_USE_EXTERNAL_PLUGINS": "none"})
+    assert off.stdout.strip().endswith("False False"), off.stdout  # nothing else registers it
 
 
 def test_runner_checks_the_config_before_verl_starts():
