@@ -279,9 +279,11 @@ def test_guard_refuses_v1_trainer_and_mini_batches_that_straddle_ranks_on_severa
         "data.train_batch_size=12",
     )
     text = "\n".join(verl_config_problems(config))
-    assert "trainer.use_v1=True with 4 data-parallel ranks" in text
+    assert "trainer.use_v1=True: verl's v1 trainer" in text
     assert "ppo_mini_batch_size=6 prompts is not a multiple of the 4 data-parallel ranks" in text
     assert "data.train_batch_size=12 prompts is not a multiple of the 4" not in text  # 12 = 3 × 4
+    # verl's own default is the v1 trainer: a PACS run must opt out of it
+    assert any("use_v1" in p for p in verl_config_problems(verl_config(overrides=PACS_OVERRIDES[:-1])))
 
 
 # ---------------------------------------------------------------------------------------------------

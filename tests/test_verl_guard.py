@@ -55,7 +55,7 @@ def test_non_pacs_runs_are_not_checked():
         ("actor_rollout_ref.actor.use_dynamic_bsz", True, "use_dynamic_bsz=True"),
         ("actor_rollout_ref.actor.shuffle", True, "actor_rollout_ref.actor.shuffle=True"),
         ("trainer.balance_batch", True, "trainer.balance_batch=True"),
-        ("trainer.use_v1", True, "trainer.use_v1=True with 64 data-parallel ranks"),
+        ("trainer.use_v1", True, "set trainer.use_v1=False"),
         ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 12, "ppo_micro_batch_size_per_gpu=12"),
         (
             "actor_rollout_ref.actor.ppo_mini_batch_size",

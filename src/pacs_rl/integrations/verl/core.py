@@ -225,8 +225,8 @@ def compute_pacs_policy_loss(
             f"a PACS micro-batch must hold whole groups of rollout.n={group_size} rows, but it holds "
             f"{real.numel()} rows with these groups (group: rows) {found or 'none'}. A verl setting splits or "
             "reorders groups: check actor.use_dynamic_bsz=False, actor.shuffle=False, "
-            "trainer.balance_batch=False, trainer.use_v1=False when training on more than one data-parallel "
-            "rank, and ppo_micro_batch_size_per_gpu a multiple of rollout.n; "
+            "trainer.balance_batch=False, trainer.use_v1=False, and ppo_micro_batch_size_per_gpu a "
+            "multiple of rollout.n; "
             "pacs_rl.integrations.verl.check_verl_config(config) names the one to change."
         )
     order = real[torch.argsort(group_ids[real], stable=True)]  # groups contiguous, rows in batch order

@@ -14,8 +14,8 @@ boundaries:
   ``actor.use_dynamic_bsz`` packs rows by token count: whole groups iff that size is a multiple of n.
 
 Before the dp split, verl may reorder rows to balance sequence lengths across ranks
-(``trainer.balance_batch`` in the legacy trainer; always in the v1 trainer when dp > 1), which scatters
-the rows of a group over ranks. :func:`verl_config_problems` lists every such setting;
+(``trainer.balance_batch`` in the legacy trainer; always in the v1 trainer, which also takes rows in
+the order its TransferQueue lists them), which scatters the rows of a group. :func:`verl_config_problems` lists every such setting;
 :func:`check_verl_config` raises with all of them at once. The registered loss re-checks at run time
 that each micro-batch holds whole groups (see ``core.py``), so a setting missed here still cannot
 silently skew training.
@@ -135,11 +135,11 @@ def verl_config_problems(config: Any) -> list[str]:
         )
 
     dp = data_parallel_size(config)
-    if _as_bool(_select(config, "trainer.use_v1", False)) and dp > 1:
+    if _as_bool(_select(config, "trainer.use_v1", False)):
         problems.append(
-            f"trainer.use_v1=True with {dp} data-parallel ranks: verl's v1 trainer always balances sequence "
-            "lengths across ranks (whatever trainer.balance_batch says), scattering groups; set "
-            "trainer.use_v1=False (and trainer.balance_batch=False), or train on a single data-parallel rank."
+            "trainer.use_v1=True: verl's v1 trainer takes rows in the order its TransferQueue lists them "
+            "(not grouped by prompt) and always balances sequence lengths across data-parallel ranks, "
+            "whatever trainer.balance_batch says; set trainer.use_v1=False (with trainer.balance_batch=False)."
         )
 
     micro = _select(config, f"{actor}.ppo_micro_batch_size_per_gpu", None)
