@@ -1,0 +1,279 @@
+"""Running a comparison: train every planned run, evaluate every final model and the base model with one
+pass@k protocol, skipping what is finished and resuming what is half done.
+
+Folder layout (``OUT`` = ``--output``)::
+
+    OUT/manifest.json                       the settings and the plan (a rerun must match them)
+    OUT/base_model/                         only for model "tiny": the tiny random model used as base
+    OUT/runs/<variant>/seed<s>/             an ordinary training run folder: checkpoint-N/, metrics.jsonl,
+                                            final/ (the trained model), train_config.yaml, settings.json,
+                                            compare_train_done.json once finished
+    OUT/evals/<variant>/seed<s>/<bench>/    an ordinary `pacs-rl eval` folder (run.json, samples.jsonl, metrics.json)
+    OUT/evals/base/<bench>/                 the base model's evaluation
+    OUT/report.md, OUT/*.png                the report
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pacs_rl.compare.plan import (
+    METHODS,
+    CompareError,
+    RunSpec,
+    bench_slug,
+    build_plan,
+    write_or_check_manifest,
+)
+
+TRAIN_DONE_FILE = "compare_train_done.json"
+TRAIN_CONFIG_FILE = "train_config.yaml"
+FINAL = "final"
+BASE = "base"
+
+
+def _env_offline() -> None:
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def resolve_base_model(settings: dict[str, Any], out: Path) -> str:
+    """The base model path/name. "tiny" saves a tiny random model into OUT/base_model once."""
+    model = settings["model"]
+    if model != "tiny":
+        return model
+    folder = out / "base_model"
+    if not (folder / "config.json").is_file():
+        from pacs_rl.models import save_tiny_model
+
+        save_tiny_model(folder, seed=0)
+    return str(folder)
+
+
+# ----------------------------------------------------------------------------------------------- training
+def train_config_dict(settings: dict[str, Any], spec: RunSpec, run_dir: Path) -> dict[str, Any]:
+    """The PACSConfig keyword arguments of one run: shared train settings, then the method/sweep overrides,
+    then the per-run fields (output folder, seed). Budget fields come only from the shared settings."""
+    kw = {k: v for k, v in settings["train"].items() if k != "data"}
+    kw.update(spec.overrides)
+    kw.update(
+        output_dir=str(run_dir),
+        seed=spec.seed,
+        data_seed=spec.seed,
+        use_cpu=kw.get("use_cpu", True),
+        report_to=[],
+        save_strategy="steps",
+        disable_tqdm=True,
+        logging_steps=1,
+    )
+    return kw
+
+
+def check_methods_buildable(settings: dict[str, Any]) -> None:
+    """Build each method's PACSConfig once (no model) so an unsupported one fails before any training."""
+    from pacs_rl.training import PACSConfig
+
+    for m in settings["methods"]:
+        kw = train_config_dict(settings, RunSpec(m, m, 0, METHODS[m]), Path("/nonexistent-compare-check"))
+        try:
+            PACSConfig(**kw)
+        except (NotImplementedError, ValueError, TypeError) as e:
+            raise CompareError(f"method {m!r} cannot be trained with these settings: {e}") from None
+
+
+def is_trained(run_dir: Path) -> bool:
+    return (run_dir / TRAIN_DONE_FILE).is_file() and (run_dir / FINAL / "config.json").is_file()
+
+
+def training_settings(
+    settings: dict[str, Any], spec: RunSpec, run_dir: Path, base_model: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(run keys, PACSConfig kwargs) of one run in the form `pacs-rl train` takes them.
+
+    Starts from `pacs-rl train`'s CPU defaults, so the run folder's ``train_config.yaml`` reproduces the run
+    with ``pacs-rl train --config RUN/train_config.yaml --output-dir RUN [--resume]``."""
+    from pacs_rl.training.cli import CPU_DEFAULTS, RUN_DEFAULTS
+
+    run = {
+        **RUN_DEFAULTS,
+        "model": base_model,
+        "dataset": settings["train"]["data"],
+        "train_size": 0,
+        "eval_size": 0,  # the comparison evaluates every model itself, with one protocol
+    }
+    cfg = {**CPU_DEFAULTS, **train_config_dict(settings, spec, run_dir)}
+    cfg.pop("output_dir", None)
+    cfg.pop("disable_tqdm", None)
+    return run, cfg
+
+
+def train_run(
+    settings: dict[str, Any], spec: RunSpec, run_dir: Path, base_model: str, description: str
+) -> str:
+    """Train (or resume) one run into ``run_dir`` with `pacs-rl train`'s `run_training`; return "trained",
+    "resumed" or "skipped". A half-finished run continues from its newest complete checkpoint."""
+    if is_trained(run_dir):
+        return "skipped"
+    _env_offline()
+    import yaml
+
+    from pacs_rl.training.cli import run_training
+    from pacs_rl.training.trainer import last_complete_checkpoint
+
+    run, cfg = training_settings(settings, spec, run_dir, base_model)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    header = f"# {description}: written by `pacs-rl compare`; rerun with\n"
+    header += f"#   pacs-rl train --config {run_dir / TRAIN_CONFIG_FILE} --output-dir {run_dir} --resume\n"
+    (run_dir / TRAIN_CONFIG_FILE).write_text(header + yaml.safe_dump({**run, **cfg}, sort_keys=False))
+    ckpt = last_complete_checkpoint(run_dir)
+    t0 = time.time()
+    summary = run_training(run, cfg, str(run_dir), resume=ckpt is not None)
+    (run_dir / TRAIN_DONE_FILE).write_text(
+        json.dumps(
+            {
+                "global_step": summary["trainer"].state.global_step,
+                "resumed_from": ckpt,
+                "seconds_this_session": round(time.time() - t0, 2),
+                "variant": spec.variant,
+                "seed": spec.seed,
+            },
+            indent=2,
+        )
+    )
+    return "resumed" if ckpt else "trained"
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: Path, label: str):
+    """The one evaluation protocol of a comparison (same problems, n, k, temperature, top-p, seed)."""
+    from pacs_rl.evaluation.runner import EvalConfig
+
+    ev = settings["eval"]
+    return EvalConfig(
+        model=model,
+        benchmark=benchmark,
+        output_dir=str(out_dir),
+        n=int(ev["n"]),
+        ks=[int(k) for k in ev["ks"]] if ev.get("ks") else None,
+        temperature=float(ev["temperature"]),
+        top_p=float(ev["top_p"]),
+        max_new_tokens=int(ev["max_new_tokens"]),
+        batch_size=int(ev["batch_size"]),
+        seed=int(ev["seed"]),
+        strict=bool(ev["strict"]),
+        verify_workers=int(ev["verify_workers"]),
+        plain_prompt=bool(ev["plain_prompt"]),
+        label=label,
+        progress=True,
+    )
+
+
+def is_evaluated(eval_dir: Path, config) -> bool:
+    """metrics.json is there and covers this protocol (n, k, problems)."""
+    path = eval_dir / "metrics.json"
+    if not path.is_file():
+        return False
+    try:
+        m = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return False
+    return m.get("n") == config.n and [int(k) for k in m.get("ks", [])] == config.resolved_ks()
+
+
+def eval_run(settings: dict[str, Any], model: str, benchmark: str, eval_dir: Path, label: str) -> str:
+    """Evaluate (or resume evaluating) one model on one benchmark; return "evaluated" or "skipped"."""
+    _env_offline()
+    from pacs_rl.evaluation.runner import run_eval
+
+    config = eval_config(settings, model, benchmark, eval_dir, label)
+    if is_evaluated(eval_dir, config):
+        return "skipped"
+    # the runner resumes a half-finished folder itself (it samples only the missing (problem, index) pairs)
+    # and refuses one drawn with other settings
+    if settings["model"] == "tiny" or Path(model).exists():
+        config = dataclasses.replace(config, model=str(Path(model).resolve()))
+    run_eval(config)
+    return "evaluated"
+
+
+# ----------------------------------------------------------------------------------------------- driver
+@dataclasses.dataclass
+class Phase:
+    """One unit of work: a training run or an evaluation."""
+
+    kind: str  # "train" | "eval"
+    name: str
+    spec: RunSpec | None
+    benchmark: str | None = None
+
+
+def plan_phases(settings: dict[str, Any], plan: list[RunSpec]) -> list[Phase]:
+    phases = [Phase("train", s.key, s) for s in plan]
+    for b in settings["eval"]["benchmarks"]:
+        phases.append(Phase("eval", f"{BASE} on {b}", None, b))
+        phases += [Phase("eval", f"{s.key} on {b}", s, b) for s in plan]
+    return phases
+
+
+def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
+    if spec is None:
+        return out / "evals" / BASE / bench_slug(benchmark)
+    return out / "evals" / spec.folder.removeprefix("runs/") / bench_slug(benchmark)
+
+
+def run_comparison(
+    settings: dict[str, Any],
+    out: str | Path,
+    *,
+    train_fn: Callable[..., str] = train_run,
+    eval_fn: Callable[..., str] = eval_run,
+    console=None,
+) -> dict[str, Any]:
+    """Run (or resume) the whole comparison into ``out`` and write the report. Returns a summary.
+
+    ``train_fn`` / ``eval_fn`` are injectable for tests; they get the same arguments as
+    :func:`train_run` / :func:`eval_run`."""
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    out = Path(out)
+    plan = build_plan(settings)
+    write_or_check_manifest(out, settings, plan)
+    check_methods_buildable(settings)
+    base_model = resolve_base_model(settings, out)
+    phases = plan_phases(settings, plan)
+    status: dict[str, str] = {}
+    n_train = sum(p.kind == "train" for p in phases)
+    n_eval = len(phases) - n_train
+    i_train = i_eval = 0
+    t0 = time.time()
+    for phase in phases:
+        if phase.kind == "train":
+            i_train += 1
+            s = phase.spec
+            desc = f"train {i_train}/{n_train} {s.variant} seed {s.seed}"
+            console.print(f"[bold cyan]▶ {desc}[/bold cyan]  ({time.time() - t0:.0f}s elapsed)")
+            status[f"train {phase.name}"] = train_fn(settings, s, out / s.folder, base_model, desc)
+        else:
+            i_eval += 1
+            s = phase.spec
+            model = base_model if s is None else str(out / s.folder / FINAL)
+            label = "Base" if s is None else f"{s.variant} seed {s.seed}"
+            desc = f"eval {i_eval}/{n_eval} {label} on {phase.benchmark}"
+            console.print(f"[bold magenta]▶ {desc}[/bold magenta]  ({time.time() - t0:.0f}s elapsed)")
+            status[f"eval {phase.name}"] = eval_fn(
+                settings, model, phase.benchmark, eval_dir_of(out, s, phase.benchmark), label
+            )
+        if status[list(status)[-1]] == "skipped":
+            console.print("  already done: skipped")
+    from pacs_rl.compare.report import write_comparison_report
+
+    report = write_comparison_report(out, settings, plan)
+    console.print(f"[green]report: {report}[/green]  ({time.time() - t0:.0f}s)")
+    return {"status": status, "report": str(report), "plan": [s.key for s in plan]}

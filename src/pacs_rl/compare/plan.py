@@ -1,0 +1,453 @@
+"""What a comparison runs: methods, sweeps, presets, the run plan and the manifest that pins it.
+
+A *method* is a named set of `PACSConfig` overrides (``pacs_no_weight`` = PACS with ``pacs_weighted=False``).
+A *variant* is a method plus sweep overrides (``pacs[pacs_beta=0.1]``). A *run* is a variant and a seed.
+Every run starts from the same base model, sees the same training problems in the same order for a given
+seed, and has the same rollout budget (steps × prompts × G × tokens): methods and sweeps change only loss
+fields, and the budget fields live in the shared ``train`` section of the settings.
+
+Settings (a YAML/JSON file, a preset, then the command-line options, each overriding the previous)::
+
+    model: smollm2-135m            # base model: bundled alias, Hub id or local folder ("tiny" = a tiny random one)
+    methods: [pacs, grpo]
+    seeds: [0, 1]
+    sweeps: {pacs_beta: [0.1, 1, 10]}
+    train:  {data: "arithmetic?n=256&split=train", max_steps: 8, ...every other key is a PACSConfig field}
+    eval:   {benchmarks: ["arithmetic?n=40&split=test&seed=1"], n: 8, ks: [1, 2, 4, 8], temperature: 0.6, ...}
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+MANIFEST_FILE = "manifest.json"
+MANIFEST_VERSION = 1
+
+# name -> PACSConfig overrides. PPO joins when the trainer accepts loss_type="ppo".
+METHODS: dict[str, dict[str, Any]] = {
+    "pacs": {"loss_type": "pacs"},
+    "pacs_no_weight": {"loss_type": "pacs", "pacs_weighted": False},
+    "grpo": {"loss_type": "grpo"},
+    "dr_grpo": {"loss_type": "dr_grpo"},
+    "rloo": {"loss_type": "rloo"},
+    "cw_grpo": {"loss_type": "cw_grpo"},
+    "ppo": {"loss_type": "ppo"},
+}
+# Row names in the tables, as in the paper.
+METHOD_LABELS = {
+    "pacs": "PACS",
+    "pacs_no_weight": "PACS w/o weight",
+    "grpo": "GRPO",
+    "dr_grpo": "Dr. GRPO",
+    "rloo": "RLOO",
+    "cw_grpo": "CW-GRPO",
+    "ppo": "PPO",
+}
+
+# Fields a comparison sets for every run itself (they must not differ between methods).
+RESERVED_TRAIN_KEYS = ("output_dir", "seed", "data_seed", "loss_type")
+
+# Training settings shared by every run unless the settings file changes them.
+TRAIN_DEFAULTS: dict[str, Any] = {
+    "data": "arithmetic?n=256&split=train&seed=0",
+    "max_steps": 8,
+    "learning_rate": 1e-6,
+    "num_generations": 8,
+    "per_device_train_batch_size": 16,
+    "gradient_accumulation_steps": 1,
+    "mini_batches_per_rollout": 2,
+    "max_completion_length": 64,
+    "temperature": 1.0,
+    "save_steps": 2,
+    "save_total_limit": 1,
+}
+EVAL_DEFAULTS: dict[str, Any] = {
+    "benchmarks": ["arithmetic?n=40&split=test&seed=1"],
+    "n": 8,
+    "ks": None,  # powers of two up to n
+    "temperature": 0.6,
+    "top_p": 0.95,
+    "max_new_tokens": 64,
+    "seed": 0,
+    "batch_size": 64,
+    "strict": False,
+    "verify_workers": 0,
+    "plain_prompt": False,
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Checks the pipeline, not the science: a tiny random model, 2 methods × 1 seed × 2 steps.
+    "smoke": {
+        "model": "tiny",
+        "methods": ["pacs", "grpo"],
+        "seeds": [0],
+        "train": {
+            "data": "arithmetic?n=16&split=train&seed=0",
+            "max_steps": 2,
+            "learning_rate": 1e-3,
+            "num_generations": 4,
+            "per_device_train_batch_size": 8,
+            "mini_batches_per_rollout": 1,
+            "max_completion_length": 8,
+            "save_steps": 1,
+            "save_total_limit": 1,
+        },
+        "eval": {
+            "benchmarks": ["arithmetic?n=4&split=test&seed=1"],
+            "n": 4,
+            "ks": [1, 2, 4],
+            "max_new_tokens": 8,
+            "batch_size": 16,
+        },
+    },
+    # SmolLM2-135M on two-digit arithmetic (+, -, ×), held-out test problems. Sized for about 15 minutes on
+    # 2 free CPU cores: 2 methods × 2 seeds × 6 optimizer steps (3 rollout batches of 4 prompts × G = 8),
+    # then 5 evaluations of 24 problems × n = 4.
+    "cpu-small": {
+        "model": "smollm2-135m",
+        "methods": ["pacs", "grpo"],
+        "seeds": [0, 1],
+        "train": {
+            "data": "arithmetic?n=512&split=train&seed=0",
+            "max_steps": 6,
+            "learning_rate": 2e-5,
+            "num_generations": 8,
+            "per_device_train_batch_size": 16,
+            "mini_batches_per_rollout": 2,
+            "max_completion_length": 64,
+            "temperature": 1.0,
+            "save_steps": 2,
+            "save_total_limit": 1,
+        },
+        "eval": {
+            "benchmarks": ["arithmetic?n=24&split=test&seed=1"],
+            "n": 4,
+            "ks": [1, 2, 4],
+            "max_new_tokens": 64,
+            "batch_size": 96,
+        },
+    },
+}
+
+
+class CompareError(ValueError):
+    """A comparison setting that cannot be run; the message names it and what to do."""
+
+
+class ManifestMismatch(CompareError):
+    """The comparison folder was made with other settings."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One training run: a variant (method + sweep overrides) and a seed."""
+
+    variant: str  # e.g. "pacs" or "pacs[pacs_beta=0.1]"
+    method: str
+    seed: int
+    overrides: dict[str, Any]  # PACSConfig overrides of the method and sweep
+    sweep: tuple[str, Any] | None = None  # (field, value) when this is a sweep variant
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/seed{self.seed}"
+
+    @property
+    def folder(self) -> str:
+        """Relative folder of the run, a plain name per variant: runs/pacs__pacs_beta=0.1/seed0."""
+        return f"runs/{variant_slug(self.variant)}/seed{self.seed}"
+
+
+def variant_slug(variant: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", variant.replace("[", "__").replace("]", ""))
+
+
+def bench_slug(benchmark: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._=+-]", "_", Path(benchmark).stem if benchmark.endswith(".jsonl") else benchmark)
+    return s[:80] or "benchmark"
+
+
+# ----------------------------------------------------------------------------------------------- settings
+def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``top`` over ``base``; nested dicts merge, everything else is replaced."""
+    out = copy.deepcopy(base)
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def load_settings_file(path: str | Path) -> dict[str, Any]:
+    """A YAML or JSON settings file as a dict."""
+    p = Path(path)
+    if not p.is_file():
+        raise CompareError(f"--config {p}: file not found.")
+    text = p.read_text()
+    if p.suffix == ".json":
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise CompareError(f"--config {p}: expected a mapping at the top, got {type(data).__name__}.")
+    unknown = set(data) - {"model", "methods", "seeds", "sweeps", "train", "eval", "preset"}
+    if unknown:
+        raise CompareError(
+            f"--config {p}: unknown key(s) {sorted(unknown)}; known: model, methods, seeds, sweeps, train, eval."
+        )
+    return data
+
+
+def resolve_settings(
+    preset: str | None = None, config: dict[str, Any] | None = None, cli: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Defaults ← preset ← settings file ← command-line options. Returns a complete, checked dict."""
+    settings: dict[str, Any] = {
+        "model": "smollm2-135m",
+        "methods": ["pacs", "grpo"],
+        "seeds": [0],
+        "sweeps": {},
+        "train": dict(TRAIN_DEFAULTS),
+        "eval": dict(EVAL_DEFAULTS),
+    }
+    config = dict(config or {})
+    preset = preset or config.pop("preset", None)
+    config.pop("preset", None)
+    if preset is not None:
+        if preset not in PRESETS:
+            raise CompareError(f"--preset {preset!r} is unknown; use one of {', '.join(PRESETS)}.")
+        settings = deep_merge(settings, PRESETS[preset])
+    settings = deep_merge(settings, config)
+    for key, value in (cli or {}).items():
+        if value is None:
+            continue
+        if key in ("train", "eval"):
+            settings[key] = deep_merge(settings[key], value)
+        elif key == "sweeps":
+            settings["sweeps"] = {**settings.get("sweeps", {}), **value}
+        else:
+            settings[key] = value
+    settings["preset"] = preset
+    check_settings(settings)
+    return settings
+
+
+def _pacs_fields() -> dict[str, dataclasses.Field]:
+    from pacs_rl.training.config import PACSConfig
+
+    return {f.name: f for f in dataclasses.fields(PACSConfig)}
+
+
+def _field_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def check_settings(settings: dict[str, Any]) -> None:
+    """Refuse unknown methods, unknown PACSConfig fields, reserved fields and empty lists, by name."""
+    methods = settings["methods"]
+    if isinstance(methods, str):
+        methods = settings["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
+    if not methods:
+        raise CompareError("--methods is empty; give e.g. --methods pacs,grpo.")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise CompareError(f"--methods: unknown method(s) {unknown}; known: {', '.join(METHODS)}.")
+    if len(set(methods)) != len(methods):
+        raise CompareError(f"--methods lists a method twice: {methods}.")
+    seeds = settings["seeds"]
+    if isinstance(seeds, int):
+        seeds = settings["seeds"] = list(range(seeds))
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise CompareError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}.")
+    fields = _pacs_fields()
+    train = settings["train"]
+    if "data" not in train:
+        raise CompareError(
+            "train.data is missing: the training problems (e.g. 'arithmetic?n=256&split=train')."
+        )
+    for key in train:
+        if key == "data":
+            continue
+        if key in RESERVED_TRAIN_KEYS:
+            raise CompareError(
+                f"train.{key} is set by the comparison itself (per run / per method); remove it from the settings."
+            )
+        if key not in fields:
+            raise CompareError(f"train.{key} is not a PACSConfig field; see `pacs-rl train --help`.")
+    for name, values in settings.get("sweeps", {}).items():
+        if name not in fields or name in RESERVED_TRAIN_KEYS:
+            raise CompareError(
+                f"--sweep {name}=...: {name!r} is not a PACSConfig field that can be swept "
+                "(e.g. pacs_beta, pacs_score, pacs_weighted, reference, ref_reset_steps)."
+            )
+        if not isinstance(values, list) or not values:
+            raise CompareError(f"--sweep {name}: give at least one value, e.g. --sweep {name}=0.1,1,10.")
+    ev = settings["eval"]
+    unknown_eval = set(ev) - set(EVAL_DEFAULTS)
+    if unknown_eval:
+        raise CompareError(f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join(EVAL_DEFAULTS)}.")
+    if not ev["benchmarks"]:
+        raise CompareError("eval.benchmarks is empty; give at least one benchmark (--benchmarks math500).")
+    ks = ev.get("ks")
+    if ks is not None and any(int(k) < 1 or int(k) > int(ev["n"]) for k in ks):
+        raise CompareError(f"eval.ks {ks} must lie in 1..n (n = {ev['n']}).")
+
+
+def parse_sweep(text: str) -> tuple[str, list[Any]]:
+    """``"pacs_beta=0.1,0.5,1"`` -> ``("pacs_beta", [0.1, 0.5, 1.0])``, typed by the field's default."""
+    if "=" not in text:
+        raise CompareError(f"--sweep {text!r}: expected FIELD=V1,V2,... e.g. --sweep pacs_beta=0.1,1,10.")
+    name, _, raw = text.partition("=")
+    name = name.strip()
+    fields = _pacs_fields()
+    if name not in fields:
+        raise CompareError(
+            f"--sweep {text!r}: {name!r} is not a PACSConfig field (e.g. pacs_beta, pacs_score)."
+        )
+    default = _field_default(fields[name])
+    values = [v.strip() for v in raw.split(",") if v.strip()]
+    if not values:
+        raise CompareError(f"--sweep {text!r}: no values after '='.")
+    out = []
+    for v in values:
+        try:
+            if isinstance(default, bool):
+                if v.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(v)
+                out.append(v.lower() in ("true", "1"))
+            elif isinstance(default, int):
+                out.append(int(v))
+            elif isinstance(default, float):
+                out.append(float(v))
+            else:
+                out.append(v)
+        except ValueError:
+            raise CompareError(
+                f"--sweep {name}: value {v!r} is not a {type(default).__name__} (the type of {name})."
+            ) from None
+    return name, out
+
+
+# ----------------------------------------------------------------------------------------------- plan
+def _fmt(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def build_plan(settings: dict[str, Any]) -> list[RunSpec]:
+    """Every (variant, seed) to train, methods first, then one variant per sweep value.
+
+    A sweep applies to the methods it can change: PACS fields (``pacs_*``) to methods with
+    loss_type='pacs', other fields to every method. A sweep value that equals what a method already
+    uses is not trained twice: it maps onto that method's run (see :func:`sweep_table`)."""
+    fields = _pacs_fields()
+    specs: list[RunSpec] = []
+    seen: dict[str, str] = {}  # effective overrides -> variant name
+
+    def effective(overrides: dict[str, Any]) -> str:
+        """The overrides that change something relative to the shared train settings / field defaults."""
+        eff = {}
+        for k, v in overrides.items():
+            base = settings["train"].get(k, _field_default(fields[k]) if k in fields else dataclasses.MISSING)
+            if k == "loss_type" or base is dataclasses.MISSING or base != v:
+                eff[k] = v
+        return json.dumps(eff, sort_keys=True, default=str)
+
+    variants: list[tuple[str, str, dict[str, Any], tuple[str, Any] | None]] = []
+    for m in settings["methods"]:
+        variants.append((m, m, dict(METHODS[m]), None))
+    for name, values in settings.get("sweeps", {}).items():
+        for m in settings["methods"]:
+            if name.startswith("pacs_") and METHODS[m]["loss_type"] != "pacs":
+                continue
+            for v in values:
+                variants.append((f"{m}[{name}={_fmt(v)}]", m, {**METHODS[m], name: v}, (name, v)))
+    for variant, method, overrides, sweep in variants:
+        eff = effective(overrides)
+        if eff in seen:
+            continue  # same training as an earlier variant
+        seen[eff] = variant
+        for s in settings["seeds"]:
+            specs.append(RunSpec(variant, method, int(s), overrides, sweep))
+    return specs
+
+
+def sweep_table(settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, dict[str, dict[Any, str]]]:
+    """{field: {method: {value: variant}}}: which trained variant holds each sweep value.
+
+    A value equal to the method's own setting points at the method's plain run."""
+    fields = _pacs_fields()
+    variants = {s.variant for s in plan}
+    out: dict[str, dict[str, dict[Any, str]]] = {}
+    for name, values in settings.get("sweeps", {}).items():
+        for m in settings["methods"]:
+            if name.startswith("pacs_") and METHODS[m]["loss_type"] != "pacs":
+                continue
+            own = METHODS[m].get(name, settings["train"].get(name, _field_default(fields[name])))
+            for v in values:
+                variant = f"{m}[{name}={_fmt(v)}]"
+                if variant not in variants and v == own:
+                    variant = m
+                if variant in variants:
+                    out.setdefault(name, {}).setdefault(m, {})[v] = variant
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- manifest
+def manifest_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The part of the settings that defines the results (everything but the preset's name)."""
+    return json.loads(json.dumps({k: v for k, v in settings.items() if k != "preset"}, default=str))
+
+
+def write_or_check_manifest(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, Any]:
+    """Create ``manifest.json``, or check that the one there was written with the same settings.
+
+    Raises ManifestMismatch listing every differing setting."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / MANIFEST_FILE
+    wanted = manifest_settings(settings)
+    runs = [{"key": s.key, "variant": s.variant, "method": s.method, "seed": s.seed,
+             "overrides": s.overrides, "folder": s.folder} for s in plan]  # fmt: skip
+    if path.is_file():
+        old = json.loads(path.read_text())
+        diffs = _diff(old.get("settings", {}), wanted)
+        if diffs:
+            lines = "\n".join(f"  {k}: folder has {a!r}, this command has {b!r}" for k, a, b in diffs)
+            raise ManifestMismatch(
+                f"{out} holds a comparison made with other settings:\n{lines}\n"
+                "Rerun with the same settings to resume it, or choose another --output folder."
+            )
+        return old
+    import time
+
+    manifest = {
+        "version": MANIFEST_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "preset": settings.get("preset"),
+        "settings": wanted,
+        "runs": json.loads(json.dumps(runs, default=str)),
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2))
+    tmp.replace(path)
+    return manifest
+
+
+def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            out += _diff(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return [] if a == b else [(prefix or "settings", a, b)]

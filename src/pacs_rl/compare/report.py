@@ -1,0 +1,493 @@
+"""The comparison report: ``report.md`` and PNGs in the comparison folder.
+
+- a pass@k table per benchmark laid out like the paper's Tables 1/2 (rows = Base and each variant,
+  columns = k, mean ± standard error over seeds, best mean bold, second underlined);
+- pass@k curves; training dynamics as in Figure 4 (entropy, gradient norm, response length, reward;
+  mean over seeds with a min–max band); one heatmap per sweep as in Figure 3 (value × k);
+- for PACS, the critic's accuracy and Brier score over training (from metrics.jsonl) and its
+  calibration-in-the-large (mean σ(ψ) against the mean reward of each logged step);
+- a paired sign-flip permutation test of per-problem pass@1 between PACS and every other row.
+
+Every number is recomputed from the samples files with `pass_at_k`, so the table equals eq. 10 of the
+per-problem counts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pacs_rl.compare.plan import METHOD_LABELS, RunSpec, sweep_table
+
+# metrics.jsonl keys for the Figure-4 panels: (title, candidate keys in order of preference)
+DYNAMICS = [
+    ("entropy", ("entropy",)),
+    ("gradient norm", ("grad_norm",)),
+    ("response length (tokens)", ("completions/mean_length",)),
+    ("reward (rollout mean)", ("reward", "accuracy")),
+]
+CRITIC = [
+    ("critic accuracy (σ(ψ) > 0.5 ⇔ R = 1)", ("pacs/critic_accuracy",)),
+    ("Brier score (σ(ψ) − R)²", ("pacs/brier",)),
+]
+
+
+def variant_label(variant: str, method: str) -> str:
+    base = METHOD_LABELS.get(method, method)
+    return base + variant[len(method) :] if variant.startswith(method) else variant
+
+
+# ----------------------------------------------------------------------------------------------- loading
+def load_counts(eval_dir: Path) -> dict[str, Any] | None:
+    """Per-problem correct counts of one finished evaluation: {"ids", "c" (P,), "n", "ks"} or None."""
+    from pacs_rl.evaluation.runner import SAMPLES_FILE, read_samples
+
+    mpath = eval_dir / "metrics.json"
+    if not mpath.is_file():
+        return None
+    m = json.loads(mpath.read_text())
+    n = int(m["n"])
+    rows, _ = read_samples(eval_dir / SAMPLES_FILE)
+    ids: list[str] = []
+    seen = set()
+    correct: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for r in rows:
+        pid = str(r["problem_id"])
+        if int(r["sample_index"]) >= n:
+            continue
+        if pid not in seen:
+            seen.add(pid)
+            ids.append(pid)
+        count[pid] = count.get(pid, 0) + 1
+        correct[pid] = correct.get(pid, 0) + (float(r["score"]) >= 0.5)
+    ids = [i for i in ids if count[i] == n]
+    ids.sort()
+    return {
+        "ids": ids,
+        "c": np.array([correct[i] for i in ids], dtype=np.int64),
+        "n": n,
+        "ks": [int(k) for k in m["ks"]],
+        "num_problems": int(m["num_problems"]),
+    }
+
+
+def passk_of_counts(c: np.ndarray, n: int, ks: list[int]) -> dict[int, float]:
+    """Mean pass@k (eq. 10) over problems, in %."""
+    from pacs_rl.evaluation.passk import mean_pass_at_k
+
+    return {k: 100.0 * v for k, v in mean_pass_at_k([n] * len(c), c, ks).items()}
+
+
+def collect(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, Any]:
+    """Everything the report needs: per benchmark, per row (Base + variants), per seed: counts and pass@k."""
+    from pacs_rl.compare.execute import eval_dir_of
+
+    variants: dict[str, str] = {}  # variant -> method, in plan order
+    for s in plan:
+        variants.setdefault(s.variant, s.method)
+    benches = {}
+    for b in settings["eval"]["benchmarks"]:
+        rows: dict[str, dict[int | None, dict[str, Any]]] = {"Base": {}}
+        base = load_counts(eval_dir_of(out, None, b))
+        if base is not None:
+            rows["Base"][None] = base
+        for v in variants:
+            rows[v] = {}
+        for s in plan:
+            got = load_counts(eval_dir_of(out, s, b))
+            if got is not None:
+                rows[s.variant][s.seed] = got
+        benches[b] = rows
+    return {"variants": variants, "benchmarks": benches}
+
+
+# ----------------------------------------------------------------------------------------------- tables
+def _cell(mean: float, se: float, mark: str) -> str:
+    if mean is None or math.isnan(mean):
+        return "–"
+    text = f"{mean:.2f}" + ("" if se is None or math.isnan(se) else f" ± {se:.2f}")
+    return f"**{text}**" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text
+
+
+def passk_table(rows: list[tuple[str, dict[int, list[float]]]], ks: list[int], title: str) -> str:
+    """A paper-style Markdown table. rows: (label, {k: per-seed pass@k in %}); best/second by mean.
+
+    A row with one value per k shows no ± (nothing to estimate a standard error from)."""
+    from pacs_rl.compare.stats import mean_se
+    from pacs_rl.evaluation.report import rank_marks
+
+    stats = [[mean_se(r.get(k, [])) for k in ks] for _, r in rows]
+    marks = [rank_marks([stats[i][j][0] for i in range(len(rows))]) for j in range(len(ks))]
+    lines = [
+        title,
+        "",
+        "| Model | " + " | ".join(f"k = {k}" if j == 0 else str(k) for j, k in enumerate(ks)) + " |",
+        "|---|" + "---:|" * len(ks),
+    ]
+    for i, (label, _) in enumerate(rows):
+        cells = [_cell(stats[i][j][0], stats[i][j][1], marks[j][i]) for j in range(len(ks))]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def per_seed_passk(entries: dict[int | None, dict[str, Any]], ks: list[int]) -> dict[int, list[float]]:
+    out: dict[int, list[float]] = {k: [] for k in ks}
+    for e in entries.values():
+        pk = passk_of_counts(e["c"], e["n"], [k for k in ks if k <= e["n"]])
+        for k, v in pk.items():
+            out[k].append(v)
+    return out
+
+
+def per_problem_pass1(entries: dict[int | None, dict[str, Any]], ids: list[str]) -> np.ndarray | None:
+    """Per-problem pass@1 (= c/n) averaged over seeds, on the problems ``ids``; shape (P,)."""
+    if not entries:
+        return None
+    cols = []
+    for e in entries.values():
+        index = {pid: j for j, pid in enumerate(e["ids"])}
+        if any(pid not in index for pid in ids):
+            return None
+        cols.append(np.array([e["c"][index[pid]] / e["n"] for pid in ids]))
+    return np.mean(cols, axis=0)
+
+
+# ----------------------------------------------------------------------------------------------- plots
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_passk_curves(
+    bench_rows: dict[str, list[tuple[str, dict[int, list[float]]]]], ks, path: Path
+) -> Path:
+    from pacs_rl.compare.stats import mean_se
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(bench_rows), figsize=(5.5 * len(bench_rows), 4), squeeze=False)
+    for ax, (bench, rows) in zip(axes[0], bench_rows.items(), strict=True):
+        for label, r in rows:
+            kk = [k for k in ks[bench] if r.get(k)]
+            if not kk:
+                continue
+            ms = [mean_se(r[k]) for k in kk]
+            ax.errorbar(kk, [m for m, _ in ms], yerr=[0 if math.isnan(s) else s for _, s in ms],
+                        marker="o", capsize=3, label=label)  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k")
+        ax.set_ylabel("pass@k (%)")
+        ax.set_title(bench, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def read_run_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    from pacs_rl.training.callbacks import METRICS_FILE, read_metrics
+
+    path = run_dir / METRICS_FILE
+    return read_metrics(path) if path.is_file() else []
+
+
+def _series(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[str | None, dict[int, float]]:
+    for key in keys:
+        pts = {int(r["step"]): float(r[key]) for r in rows if r.get(key) is not None and "step" in r}
+        if pts:
+            return key, pts
+    return None, {}
+
+
+def plot_dynamics(
+    by_variant: dict[str, list[list[dict[str, Any]]]], panels, path: Path, title: str
+) -> tuple[Path, dict[str, str]]:
+    """One panel per metric; per variant the mean over seeds (line) and min–max over seeds (band)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    used: dict[str, str] = {}
+    for ax, (name, keys) in zip(axes[0], panels, strict=True):
+        for label, runs in by_variant.items():
+            per_seed = []
+            for rows in runs:
+                key, pts = _series(rows, keys)
+                if key:
+                    used[name] = key
+                    per_seed.append(pts)
+            if not per_seed:
+                continue
+            steps = sorted(set().union(*per_seed))
+            vals = np.array([[s.get(t, np.nan) for t in steps] for s in per_seed])
+            mean = np.nanmean(vals, axis=0)
+            ax.plot(steps, mean, label=f"{label} ({len(per_seed)} seed{'s' if len(per_seed) > 1 else ''})")
+            if len(per_seed) > 1:
+                ax.fill_between(steps, np.nanmin(vals, axis=0), np.nanmax(vals, axis=0), alpha=0.2)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("optimizer step")
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path, used
+
+
+def plot_calibration(by_variant: dict[str, list[list[dict[str, Any]]]], path: Path) -> Path | None:
+    """Calibration in the large: per logged step, mean σ(ψ) (x) against the mean reward (y)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(4.2, 4))
+    any_point = False
+    for label, runs in by_variant.items():
+        xs, ys = [], []
+        for rows in runs:
+            for r in rows:
+                p, y = r.get("pacs/prob_mean"), r.get("pacs/reward_mean")
+                if p is not None and y is not None:
+                    xs.append(p)
+                    ys.append(y)
+        if xs:
+            any_point = True
+            ax.scatter(xs, ys, s=14, alpha=0.7, label=f"{label} ({len(xs)} steps)")
+    if not any_point:
+        plt.close(fig)
+        return None
+    ax.plot([0, 1], [0, 1], "k--", lw=0.8, label="perfect calibration")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("mean predicted P(correct) = mean σ(ψ)")
+    ax.set_ylabel("mean reward (fraction correct)")
+    ax.set_title("PACS critic: calibration in the large", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_sweep_heatmap(
+    field: str, values: list[Any], grid: np.ndarray, ks: list[int], path: Path, bench: str
+):
+    """Figure 3 style: rows = sweep values, columns = k, colour = mean pass@k (%)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(ks), 1.2 + 0.5 * len(values)))
+    im = ax.imshow(grid, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(ks)), [str(k) for k in ks])
+    ax.set_yticks(range(len(values)), [str(v) for v in values])
+    ax.set_xlabel("k")
+    ax.set_ylabel(field)
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            if not np.isnan(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=7, color="w")
+    fig.colorbar(im, ax=ax, label="pass@k (%)")
+    ax.set_title(f"PACS pass@k by {field}\n{bench}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------- report
+def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> Path:
+    """Write ``report.md`` and the PNGs into ``out`` from whatever is finished; return the report path."""
+    from pacs_rl.compare.execute import TRAIN_DONE_FILE
+    from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
+
+    out = Path(out)
+    data = collect(out, settings, plan)
+    variants = data["variants"]
+    seeds = settings["seeds"]
+    labels = {v: variant_label(v, m) for v, m in variants.items()}
+    ev, tr = settings["eval"], settings["train"]
+    md: list[str] = [
+        "# Comparison report",
+        "",
+        f"Base model `{settings['model']}`; methods {', '.join(settings['methods'])}; seeds {seeds}; "
+        f"training data `{tr['data']}`; {tr.get('max_steps')} optimizer steps per run, "
+        f"G = {tr.get('num_generations')}, {tr.get('per_device_train_batch_size')} completions per mini-batch, "
+        f"{tr.get('mini_batches_per_rollout')} mini-batches per rollout batch, "
+        f"max {tr.get('max_completion_length')} completion tokens, lr {tr.get('learning_rate')}.",
+        "",
+        f"Evaluation (same for every row): n = {ev['n']} samples per problem, temperature {ev['temperature']}, "
+        f"top-p {ev['top_p']}, max {ev['max_new_tokens']} new tokens, sampling seed {ev['seed']}; "
+        "pass@k by the unbiased estimator (paper eq. 10), in %.",
+        "",
+    ]
+    trained = {s.key: (out / s.folder / TRAIN_DONE_FILE).is_file() for s in plan}
+    missing = [k for k, ok in trained.items() if not ok]
+    if missing:
+        md += [f"**Unfinished:** {len(missing)} of {len(plan)} training runs are not finished: "
+               f"{', '.join(missing)}. Rows below use what is finished.", ""]  # fmt: skip
+
+    # ---- tables
+    md += ["## pass@k", ""]
+    bench_rows: dict[str, list[tuple[str, dict[int, list[float]]]]] = {}
+    ks_of: dict[str, list[int]] = {}
+    for b, rows in data["benchmarks"].items():
+        first = next((e for r in rows.values() for e in r.values()), None)
+        if first is None:
+            md += [f"### {b}", "", "No finished evaluation yet.", ""]
+            continue
+        ks = first["ks"]
+        ks_of[b] = ks
+        table_rows = [("Base", per_seed_passk(rows["Base"], ks))]
+        table_rows += [(labels[v], per_seed_passk(rows[v], ks)) for v in variants if rows[v]]
+        bench_rows[b] = table_rows
+        n_seeds = {labels[v]: len(rows[v]) for v in variants if rows[v]}
+        md += [
+            passk_table(
+                table_rows,
+                ks,
+                f"### {b} (pass@k, %; {first['num_problems']} problems, n = {first['n']}; "
+                "mean ± standard error over seeds)",
+            ),
+            "",
+            "Seeds per row: "
+            + ", ".join(f"{k} {v}" for k, v in n_seeds.items())
+            + "; Base is one evaluation of the untrained model (no ±). "
+            "**Bold**: best mean in the column, <u>underlined</u>: second best (at two decimals).",
+            "",
+        ]
+    # ---- curves
+    if bench_rows:
+        plot_passk_curves(bench_rows, ks_of, out / "passk_curves.png")
+        md += ["![pass@k curves](passk_curves.png)", "",
+               "pass@k against k, mean over seeds with ± standard-error bars.", ""]  # fmt: skip
+
+    # ---- paired tests
+    ref_variant = "pacs" if "pacs" in variants else next(iter(variants), None)
+    if ref_variant is not None and bench_rows:
+        md += [
+            "## Paired test on pass@1",
+            "",
+            f"Per problem, pass@1 = c/n of each run, averaged over the seeds of the row; d = {labels[ref_variant]} "
+            "minus the other row, on the same problems. p: two-sided sign-flip permutation test of mean d = 0 "
+            "(exact over all sign patterns when at most 20 differences are non-zero, else 100,000 Monte-Carlo "
+            "patterns)"
+            + (
+                ", and Wilcoxon signed-rank (scipy)"
+                if wilcoxon_p([1.0, 2.0]) is not None
+                else "; scipy is not installed, so no Wilcoxon test"
+            )
+            + ".",
+            "",
+            "| Benchmark | Comparison | problems | seeds | mean d (pp) | SE (pp) | p (sign-flip) | p (Wilcoxon) |",
+            "|---|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for b, rows in data["benchmarks"].items():
+            if not rows.get(ref_variant):
+                continue
+            ids = sorted(set.intersection(*(set(e["ids"]) for r in rows.values() for e in r.values())))
+            ref = per_problem_pass1(rows[ref_variant], ids)
+            others = ["Base"] + [v for v in variants if v != ref_variant]
+            for o in others:
+                other = per_problem_pass1(rows[o], ids) if rows.get(o) else None
+                if ref is None or other is None or not ids:
+                    continue
+                t = sign_flip_test(ref - other)
+                w = wilcoxon_p(ref - other)
+                name = "Base" if o == "Base" else labels[o]
+                seeds_txt = f"{len(rows[ref_variant])} vs {len(rows[o])}"
+                md.append(
+                    f"| {b} | {labels[ref_variant]} − {name} | {t['n']} | {seeds_txt} | {100 * t['mean']:+.2f} | "
+                    f"{100 * t['se']:.2f} | {t['p_value']:.3g} ({t['method']}, {t['n_nonzero']} non-zero) | "
+                    f"{'–' if w is None else f'{w:.3g}'} |"
+                )
+        md += ["", "pp = percentage points. Seeds differ in training; every run is evaluated on the same problems "
+               "with the same sampling seed, so the test pairs problems, not seeds.", ""]  # fmt: skip
+
+    # ---- sweeps
+    table = sweep_table(settings, plan)
+    if table and bench_rows:
+        md += ["## Sweeps", ""]
+        for field, by_method in table.items():
+            for method, value_to_variant in by_method.items():
+                values = list(value_to_variant)
+                for b, rows in data["benchmarks"].items():
+                    if b not in ks_of:
+                        continue
+                    ks = ks_of[b]
+                    srows = [
+                        (f"{field} = {v}", per_seed_passk(rows[value_to_variant[v]], ks)) for v in values
+                    ]
+                    grid = np.array([[mean_se(r.get(k, []))[0] for k in ks] for _, r in srows])
+                    name = f"sweep_{field}_{method}_{list(data['benchmarks']).index(b)}.png"
+                    plot_sweep_heatmap(field, values, grid, ks, out / name, b)
+                    n_runs = [len(rows[value_to_variant[v]]) for v in values]
+                    md += [
+                        passk_table(srows, ks, f"### {METHOD_LABELS.get(method, method)}: {field} on {b}"),
+                        "",
+                        f"Seeds per value: {n_runs}; {ev['n']} samples on each of the same problems.",
+                        "",
+                        f"![{field} sweep]({name})",
+                        "",
+                    ]
+
+    # ---- dynamics
+    by_variant: dict[str, list[list[dict[str, Any]]]] = {}
+    for s in plan:
+        rows = _read(out / s.folder)
+        if rows:
+            by_variant.setdefault(labels[s.variant], []).append(rows)
+    if by_variant:
+        _, used = plot_dynamics(
+            by_variant, DYNAMICS, out / "training_dynamics.png", "Training dynamics (cf. paper Fig. 4)"
+        )
+        counts = ", ".join(f"{k}: {len(v)} run(s)" for k, v in by_variant.items())
+        md += [
+            "## Training dynamics",
+            "",
+            "![training dynamics](training_dynamics.png)",
+            "",
+            f"From each run's metrics.jsonl ({counts}); line = mean over seeds, band = min–max over seeds. "
+            f"Keys: {', '.join(f'{k} = `{v}`' for k, v in used.items())}. Entropy is the mean per-token entropy "
+            "of the sampled completions (the paper plots verl's entropy loss, a different scale).",
+            "",
+        ]
+        pacs_runs = {
+            labels[s.variant]: by_variant[labels[s.variant]]
+            for s in plan
+            if variants[s.variant] in ("pacs", "pacs_no_weight") and labels[s.variant] in by_variant
+        }
+        if pacs_runs:
+            _, cused = plot_dynamics(pacs_runs, CRITIC, out / "critic.png", "PACS critic σ(ψ) over training")
+            cal = plot_calibration(pacs_runs, out / "critic_calibration.png")
+            md += [
+                "## PACS as a critic",
+                "",
+                "![critic accuracy and Brier](critic.png)",
+                "",
+                "Per logged optimizer step, on that mini-batch's completions: accuracy of σ(ψ) > 0.5 as a "
+                "prediction of the reward R, and the Brier score mean (σ(ψ) − R)² "
+                f"(keys {', '.join(f'`{v}`' for v in cused.values())}). A constant guess of 0.5 scores Brier 0.25.",
+                "",
+            ]
+            if cal is not None:
+                md += [
+                    "![calibration](critic_calibration.png)",
+                    "",
+                    "Calibration in the large: each point is one logged step, mean σ(ψ) against the mean reward of "
+                    "the same completions. A per-sample reliability diagram needs per-completion σ(ψ), which the "
+                    "trainer does not log (metrics.jsonl holds step means), so it is not drawn.",
+                    "",
+                ]
+    path = out / "report.md"
+    path.write_text("\n".join(md).rstrip() + "\n")
+    return path
+
+
+def _read(run_dir: Path) -> list[dict[str, Any]]:
+    return read_run_metrics(run_dir)

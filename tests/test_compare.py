@@ -1,0 +1,120 @@
+"""pacs-rl compare end to end on a tiny random model (the smoke preset): an interrupted comparison, its
+resume (the finished run is not retrained), the report's numbers against pass_at_k of the sample counts,
+and the trainer's resume for a half-finished run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pacs_rl.compare.plan import resolve_settings
+
+
+class Interrupted(RuntimeError):
+    pass
+
+
+def _counts(eval_dir: Path) -> tuple[int, list[int]]:
+    """(n, correct count per problem) read straight from samples.jsonl."""
+    n = json.loads((eval_dir / "metrics.json").read_text())["n"]
+    correct: dict[str, int] = {}
+    for line in (eval_dir / "samples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        correct[row["problem_id"]] = correct.get(row["problem_id"], 0) + (row["score"] >= 0.5)
+    return n, [correct[k] for k in sorted(correct)]
+
+
+def test_smoke_interrupt_resume_and_report(tmp_path):
+    from pacs_rl.compare.execute import eval_run, run_comparison, train_run
+    from pacs_rl.evaluation.passk import pass_at_k
+
+    settings = resolve_settings(preset="smoke")
+    out = tmp_path / "cmp"
+    calls: list[str] = []
+
+    def interrupting_train(settings, spec, run_dir, base_model, description):
+        calls.append(spec.key)
+        if len(calls) == 2:
+            raise Interrupted("simulated crash in the second training run")
+        return train_run(settings, spec, run_dir, base_model, description)
+
+    with pytest.raises(Interrupted):
+        run_comparison(settings, out, train_fn=interrupting_train)
+    first = out / "runs/pacs/seed0/final/model.safetensors"
+    assert first.is_file()
+    mtime = first.stat().st_mtime_ns
+    assert not (out / "runs/grpo/seed0/final").exists()
+
+    # rerun: the first run is skipped (not retrained), the second trained, every model evaluated
+    result = run_comparison(settings, out)
+    st = result["status"]
+    assert st["train pacs/seed0"] == "skipped"
+    assert st["train grpo/seed0"] == "trained"
+    assert first.stat().st_mtime_ns == mtime
+    evals = {k: v for k, v in st.items() if k.startswith("eval")}
+    assert len(evals) == 3 and set(evals.values()) == {"evaluated"}  # base + 2 methods
+    # a third run does nothing but the report
+    again = run_comparison(settings, out, train_fn=interrupting_train, eval_fn=eval_run)
+    assert set(again["status"].values()) == {"skipped"}
+
+    # each run folder is an ordinary training run folder
+    for name in ("pacs", "grpo"):
+        run = out / f"runs/{name}/seed0"
+        assert (run / "metrics.jsonl").is_file() and (run / "train_config.yaml").is_file()
+        assert any(run.glob("checkpoint-*/trainer_state.json"))
+
+    # the report: a row per method and Base, numbers = mean pass@k of the per-problem sample counts
+    report = (out / "report.md").read_text()
+    bench = settings["eval"]["benchmarks"][0]
+    ks = settings["eval"]["ks"]
+    table = report.split(f"### {bench}")[1].split("\n\n")[1]
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    assert set(rows) == {"Base", "PACS", "GRPO"}
+    for label, folder in [("Base", "evals/base"), ("PACS", "evals/pacs/seed0"), ("GRPO", "evals/grpo/seed0")]:
+        edir = next((out / folder).iterdir())
+        n, c = _counts(edir)
+        assert len(c) == 4 and n == 4
+        cells = [re.sub(r"[*<u>/]", "", x).strip() for x in rows[label].split("|")[2:-1]]
+        expected = [f"{100 * float(np.mean(pass_at_k(n, np.array(c), k))):.2f}" for k in ks]
+        assert cells == expected, (label, cells, expected)
+    for png in ("passk_curves.png", "training_dynamics.png", "critic.png"):
+        assert (out / png).stat().st_size > 1000
+    assert "PACS − GRPO" in report and "PACS − Base" in report
+
+
+def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
+    """A run folder with a complete checkpoint but no final model is continued, not restarted."""
+    import pacs_rl.training.cli as train_cli
+    from pacs_rl.compare.execute import train_run
+    from pacs_rl.compare.plan import build_plan
+
+    settings = resolve_settings(preset="smoke")
+    spec = build_plan(settings)[0]
+    run_dir = tmp_path / spec.folder
+    (run_dir / "checkpoint-1").mkdir(parents=True)
+    (run_dir / "checkpoint-1" / "trainer_state.json").write_text("{}")
+    seen = {}
+
+    class _State:
+        global_step = 2
+
+    class _Trainer:
+        state = _State()
+
+    def fake_run_training(run, cfg, output_dir, resume=False):
+        seen.update(run=run, cfg=cfg, output_dir=output_dir, resume=resume)
+        (Path(output_dir) / "final").mkdir()
+        (Path(output_dir) / "final" / "config.json").write_text("{}")
+        return {"trainer": _Trainer()}
+
+    monkeypatch.setattr(train_cli, "run_training", fake_run_training)
+    assert train_run(settings, spec, run_dir, "base", "test") == "resumed"
+    assert seen["resume"] is True and seen["output_dir"] == str(run_dir)
+    assert seen["cfg"]["seed"] == 0 and seen["cfg"]["loss_type"] == "pacs"
+    assert seen["cfg"]["max_steps"] == settings["train"]["max_steps"]
+    assert seen["run"]["dataset"] == settings["train"]["data"] and seen["run"]["eval_size"] == 0
+    assert train_run(settings, spec, run_dir, "base", "test") == "skipped"

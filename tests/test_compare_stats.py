@@ -1,0 +1,131 @@
+"""pacs-rl compare without training: the plan, sweeps, manifest refusal, the paper-style table with
+mean ± SE, and the paired sign-flip test against hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pacs_rl.compare.plan import (
+    CompareError,
+    ManifestMismatch,
+    build_plan,
+    parse_sweep,
+    resolve_settings,
+    sweep_table,
+    write_or_check_manifest,
+)
+from pacs_rl.compare.report import passk_table
+from pacs_rl.compare.stats import mean_se, sign_flip_test
+
+
+# ---------------------------------------------------------------- statistics
+def test_mean_se_by_hand():
+    m, se = mean_se([10.0, 20.0])
+    assert m == 15.0
+    assert se == pytest.approx(math.sqrt(50.0) / math.sqrt(2))  # sd = √((25+25)/1), SE = sd/√2 = 5
+    assert se == pytest.approx(5.0)
+    m1, se1 = mean_se([3.0])
+    assert m1 == 3.0 and math.isnan(se1)
+
+
+def test_sign_flip_exact_four_problems_by_hand():
+    # |d| = (0.5, 0.25, 0.25, 0.75), observed |Σd| = 1.25. Of the 16 sign patterns, |Σ s|d|| >= 1.25 holds
+    # for: all +  (1.75), one of the two 0.25 flipped (1.25, 1.25), and the three mirror images: 6 / 16.
+    d = [0.5, -0.25, 0.25, 0.75]
+    t = sign_flip_test(d)
+    assert t["method"] == "exact" and t["n_nonzero"] == 4
+    assert t["p_value"] == pytest.approx(6 / 16)
+    assert t["mean"] == pytest.approx(1.25 / 4)
+    sd = math.sqrt(sum((x - 0.3125) ** 2 for x in d) / 3)
+    assert t["se"] == pytest.approx(sd / 2)
+
+
+def test_sign_flip_zeros_carry_no_sign_and_all_zero_gives_one():
+    # one non-zero difference: both signs give |Σ| = 0.5 >= 0.5, so p = 1
+    assert sign_flip_test([0.0, 0.5, 0.0])["p_value"] == 1.0
+    assert sign_flip_test([0.0, 0.0])["p_value"] == 1.0
+    # five equal positive differences: only the all-+ and all-− patterns reach |Σ| = 5: p = 2 / 32
+    assert sign_flip_test([1.0] * 5)["p_value"] == pytest.approx(2 / 32)
+
+
+def test_sign_flip_monte_carlo_beyond_exact_limit():
+    # 25 equal differences: exact p = 2 / 2^25 ≈ 6e-8, so 999 random patterns almost surely never reach it
+    t = sign_flip_test([1.0] * 25, n_draws=999, seed=0)
+    assert t["method"] == "monte-carlo"
+    assert t["p_value"] == pytest.approx(1 / 1000)  # the +1 correction: (1 + 0) / (1 + 999)
+    with pytest.raises(ValueError, match="nan"):
+        sign_flip_test([1.0, float("nan")])
+
+
+# ---------------------------------------------------------------- table
+def test_passk_table_mean_se_bold_and_underline():
+    rows = [
+        ("Base", {1: [5.0], 2: [50.0]}),  # one evaluation: no ±
+        ("A", {1: [10.0, 20.0], 2: [40.0, 40.0]}),  # 15 ± 5, 40 ± 0
+        ("B", {1: [30.0, 30.0], 2: [60.0, 20.0]}),  # 30 ± 0, 40 ± 20
+    ]
+    md = passk_table(rows, [1, 2], "### t")
+    lines = md.splitlines()
+    assert lines[2] == "| Model | k = 1 | 2 |"
+    assert lines[4] == "| Base | 5.00 | **50.00** |"
+    assert lines[5] == "| A | <u>15.00 ± 5.00</u> | <u>40.00 ± 0.00</u> |"
+    assert lines[6] == "| B | **30.00 ± 0.00** | <u>40.00 ± 20.00</u> |"  # ties share the mark
+
+
+# ---------------------------------------------------------------- plan and manifest
+def test_parse_sweep_types_and_errors():
+    assert parse_sweep("pacs_beta=0.1,1,10") == ("pacs_beta", [0.1, 1.0, 10.0])
+    assert parse_sweep("pacs_score=rloo,grpo") == ("pacs_score", ["rloo", "grpo"])
+    assert parse_sweep("pacs_weighted=true,false") == ("pacs_weighted", [True, False])
+    with pytest.raises(CompareError, match="not a float"):
+        parse_sweep("pacs_beta=big")
+    with pytest.raises(CompareError, match="not a PACSConfig field"):
+        parse_sweep("nonsense=1")
+
+
+def test_plan_sweep_variants_and_dedupe():
+    s = resolve_settings(
+        preset="smoke",
+        cli={"methods": ["pacs", "grpo"], "seeds": [0, 1], "sweeps": {"pacs_beta": [0.1, 1.0, 10.0]}},
+    )
+    plan = build_plan(s)
+    variants = list(dict.fromkeys(p.variant for p in plan))
+    # β = 1 is PACS's default: it is the plain "pacs" run, not trained twice; GRPO has no β
+    assert variants == ["pacs", "grpo", "pacs[pacs_beta=0.1]", "pacs[pacs_beta=10]"]
+    assert len(plan) == 4 * 2
+    assert sweep_table(s, plan) == {
+        "pacs_beta": {"pacs": {0.1: "pacs[pacs_beta=0.1]", 1.0: "pacs", 10.0: "pacs[pacs_beta=10]"}}
+    }
+    nw = resolve_settings(preset="smoke", cli={"methods": ["pacs_no_weight"]})
+    assert build_plan(nw)[0].overrides == {"loss_type": "pacs", "pacs_weighted": False}
+
+
+def test_settings_errors_name_the_setting():
+    with pytest.raises(CompareError, match="unknown method"):
+        resolve_settings(preset="smoke", cli={"methods": ["pacs", "ppo2"]})
+    with pytest.raises(CompareError, match=r"train\.seed is set by the comparison"):
+        resolve_settings(preset="smoke", config={"train": {"seed": 3}})
+    with pytest.raises(CompareError, match="not a PACSConfig field"):
+        resolve_settings(preset="smoke", config={"train": {"max_stepz": 3}})
+    with pytest.raises(CompareError, match="unknown"):
+        resolve_settings(preset="nope")
+
+
+def test_manifest_refuses_other_settings(tmp_path):
+    s = resolve_settings(preset="smoke")
+    write_or_check_manifest(tmp_path, s, build_plan(s))
+    first = json.loads((tmp_path / "manifest.json").read_text())
+    assert [r["key"] for r in first["runs"]] == ["pacs/seed0", "grpo/seed0"]
+    write_or_check_manifest(tmp_path, s, build_plan(s))  # same settings: accepted
+    other = resolve_settings(preset="smoke", cli={"train": {"max_steps": 3}, "seeds": [0, 1]})
+    with pytest.raises(ManifestMismatch) as e:
+        write_or_check_manifest(tmp_path, other, build_plan(other))
+    msg = str(e.value)
+    assert "train.max_steps: folder has 2, this command has 3" in msg
+    assert "seeds: folder has [0], this command has [0, 1]" in msg
+    assert "another --output" in msg
+    np.testing.assert_equal(json.loads((tmp_path / "manifest.json").read_text()), first)  # unchanged
