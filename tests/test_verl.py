@@ -218,6 +218,35 @@ def test_loss_regroups_interleaved_rows_and_scales_to_the_global_mini_batch():
     torch.testing.assert_close(loss, expected * len(rewards) / (2 * len(rewards)))
 
 
+def test_loss_skips_verls_padding_rows():
+    """verl pads a batch with rows whose response mask is empty: they carry no label and add no loss."""
+    mask, rewards, uids, old, new, lengths = make_batch(1, G, seed=7)
+    adv, _ = core.compute_pacs_label_advantage(outcome_rewards(rewards, mask, lengths), mask, index=uids)
+    pad = 2
+    config = actor_config()
+    config.global_batch_info.update(dp_size=1, global_batch_size=G + pad)
+    padded = [torch.cat([x, torch.zeros(pad, x.shape[1])]) for x in (old, new, adv, mask)]
+    loss_fn = core_algos.get_policy_loss_fn("pacs")
+    loss, _ = loss_fn(
+        old_log_prob=padded[0],
+        log_prob=padded[1],
+        advantages=padded[2],
+        response_mask=padded[3],
+        config=config,
+    )
+    expected, _ = pacs_loss(new, old, mask, rewards, G)
+    torch.testing.assert_close(loss, expected * G / (G + pad))
+    only_pad = [x[G:] for x in padded]
+    loss, metrics = loss_fn(
+        old_log_prob=only_pad[0],
+        log_prob=only_pad[1],
+        advantages=only_pad[2],
+        response_mask=only_pad[3],
+        config=config,
+    )
+    assert loss.item() == 0.0 and metrics == {}
+
+
 def test_loss_refuses_a_split_group_and_non_pacs_advantages():
     mask, rewards, uids, old, new, lengths = make_batch(2, G)
     adv, _ = core.compute_pacs_label_advantage(outcome_rewards(rewards, mask, lengths), mask, index=uids)

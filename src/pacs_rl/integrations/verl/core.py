@@ -216,14 +216,16 @@ def compute_pacs_policy_loss(
     beta, score, weighted, group_size = _pacs_options(config)
     rewards, group_ids = decode_labels(advantages, response_mask)
 
-    real = (group_ids >= 0).nonzero()[:, 0]  # rows that are not verl padding
+    real = (group_ids >= 0).nonzero()[:, 0]  # rows that are not verl padding (empty response mask)
+    if real.numel() == 0:  # a micro-batch of padding only: no loss, as verl's agg_loss gives
+        return (log_prob * 0.0).sum(), {}
     ids, counts = torch.unique(group_ids[real], return_counts=True)
     split = counts != group_size
-    if real.numel() == 0 or bool(split.any()):
+    if bool(split.any()):
         found = dict(zip(ids[split].tolist()[:5], counts[split].tolist()[:5], strict=True))
         raise ValueError(
             f"a PACS micro-batch must hold whole groups of rollout.n={group_size} rows, but it holds "
-            f"{real.numel()} rows with these groups (group: rows) {found or 'none'}. A verl setting splits or "
+            f"{real.numel()} rows with these groups (group: rows) {found}. A verl setting splits or "
             "reorders groups: check actor.use_dynamic_bsz=False, actor.shuffle=False, "
             "trainer.balance_batch=False, trainer.use_v1=False, and ppo_micro_batch_size_per_gpu a "
             "multiple of rollout.n; "
