@@ -129,3 +129,27 @@ def test_manifest_refuses_other_settings(tmp_path):
     assert "seeds: folder has [0], this command has [0, 1]" in msg
     assert "another --output" in msg
     np.testing.assert_equal(json.loads((tmp_path / "manifest.json").read_text()), first)  # unchanged
+
+
+def test_shipped_configs_resolve_and_cpu_small_matches_preset():
+    from pathlib import Path
+
+    from pacs_rl.compare.plan import load_settings_file
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    from_file = resolve_settings(config=load_settings_file(configs / "compare_cpu_small.yaml"))
+    preset = resolve_settings(preset="cpu-small")
+    assert {k: v for k, v in from_file.items() if k != "preset"} == {
+        k: v for k, v in preset.items() if k != "preset"
+    }
+    sweep = resolve_settings(config=load_settings_file(configs / "compare_beta_sweep.yaml"))
+    variants = list(dict.fromkeys(s.variant for s in build_plan(sweep)))
+    assert variants == [
+        "pacs",
+        "pacs[pacs_beta=0.1]",
+        "pacs[pacs_beta=0.5]",
+        "pacs[pacs_beta=2]",
+        "pacs[pacs_beta=10]",
+    ]
+    paper = resolve_settings(config=load_settings_file(configs / "compare_paper_7b.yaml"))
+    assert paper["eval"]["backend"] == "vllm" and paper["train"]["max_steps"] == 1200

@@ -169,6 +169,8 @@ def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: P
         strict=bool(ev["strict"]),
         verify_workers=int(ev["verify_workers"]),
         plain_prompt=bool(ev["plain_prompt"]),
+        backend=str(ev.get("backend", "transformers")),
+        dtype=str(ev.get("dtype", "float32")),
         label=label,
         progress=True,
     )
@@ -214,10 +216,14 @@ class Phase:
 
 
 def plan_phases(settings: dict[str, Any], plan: list[RunSpec]) -> list[Phase]:
-    phases = [Phase("train", s.key, s) for s in plan]
-    for b in settings["eval"]["benchmarks"]:
-        phases.append(Phase("eval", f"{BASE} on {b}", None, b))
-        phases += [Phase("eval", f"{s.key} on {b}", s, b) for s in plan]
+    """The base model's evaluations first, then seed by seed, each run's training followed by its
+    evaluations, so an interrupted comparison already holds complete, comparable rows for the first seeds."""
+    benches = settings["eval"]["benchmarks"]
+    phases = [Phase("eval", f"{BASE} on {b}", None, b) for b in benches]
+    for seed in settings["seeds"]:
+        for s in (s for s in plan if s.seed == seed):
+            phases.append(Phase("train", s.key, s))
+            phases += [Phase("eval", f"{s.key} on {b}", s, b) for b in benches]
     return phases
 
 
