@@ -46,6 +46,9 @@ def eval_command(
     backend: str = typer.Option("transformers", help="Sampling engine: transformers or vllm."),
     dtype: str = typer.Option("float32", help="Model dtype: float32 (CPU), bfloat16, float16."),
     batch_size: int = typer.Option(64, "--batch-size", help="Sequences per generate call."),
+    threads: int = typer.Option(
+        None, "--threads", help="torch CPU threads; 1 is much faster when other jobs share the CPU."
+    ),
     device: str = typer.Option("auto", help="transformers device: auto (cuda when available), cpu, cuda:0."),
     limit: int = typer.Option(None, help="Only the first LIMIT problems (file order)."),
     seed: int = typer.Option(0, help="Sampling seed."),
@@ -71,8 +74,7 @@ def eval_command(
 ) -> None:
     """Sample N completions per problem with the paper's prompt, verify them, and report pass@k.
 
-    Writes samples.jsonl, metrics.json, results.md and passk.png into --output; rerun the same command
-    to resume after a crash. Several --model options evaluate each into --output/<model> and merge.
+    Writes samples.jsonl, metrics.json, results.md and passk.png into --output; rerun the same command to resume after a crash. Several --model options evaluate each into --output/<model> and merge the table; --merge DIR... merges finished runs.
     """
     from rich.console import Console
 
@@ -112,6 +114,7 @@ def eval_command(
         dtype=dtype,
         batch_size=batch_size,
         device=device,
+        num_threads=threads,
         limit=limit,
         seed=seed,
         split=split,
