@@ -297,3 +297,22 @@ def test_tiny_model_crash_and_resume_on_arithmetic(tmp_path, tiny_model_dir, mon
     _, pairs = _pairs(tmp_path / "run" / "samples.jsonl")
     ids = [p.id for p in arithmetic_problems(5, seed=0, split="test")]
     assert set(pairs) == {(pid, i) for pid in ids for i in range(3)} and max(pairs.values()) == 1
+
+
+def test_several_models_merge_into_one_table(tmp_path, tiny_tokenizer, monkeypatch):
+    import pacs_rl.evaluation.runner as runner
+
+    built = []
+
+    def fake_build(config):
+        built.append(config.model)
+        return ScriptedSampler(), tiny_tokenizer
+
+    monkeypatch.setattr(runner, "build_sampler", fake_build)
+    cfg = _config(tmp_path, n=2)
+    results = runner.run_evals(cfg, ["m1", "org/m2"], labels=["Base", "PACS"])
+    assert built == ["m1", "org/m2"] and [r["label"] for r in results] == ["Base", "PACS"]
+    root = tmp_path / "run"
+    assert (root / "m1" / "samples.jsonl").is_file() and (root / "org__m2" / "metrics.json").is_file()
+    table = (root / "results.md").read_text()
+    assert "| Base |" in table and "| PACS |" in table and (root / "passk.png").is_file()
