@@ -153,3 +153,64 @@ def test_shipped_configs_resolve_and_cpu_small_matches_preset():
     ]
     paper = resolve_settings(config=load_settings_file(configs / "compare_paper_7b.yaml"))
     assert paper["eval"]["backend"] == "vllm" and paper["train"]["max_steps"] == 1200
+
+
+# ---------------------------------------------------------------- report from made-up finished folders
+def _fake_eval(folder, counts, n):
+    folder.mkdir(parents=True)
+    rows = [
+        {"problem_id": f"p{i}", "sample_index": j, "score": float(j < c)}
+        for i, c in enumerate(counts)
+        for j in range(n)
+    ]
+    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "metrics.json").write_text(json.dumps({"n": n, "ks": [1, 2], "num_problems": len(counts)}))
+
+
+def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
+    from pacs_rl.compare.execute import eval_dir_of
+    from pacs_rl.compare.report import write_comparison_report
+
+    s = resolve_settings(
+        preset="smoke",
+        cli={
+            "seeds": [0, 1],
+            "sweeps": {"pacs_beta": [0.1, 1.0]},
+            "eval": {"benchmarks": ["b"], "n": 2, "ks": [1, 2]},
+        },
+    )
+    plan = build_plan(s)
+    counts = {  # correct samples of 2 per problem, per (variant, seed)
+        ("pacs", 0): [2, 1, 0, 2],
+        ("pacs", 1): [2, 1, 1, 2],
+        ("grpo", 0): [1, 1, 0, 0],
+        ("grpo", 1): [1, 0, 0, 0],
+        ("pacs[pacs_beta=0.1]", 0): [0, 0, 0, 0],
+        ("pacs[pacs_beta=0.1]", 1): [2, 2, 2, 2],
+    }
+    _fake_eval(eval_dir_of(tmp_path, None, "b"), [0, 0, 0, 0], 2)
+    for spec in plan:
+        _fake_eval(eval_dir_of(tmp_path, spec, "b"), counts[(spec.variant, spec.seed)], 2)
+        run = tmp_path / spec.folder
+        rows = [{"step": t, "entropy": 1.0 + t, "grad_norm": 0.5, "completions/mean_length": 8, "reward": 0.1,
+                 "pacs/critic_accuracy": 0.6, "pacs/brier": 0.2, "pacs/prob_mean": 0.4, "pacs/reward_mean": 0.3}
+                for t in (1, 2)]  # fmt: skip
+        (run).mkdir(parents=True)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = write_comparison_report(tmp_path, s, plan).read_text()
+
+    # PACS per-problem pass@1 over seeds: (1, .5, .25, 1); GRPO: (.5, .25, 0, 0); d = (.5, .25, .25, 1), all
+    # positive: only the all-+ and all-− sign patterns reach |Σd| = 2, so p = 2/16; mean d = 50 pp
+    sd = np.std([50, 25, 25, 100], ddof=1) / 2
+    assert f"| b | PACS − GRPO | 4 | 2 vs 2 | +50.00 | {sd:.2f} | 0.125 (exact, 4 non-zero) |" in md
+    # pass@1 table: PACS seeds 62.5, 75 -> 68.75 ± 6.25 (best); β=0.1 seeds 0, 100 -> 50 ± 50 (second)
+    assert "| PACS | **68.75 ± 6.25** |" in md
+    assert "| GRPO | 18.75 ± 6.25 |" in md
+    assert "| PACS[pacs_beta=0.1] | <u>50.00 ± 50.00</u> |" in md
+    assert "| Base | 0.00 |" in md
+    assert "| pacs_beta = 0.1 | <u>50.00 ± 50.00</u> |" in md
+    assert "| pacs_beta = 1.0 | **68.75 ± 6.25** |" in md
+    for png in ("passk_curves.png", "training_dynamics.png", "critic.png", "critic_calibration.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+    assert any(tmp_path.glob("sweep_pacs_beta_pacs_*.png"))
+    assert "not finished" in md  # no run has its final model: the report says so
