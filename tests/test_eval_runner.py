@@ -316,3 +316,15 @@ def test_several_models_merge_into_one_table(tmp_path, tiny_tokenizer, monkeypat
     assert (root / "m1" / "samples.jsonl").is_file() and (root / "org__m2" / "metrics.json").is_file()
     table = (root / "results.md").read_text()
     assert "| Base |" in table and "| PACS |" in table and (root / "passk.png").is_file()
+
+
+@pytest.mark.slow
+def test_bundled_model_offline_cli(tmp_path, bundled_model_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["eval", "--model", "smollm2-135m", "--benchmark", "arithmetic?n=2&seed=0", "--n", "2"]
+    r = _cli(
+        [*args, "--max-new-tokens", "16", "--threads", "1", "--no-progress", "--output", str(tmp_path / "s")]
+    )
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(line) for line in (tmp_path / "s" / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(row["num_tokens"] > 0 for row in rows)
