@@ -3,7 +3,7 @@
 Public API::
 
     verify(completion, answer, strict=False, timeout=3.0, prompt=None) -> Verdict
-    math_reward(completion, answer, strict=False, timeout=3.0) -> float
+    math_reward(completion, answer, strict=False, timeout=3.0, prompt=None) -> float
     extract_answer(completion, strict=False, prompt=None) -> str | None
     verify_batch(completions, answers, strict=False, num_workers=None, timeout=3.0, progress=False,
                  prompts=None) -> BatchResult

@@ -461,9 +461,11 @@ def verify(
     )
 
 
-def math_reward(completion, answer, strict: bool = False, timeout: float = DEFAULT_TIMEOUT) -> float:
+def math_reward(
+    completion, answer, strict: bool = False, timeout: float = DEFAULT_TIMEOUT, prompt: str | None = None
+) -> float:
     """1.0 when the completion's final answer equals the gold answer, else 0.0 (``verify(...).score``)."""
-    return verify(completion, answer, strict=strict, timeout=timeout).score
+    return verify(completion, answer, strict=strict, timeout=timeout, prompt=prompt).score
 
 
 def verify_batch(
