@@ -66,6 +66,7 @@ def test_lenient_reads_the_last_number_strict_needs_a_box():
     assert verify(completion, "42").score == 1.0
     assert verify(completion, "42", strict=True).reason == "no_answer"
     assert extract_answer(completion, strict=True) is None
+    assert extract_answer(completion) == "42"
     assert verify(r"so \boxed{42}", "42", strict=True).score == 1.0
 
 
