@@ -126,3 +126,19 @@ def test_hard_deadline_spares_a_starved_worker_but_not_forever():
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_interrupted_batch_does_not_leak_into_the_next(pool, monkeypatch):
+    import pacs_rl.rewards.pool as pool_module
+
+    def interrupt(*args, **kwargs):  # Ctrl-C while the first tasks are in flight
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pool_module, "wait", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        pool.verify_batch([r"\boxed{1}"] * 8, ["2"] * 8)  # would all be "wrong"
+    monkeypatch.undo()
+    completions, answers, expected = _pairs(8)
+    result = pool.verify_batch(completions, answers)
+    assert result.scores == expected
+    assert [v.extracted for v in result.verdicts] == [str(i) for i in range(8)]

@@ -330,9 +330,14 @@ class RewardPool:
                         prompt = None if prompts is None else prompts[task_id]
                         if not worker.inflight:
                             worker.head_started, worker.next_check = now, now + hard_limit
-                        worker.conn.send(
-                            (task_id, completions[task_id], answers[task_id], strict, prompt, timeout)
-                        )
+                        try:
+                            worker.conn.send(
+                                (task_id, completions[task_id], answers[task_id], strict, prompt, timeout)
+                            )
+                        except (OSError, ValueError):  # the worker died: blame its current task, if any
+                            pending.appendleft(task_id)
+                            done += self._replace(worker, results, pending, "worker_crash")
+                            break
                         worker.inflight.append(task_id)
                 deadlines = [w.next_check for w in self._workers if w.ready and w.inflight]
                 wait_for = max(0.0, min(deadlines) - now) if deadlines else 1.0
@@ -373,6 +378,14 @@ class RewardPool:
                             f"a verifier worker did not start within {self.start_timeout:.0f} s (is the machine "
                             "overloaded, or does the main script lack an `if __name__ == '__main__':` guard?)"
                         )
+        except BaseException:
+            # Interrupted (Ctrl-C, start-up failure): tasks still in flight would answer into the next
+            # batch, so their workers are replaced.
+            for worker in list(self._workers):
+                if worker.inflight:
+                    worker.inflight.clear()
+                    self._replace(worker, results, pending, "worker_crash")
+            raise
         finally:
             if bar is not None:
                 bar.stop()
