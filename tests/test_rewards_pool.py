@@ -58,7 +58,7 @@ def test_pathological_answer_times_out_in_pool_without_stalling_the_batch(pool):
 
 def test_stuck_worker_is_killed_and_replaced():
     # The worker's own timer is switched off, so only the parent's hard deadline can stop the task.
-    with RewardPool(num_workers=1, timeout=0.5, kill_grace=0.5, _soft_timeout=False) as stuck:
+    with RewardPool(num_workers=1, timeout=0.3, kill_grace=0.3, _soft_timeout=False) as stuck:
         completions, answers, expected = _pairs(4)
         completions.insert(1, PATHOLOGICAL)
         answers.insert(1, "5")
