@@ -285,3 +285,22 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path, tiny_tokenizer, 
     steps = [r["step"] for r in read_metrics(run_dir / METRICS_FILE) if "loss" in r]
     assert steps == [1, 2, 3, 4]  # rows of redone steps replaced, not duplicated
     json.loads((run_dir / METRICS_FILE).read_text().splitlines()[-1])
+
+
+def test_fast_sampler_rollouts_train_and_resume_exactly(tmp_path, tiny_tokenizer):
+    """fast_sampler=True: the rollout goes through pacs_rl.sampling; groups whole, seeds from torch's RNG."""
+    from pacs_rl.models import tiny_random_model
+
+    extra = dict(max_steps=4, fast_sampler=True, save_strategy="steps", save_steps=2)
+    a = _trainer(tmp_path / "a", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, cls=RecordingTrainer, **extra)
+    a.train()
+    for batch in a.seen:
+        prompts = batch["prompt_ids"].view(-1, G, batch["prompt_ids"].shape[1])
+        assert (prompts == prompts[:, :1]).all()
+        assert batch["completion_mask"].sum() > 0
+    b = _trainer(tmp_path / "a", tiny_random_model(tiny_tokenizer, seed=3), tiny_tokenizer, **extra)
+    b.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))  # the step-3 rollout is redrawn
+    sa, sb = a.model.state_dict(), b.model.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    with pytest.raises(ValueError, match="top_k"):
+        _config(tmp_path, fast_sampler=True, top_k=5)

@@ -28,7 +28,7 @@ def test_shipped_configs_use_known_keys(name):
 
 
 def test_paper_config_matches_appendix_b2(tmp_path):
-    run, cfg = cli.resolve_settings(str(REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"), {}, [])
+    _run, cfg = cli.resolve_settings(str(REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"), {}, [])
     G = cfg["num_generations"]
     mini_batch = cfg["per_device_train_batch_size"] * 8 * cfg["gradient_accumulation_steps"]  # 8 GPUs
     assert G == 8 and mini_batch == 256 * G  # 256 prompts per mini-batch

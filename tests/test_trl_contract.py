@@ -19,6 +19,7 @@ METHODS = {
     "_calculate_rewards": ["inputs", "prompts", "completions", "completion_ids_list"],
     "_generate_and_score_completions": ["inputs"],
     "_prepare_inputs": ["generation_batch"],
+    "_generate_single_turn": ["prompt_ids", "images", "multimodal_fields", "num_generations"],
     "_compute_loss": ["model", "inputs"],
     "compute_loss": ["model", "inputs", "return_outputs", "num_items_in_batch"],
     "_save_checkpoint": ["model", "trial"],

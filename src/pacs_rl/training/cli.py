@@ -71,10 +71,32 @@ CPU_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _config_fields() -> dict[str, dataclasses.Field]:
+def _config_fields(loss_type: str | None = None) -> dict[str, dataclasses.Field]:
+    """Fields of the config class serving ``loss_type``; None: every field of any of them (PPO's is a superset)."""
     from pacs_rl.training.config import PACSConfig
 
-    return {f.name: f for f in dataclasses.fields(PACSConfig) if f.init}
+    classes = [PACSConfig]
+    try:
+        from pacs_rl.training.ppo import PPOConfig, config_and_trainer_classes
+    except ImportError:
+        PPOConfig = config_and_trainer_classes = None
+    if loss_type is not None and config_and_trainer_classes is not None:
+        classes = [config_and_trainer_classes(loss_type)[0]]
+    elif PPOConfig is not None:
+        classes.append(PPOConfig)
+    return {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}
+
+
+def config_and_trainer_classes(loss_type: str) -> tuple[type, type]:
+    """(config class, trainer class) for ``loss_type``: PPO's for 'ppo', PACSConfig/PACSTrainer otherwise."""
+    try:
+        from pacs_rl.training.ppo import config_and_trainer_classes as pick
+    except ImportError:
+        from pacs_rl.training.config import PACSConfig
+        from pacs_rl.training.trainer import PACSTrainer
+
+        return PACSConfig, PACSTrainer
+    return pick(loss_type)
 
 
 def _parse_value(text: str) -> Any:
@@ -235,7 +257,7 @@ def train_command(
         "-d",
         help="arithmetic | reasoning_gym:<task> | file.jsonl | Hub id | benchmark name.",
     ),
-    loss_type: str = typer.Option(None, "--loss-type", "-l", help="pacs | grpo | dr_grpo | rloo | cw_grpo."),
+    loss_type: str = typer.Option(None, "--loss-type", "-l", help="pacs | grpo | dr_grpo | rloo | cw_grpo | ppo."),
     max_steps: int = typer.Option(None, "--max-steps", help="Optimizer steps."),
     learning_rate: float = typer.Option(None, "--learning-rate", "--lr", help="Peak learning rate."),
     seed: int = typer.Option(None, "--seed", help="Random seed (data order, sampling, init)."),
@@ -291,9 +313,8 @@ def run_training(
     from pacs_rl.models import load_model_and_tokenizer
     from pacs_rl.rewards import make_math_reward_func
     from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, RichProgressCallback
-    from pacs_rl.training.config import PACSConfig
     from pacs_rl.training.heldout import heldout_accuracy, plot_curves
-    from pacs_rl.training.trainer import PACSTrainer, last_complete_checkpoint
+    from pacs_rl.training.trainer import last_complete_checkpoint
 
     out = Path(output_dir)
     checkpoint = None
@@ -307,7 +328,12 @@ def run_training(
         )
     out.mkdir(parents=True, exist_ok=True)
     cfg_kwargs = {**cfg_kwargs, "output_dir": str(out), "disable_tqdm": True}
-    args = PACSConfig(**cfg_kwargs)
+    loss_type = cfg_kwargs.get("loss_type", "pacs")
+    config_cls, trainer_cls = config_and_trainer_classes(loss_type)
+    misplaced = sorted(set(cfg_kwargs) - set(_config_fields(loss_type)))
+    if misplaced:
+        raise typer.BadParameter(f"setting(s) {misplaced} do not apply to loss_type={loss_type!r} ({config_cls.__name__})")
+    args = config_cls(**cfg_kwargs)
     torch.manual_seed(args.seed)
     (out / "settings.json").write_text(json.dumps({"run": run, "config": cfg_kwargs}, indent=2, default=str))
 
@@ -344,7 +370,7 @@ def run_training(
             target_modules=run["lora_target_modules"],
             task_type="CAUSAL_LM",
         )
-    trainer = PACSTrainer(
+    trainer = trainer_cls(
         model,
         reward,
         args=args,

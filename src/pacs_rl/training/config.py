@@ -118,6 +118,25 @@ class PACSConfig(GRPOConfig):
         },
     )
 
+    # ---- generation -------------------------------------------------------------------------------------
+    fast_sampler: bool = field(
+        default=False,
+        metadata={
+            "help": "Generate rollouts with pacs_rl.sampling.TransformersSampler (each prompt prefilled once and its "
+            "KV cache shared by its G samples, exact inverse-CDF sampling, finished rows leave the batch) instead "
+            "of transformers' generate. Same distribution in fp32; CPU/single-device text-only runs; ignored "
+            "with use_vllm."
+        },
+    )
+    fast_sampler_dtype: str | None = field(
+        default=None,
+        metadata={"help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (AMX on CPU); None = model dtype."},
+    )
+    fast_sampler_batch_size: int = field(
+        default=64,
+        metadata={"help": "With fast_sampler: sequences decoded together (bounds memory)."},
+    )
+
     # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
     bf16: bool | None = field(
         default=None,
@@ -204,6 +223,16 @@ class PACSConfig(GRPOConfig):
                 f"ref_reset_steps={self.ref_reset_steps} is not a multiple of mini_batches_per_rollout="
                 f"{self.mini_batches_per_rollout}: the reference must only change between rollout batches."
             )
+        if self.fast_sampler and not self.use_vllm:
+            unsupported = {
+                "top_k": (self.top_k, (0, None)),
+                "min_p": (self.min_p, (None, 0.0)),
+                "repetition_penalty": (self.repetition_penalty, (1.0,)),
+                "generation_kwargs": (self.generation_kwargs, (None, {})),
+            }
+            for name, (value, allowed) in unsupported.items():
+                if value not in allowed:
+                    raise ValueError(f"fast_sampler=True does not implement {name}={value!r}; set fast_sampler=False.")
         if self.ref_reset_steps < 0:
             raise ValueError(f"ref_reset_steps={self.ref_reset_steps}; it must be >= 0 (0 = never reset).")
 

@@ -24,52 +24,48 @@ def heldout_accuracy(
 ) -> dict:
     """Accuracy of ``model`` on ``problems`` (list of pacs_rl.data.Problem), one completion each.
 
-    Returns {"accuracy", "n", "correct", "mean_length"}. The global torch RNG is saved and restored, so
-    calling this does not change a training run's random stream.
+    Sampled with pacs_rl.sampling.TransformersSampler (temperature 0 = greedy). Returns {"accuracy", "n",
+    "correct", "mean_length"}. The global torch RNG is saved and restored, so calling this does not
+    change a training run's random stream.
     """
     import torch
 
     from pacs_rl.data import format_prompt
     from pacs_rl.rewards import math_reward_func
+    from pacs_rl.sampling import SamplingParams, TransformersSampler
 
     reward_func = reward_func or math_reward_func
     rng_state = torch.get_rng_state()
-    was_training = model.training
-    model.eval()
-    padding_side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
+    sampler = TransformersSampler(model, tokenizer, batch_size=batch_size)  # restores train/eval mode itself
     correct, lengths = 0, []
     try:
-        torch.manual_seed(seed)
         batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
         bar = _progress(progress, description, len(problems))
-        for batch in batches:
-            prompts = [format_prompt(tokenizer, p.problem) for p in batch]
-            enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(
-                model.device
+        for k, batch in enumerate(batches):
+            prompt_ids = [
+                tokenizer(format_prompt(tokenizer, p.problem), add_special_tokens=False)["input_ids"]
+                for p in batch
+            ]
+            params = SamplingParams(
+                n=1,
+                temperature=temperature,
+                top_p=top_p if temperature > 0 else 1.0,
+                max_new_tokens=max_new_tokens,
+                seed=seed + k,
             )
-            gen = dict(max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-            if temperature > 0:
-                gen.update(do_sample=True, temperature=temperature, top_p=top_p)
-            else:
-                gen.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-            with torch.no_grad():
-                out = model.generate(**enc, **gen)
-            completion_ids = out[:, enc["input_ids"].shape[1] :]
-            texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+            samples = [group[0] for group in sampler.generate_ids(prompt_ids, params)]
             scores = reward_func(
-                [[{"role": "assistant", "content": t}] for t in texts], answer=[p.answer for p in batch]
+                [[{"role": "assistant", "content": s.text}] for s in samples],
+                answer=[p.answer for p in batch],
             )
             correct += int(sum(s == 1.0 for s in scores))
-            lengths += (completion_ids != tokenizer.pad_token_id).sum(dim=1).tolist()
+            lengths += [len(s.token_ids) for s in samples]
             if bar is not None:
                 bar[0].update(bar[1], advance=len(batch))
         if bar is not None:
             bar[0].stop()
     finally:
         torch.set_rng_state(rng_state)
-        tokenizer.padding_side = padding_side
-        model.train(was_training)
     n = len(problems)
     return {
         "accuracy": correct / n if n else float("nan"),

@@ -103,6 +103,40 @@ class PACSTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func  # (B_all_processes, n_funcs), gathered
         return rewards_per_func
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if not self.args.fast_sampler or self.use_vllm:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        if images is not None or multimodal_fields or self.tools:
+            raise ValueError("fast_sampler=True supports text-only prompts without tools; set fast_sampler=False.")
+        return self._fast_generate(prompt_ids, num_generations), None
+
+    def _fast_generate(self, prompt_ids: list[list[int]], G: int) -> list[list[int]]:
+        """Sample with pacs_rl.sampling: each prompt once with n=G (TRL repeats every prompt G times)."""
+        from pacs_rl.sampling import SamplingParams, TransformersSampler
+
+        unique = prompt_ids[::G]
+        if [p for p in unique for _ in range(G)] != list(prompt_ids):
+            raise RuntimeError("fast_sampler expects each prompt repeated G times in a row (TRL's RepeatSampler)")
+        if getattr(self, "_sampler", None) is None:
+            self._sampler = TransformersSampler(
+                self.accelerator.unwrap_model(self.model),
+                self.processing_class,
+                dtype=self.args.fast_sampler_dtype,
+                batch_size=self.args.fast_sampler_batch_size,
+            )
+        params = SamplingParams(
+            n=G,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_completion_length,
+            seed=int(torch.randint(0, 2**62, (1,)).item()),  # from the global RNG: resumes exactly
+            stop_token_ids=list(self.eos_token_ids),
+        )
+        groups = self._sampler.generate_ids(unique, params)
+        return [list(s.token_ids) for group in groups for s in group]
+
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"

@@ -1,0 +1,181 @@
+"""PACSTrainer (reference='old') vs stock TRL GRPOTrainer (loss_type='grpo'): step time and peak memory.
+
+Same model, data, reward, seed and settings; both trainers are built in one process and their steps are
+interleaved (A, B, A, B, ...) so machine load hits both alike. Reports the ratios PACS/TRL and writes
+docs/benchmarks/train_step_overhead.json.
+
+    python benchmarks/train_step_overhead.py                 # bundled SmolLM2-135M, 16 x 64 tokens
+    python benchmarks/train_step_overhead.py --model tiny    # tiny random model (smoke)
+
+Generation is identical (TRL's transformers path) and dominates the step; the loss differs. Peak
+memory: each trainer also runs alone in a child process (--child), which reports its own max RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def build(kind: str, model_name: str, out: Path, steps: int, G: int, T: int):
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from pacs_rl.data import arithmetic_problems, build_messages
+    from pacs_rl.models import load_model_and_tokenizer, tiny_random_model, tiny_tokenizer
+    from pacs_rl.rewards import math_reward_func
+    from pacs_rl.training import PACSConfig, PACSTrainer
+
+    torch.manual_seed(0)
+    if model_name == "tiny":
+        tok = tiny_tokenizer()
+        model = tiny_random_model(tok)
+    else:
+        model, tok = load_model_and_tokenizer(model_name)
+    problems = arithmetic_problems(200, seed=0)
+    ds = Dataset.from_list([{"prompt": build_messages(p.problem), "answer": p.answer} for p in problems])
+    common = dict(
+        output_dir=str(out / kind),
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        per_device_train_batch_size=2 * G,
+        num_generations=G,
+        max_completion_length=T,
+        steps_per_generation=1,
+        learning_rate=1e-5,
+        max_steps=steps,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=0,
+        disable_tqdm=True,
+        beta=0.0,
+    )
+    if kind == "trl":
+        args = GRPOConfig(loss_type="grpo", **common)
+        return GRPOTrainer(model, math_reward_func, args=args, train_dataset=ds, processing_class=tok)
+    common.pop("steps_per_generation")
+    args = PACSConfig(loss_type="pacs", mini_batches_per_rollout=1, **common)
+    return PACSTrainer(model, math_reward_func, args=args, train_dataset=ds, processing_class=tok)
+
+
+def run_child(a) -> None:
+    import tempfile
+
+    tr = build(a.child, a.model, Path(tempfile.mkdtemp(prefix="train-overhead-child-")), a.steps, a.G, a.T)
+    tr.train()
+    print(json.dumps({"max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--G", type=int, default=8)
+    p.add_argument("--T", type=int, default=64)
+    p.add_argument("--out", default="docs/benchmarks/train_step_overhead.json")
+    p.add_argument("--child", choices=["trl", "pacs"], help="internal: run one trainer alone, print max RSS")
+    a = p.parse_args()
+    if a.child:
+        run_child(a)
+        return
+    import tempfile
+
+    import torch
+
+    tmp = Path(tempfile.mkdtemp(prefix="train-overhead-"))
+    trainers = {k: build(k, a.model, tmp, a.steps, a.G, a.T) for k in ("trl", "pacs")}
+    times = {k: [] for k in trainers}
+    rss_growth = {k: 0.0 for k in trainers}
+    iters = {}
+    for k, tr in trainers.items():  # TRL-style manual loop: prepare + one optimizer step per call
+        tr.model.train()
+        tr.create_optimizer_and_scheduler(num_training_steps=a.steps)
+        iters[k] = iter(tr.get_train_dataloader())
+    for step in range(a.steps):
+        for k in ("trl", "pacs") if step % 2 == 0 else ("pacs", "trl"):
+            tr = trainers[k]
+            batch = next(iters[k])
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            t = time.perf_counter()
+            tr.current_gradient_accumulation_steps = 1
+            inputs = tr._prepare_inputs(batch)
+            loss = tr.compute_loss(tr.model, inputs)
+            loss.backward()
+            tr.optimizer.step()
+            tr.optimizer.zero_grad()
+            tr._step += 1
+            times[k].append(time.perf_counter() - t)
+            rss_growth[k] = max(rss_growth[k], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+            print(f"step {step} {k}: {times[k][-1]:.2f}s", flush=True)
+    # the first step of each warms caches: report the median of the rest
+    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items()}
+    result = {
+        "model": a.model,
+        "steps": a.steps,
+        "G": a.G,
+        "sequences_per_step": 2 * a.G,
+        "max_completion_length": a.T,
+        "seconds_per_step": times,
+        "median_seconds": med,
+        "ratio_pacs_over_trl": med["pacs"] / med["trl"],
+        "max_rss_growth_kib": rss_growth,
+        "loadavg": os.getloadavg(),
+        "torch_threads": torch.get_num_threads(),
+    }
+    import subprocess
+    import sys
+
+    peak = {}
+    for k in ("trl", "pacs"):
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            k,
+            "--model",
+            a.model,
+            "--steps",
+            "2",
+            "--G",
+            str(a.G),
+            "--T",
+            str(a.T),
+        ]
+        line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        peak[k] = json.loads(line)["max_rss_mib"]
+    result["peak_rss_mib_alone"] = peak
+    result["ratio_peak_rss_pacs_over_trl"] = peak["pacs"] / peak["trl"]
+    print(
+        json.dumps(
+            {
+                k: result[k]
+                for k in (
+                    "median_seconds",
+                    "ratio_pacs_over_trl",
+                    "peak_rss_mib_alone",
+                    "ratio_peak_rss_pacs_over_trl",
+                    "loadavg",
+                )
+            },
+            indent=2,
+        )
+    )
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Two CPU processes (accelerate launch --cpu, gloo): PACS trains with every group whole on one process.
+
+The test launches this file as the training script; `__main__` is the per-process child.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+G = 4
+
+
+@pytest.mark.slow
+def test_two_process_training_keeps_groups_whole(tmp_path):
+    if shutil.which("accelerate") is None and not (Path(sys.executable).parent / "accelerate").exists():
+        pytest.skip("accelerate launcher not installed")
+    launcher = str(Path(sys.executable).parent / "accelerate")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [
+        launcher,
+        "launch",
+        "--num_processes",
+        "2",
+        "--cpu",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        __file__,
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for res in results:
+        assert res["world_size"] == 2
+        assert res["micro_batches"] == 2 and res["whole_groups"], res
+        assert res["rewards_per_batch"] == [2 * G, 2 * G]
+    # the two processes trained on different prompts (groups were not duplicated or split across ranks)
+    assert not set(results[0]["prompts"]) & set(results[1]["prompts"])
+    # DDP kept the replicas identical
+    assert results[0]["param_checksum"] == pytest.approx(results[1]["param_checksum"], rel=0, abs=0)
+
+
+def _child(out: str) -> None:
+    from datasets import Dataset
+
+    from pacs_rl.models import tiny_random_model, tiny_tokenizer
+    from pacs_rl.training import PACSConfig, PACSTrainer
+
+    class Recording(PACSTrainer):
+        def _compute_loss(self, model, inputs):
+            self.seen = [*getattr(self, "seen", []), inputs]
+            return super()._compute_loss(model, inputs)
+
+    tok = tiny_tokenizer()
+    ds = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": f"{i}*{i}"}], "answer": "0"} for i in range(64)]
+    )
+
+    def reward(completions, **kw):
+        return [float(len(c[0]["content"]) % 2) for c in completions]
+
+    args = PACSConfig(
+        output_dir=out,
+        use_cpu=True,
+        per_device_train_batch_size=2 * G,
+        num_generations=G,
+        max_completion_length=6,
+        max_steps=2,
+        mini_batches_per_rollout=2,
+        learning_rate=1e-2,
+        report_to=[],
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Recording(tiny_random_model(tok), reward, args=args, train_dataset=ds, processing_class=tok)
+    trainer.train()
+    whole, prompts = True, []
+    for batch in trainer.seen:
+        p = batch["prompt_ids"].view(-1, G, batch["prompt_ids"].shape[1])
+        whole &= bool((p == p[:, :1]).all())
+        prompts += [tok.decode(row[0], skip_special_tokens=True) for row in p]
+    checksum = sum(
+        float(v.double().sum()) for v in trainer.accelerator.unwrap_model(trainer.model).state_dict().values()
+    )
+    rank = trainer.accelerator.process_index
+    Path(out, f"rank{rank}.json").write_text(
+        json.dumps(
+            {
+                "world_size": trainer.accelerator.num_processes,
+                "micro_batches": len(trainer.seen),
+                "whole_groups": whole,
+                "rewards_per_batch": [int(b["rewards"].numel()) for b in trainer.seen],
+                "prompts": prompts,
+                "param_checksum": checksum,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
