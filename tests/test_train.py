@@ -292,7 +292,13 @@ def test_fast_sampler_rollouts_train_and_resume_exactly(tmp_path, tiny_tokenizer
     from pacs_rl.models import tiny_random_model
 
     extra = dict(max_steps=4, fast_sampler=True, save_strategy="steps", save_steps=2)
-    a = _trainer(tmp_path / "a", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, cls=RecordingTrainer, **extra)
+    a = _trainer(
+        tmp_path / "a",
+        tiny_random_model(tiny_tokenizer, seed=0),
+        tiny_tokenizer,
+        cls=RecordingTrainer,
+        **extra,
+    )
     a.train()
     for batch in a.seen:
         prompts = batch["prompt_ids"].view(-1, G, batch["prompt_ids"].shape[1])

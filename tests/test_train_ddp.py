@@ -1,4 +1,4 @@
-"""Two CPU processes (accelerate launch --cpu, gloo): PACS trains with every group whole on one process.
+"""Two CPU processes (accelerate launch --multi_gpu on a CPU-only machine: torchrun + gloo): PACS trains with every group whole on one process.
 
 The test launches this file as the training script; `__main__` is the per-process child.
 """
@@ -23,21 +23,12 @@ def test_two_process_training_keeps_groups_whole(tmp_path):
         pytest.skip("accelerate launcher not installed")
     launcher = str(Path(sys.executable).parent / "accelerate")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "OMP_NUM_THREADS": "1"}
+    # `accelerate launch --cpu` always uses its single-process launcher; --multi_gpu goes through torchrun,
+    # and with use_cpu=True (PACSConfig) on a machine without CUDA the processes talk over gloo.
     cmd = [
-        launcher,
-        "launch",
-        "--num_processes",
-        "2",
-        "--cpu",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        __file__,
-        str(tmp_path),
-    ]
+        launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", __file__, str(tmp_path),
+    ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

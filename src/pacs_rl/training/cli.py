@@ -257,7 +257,9 @@ def train_command(
         "-d",
         help="arithmetic | reasoning_gym:<task> | file.jsonl | Hub id | benchmark name.",
     ),
-    loss_type: str = typer.Option(None, "--loss-type", "-l", help="pacs | grpo | dr_grpo | rloo | cw_grpo | ppo."),
+    loss_type: str = typer.Option(
+        None, "--loss-type", "-l", help="pacs | grpo | dr_grpo | rloo | cw_grpo | ppo."
+    ),
     max_steps: int = typer.Option(None, "--max-steps", help="Optimizer steps."),
     learning_rate: float = typer.Option(None, "--learning-rate", "--lr", help="Peak learning rate."),
     seed: int = typer.Option(None, "--seed", help="Random seed (data order, sampling, init)."),
@@ -332,7 +334,9 @@ def run_training(
     config_cls, trainer_cls = config_and_trainer_classes(loss_type)
     misplaced = sorted(set(cfg_kwargs) - set(_config_fields(loss_type)))
     if misplaced:
-        raise typer.BadParameter(f"setting(s) {misplaced} do not apply to loss_type={loss_type!r} ({config_cls.__name__})")
+        raise typer.BadParameter(
+            f"setting(s) {misplaced} do not apply to loss_type={loss_type!r} ({config_cls.__name__})"
+        )
     args = config_cls(**cfg_kwargs)
     torch.manual_seed(args.seed)
     (out / "settings.json").write_text(json.dumps({"run": run, "config": cfg_kwargs}, indent=2, default=str))

@@ -130,7 +130,9 @@ class PACSConfig(GRPOConfig):
     )
     fast_sampler_dtype: str | None = field(
         default=None,
-        metadata={"help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (AMX on CPU); None = model dtype."},
+        metadata={
+            "help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (AMX on CPU); None = model dtype."
+        },
     )
     fast_sampler_batch_size: int = field(
         default=64,
@@ -232,7 +234,9 @@ class PACSConfig(GRPOConfig):
             }
             for name, (value, allowed) in unsupported.items():
                 if value not in allowed:
-                    raise ValueError(f"fast_sampler=True does not implement {name}={value!r}; set fast_sampler=False.")
+                    raise ValueError(
+                        f"fast_sampler=True does not implement {name}={value!r}; set fast_sampler=False."
+                    )
         if self.ref_reset_steps < 0:
             raise ValueError(f"ref_reset_steps={self.ref_reset_steps}; it must be >= 0 (0 = never reset).")
 

@@ -103,13 +103,17 @@ class PACSTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func  # (B_all_processes, n_funcs), gathered
         return rewards_per_func
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
         if not self.args.fast_sampler or self.use_vllm:
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
         if images is not None or multimodal_fields or self.tools:
-            raise ValueError("fast_sampler=True supports text-only prompts without tools; set fast_sampler=False.")
+            raise ValueError(
+                "fast_sampler=True supports text-only prompts without tools; set fast_sampler=False."
+            )
         return self._fast_generate(prompt_ids, num_generations), None
 
     def _fast_generate(self, prompt_ids: list[list[int]], G: int) -> list[list[int]]:
@@ -118,7 +122,9 @@ class PACSTrainer(GRPOTrainer):
 
         unique = prompt_ids[::G]
         if [p for p in unique for _ in range(G)] != list(prompt_ids):
-            raise RuntimeError("fast_sampler expects each prompt repeated G times in a row (TRL's RepeatSampler)")
+            raise RuntimeError(
+                "fast_sampler expects each prompt repeated G times in a row (TRL's RepeatSampler)"
+            )
         if getattr(self, "_sampler", None) is None:
             self._sampler = TransformersSampler(
                 self.accelerator.unwrap_model(self.model),
