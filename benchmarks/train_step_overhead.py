@@ -25,16 +25,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 
-def build(kind: str, model_name: str, out: Path, steps: int, G: int, T: int):
+def parity_reward(completions, **kwargs):
+    """A cheap deterministic 0/1 reward, so the verifier's cost (which depends on the sampled text)
+    does not blur the trainer comparison."""
+    return [float(len(c[0]["content"]) % 2) for c in completions]
+
+
+def build(kind: str, model_name: str, out: Path, steps: int, G: int, T: int, reward: str = "parity"):
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from pacs_rl.data import arithmetic_problems, build_messages
     from pacs_rl.models import load_model_and_tokenizer, tiny_random_model, tiny_tokenizer
-    from pacs_rl.rewards import math_reward_func
     from pacs_rl.training import PACSConfig, PACSTrainer
 
+    if reward == "math":
+        from pacs_rl.rewards import math_reward_func as reward_func
+    else:
+        reward_func = parity_reward
     torch.manual_seed(0)
     if model_name == "tiny":
         tok = tiny_tokenizer()
@@ -63,16 +72,18 @@ def build(kind: str, model_name: str, out: Path, steps: int, G: int, T: int):
     )
     if kind == "trl":
         args = GRPOConfig(loss_type="grpo", **common)
-        return GRPOTrainer(model, math_reward_func, args=args, train_dataset=ds, processing_class=tok)
+        return GRPOTrainer(model, reward_func, args=args, train_dataset=ds, processing_class=tok)
     common.pop("steps_per_generation")
     args = PACSConfig(loss_type="pacs", mini_batches_per_rollout=1, **common)
-    return PACSTrainer(model, math_reward_func, args=args, train_dataset=ds, processing_class=tok)
+    return PACSTrainer(model, reward_func, args=args, train_dataset=ds, processing_class=tok)
 
 
 def run_child(a) -> None:
     import tempfile
 
-    tr = build(a.child, a.model, Path(tempfile.mkdtemp(prefix="train-overhead-child-")), a.steps, a.G, a.T)
+    tr = build(
+        a.child, a.model, Path(tempfile.mkdtemp(prefix="train-overhead-child-")), a.steps, a.G, a.T, a.reward
+    )
     tr.train()
     print(json.dumps({"max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
@@ -83,6 +94,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--G", type=int, default=8)
     p.add_argument("--T", type=int, default=64)
+    p.add_argument("--reward", choices=["parity", "math"], default="parity")
     p.add_argument("--out", default="docs/benchmarks/train_step_overhead.json")
     p.add_argument("--child", choices=["trl", "pacs"], help="internal: run one trainer alone, print max RSS")
     a = p.parse_args()
@@ -94,8 +106,9 @@ def main() -> None:
     import torch
 
     tmp = Path(tempfile.mkdtemp(prefix="train-overhead-"))
-    trainers = {k: build(k, a.model, tmp, a.steps, a.G, a.T) for k in ("trl", "pacs")}
+    trainers = {k: build(k, a.model, tmp, a.steps, a.G, a.T, a.reward) for k in ("trl", "pacs")}
     times = {k: [] for k in trainers}
+    cpu = {k: [] for k in trainers}
     rss_growth = {k: 0.0 for k in trainers}
     iters = {}
     for k, tr in trainers.items():  # TRL-style manual loop: prepare + one optimizer step per call
@@ -107,7 +120,8 @@ def main() -> None:
             tr = trainers[k]
             batch = next(iters[k])
             before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            t = time.perf_counter()
+            torch.manual_seed(1000 + step)  # both trainers sample from the same random stream
+            t, c = time.perf_counter(), time.process_time()
             tr.current_gradient_accumulation_steps = 1
             inputs = tr._prepare_inputs(batch)
             loss = tr.compute_loss(tr.model, inputs)
@@ -116,10 +130,12 @@ def main() -> None:
             tr.optimizer.zero_grad()
             tr._step += 1
             times[k].append(time.perf_counter() - t)
+            cpu[k].append(time.process_time() - c)
             rss_growth[k] = max(rss_growth[k], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
-            print(f"step {step} {k}: {times[k][-1]:.2f}s", flush=True)
+            print(f"step {step} {k}: {times[k][-1]:.2f}s wall, {cpu[k][-1]:.2f}s cpu", flush=True)
     # the first step of each warms caches: report the median of the rest
     med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in cpu.items()}
     result = {
         "model": a.model,
         "steps": a.steps,
@@ -129,6 +145,9 @@ def main() -> None:
         "seconds_per_step": times,
         "median_seconds": med,
         "ratio_pacs_over_trl": med["pacs"] / med["trl"],
+        "cpu_seconds_per_step": cpu,
+        "median_cpu_seconds": med_cpu,
+        "ratio_cpu_pacs_over_trl": med_cpu["pacs"] / med_cpu["trl"],
         "max_rss_growth_kib": rss_growth,
         "loadavg": os.getloadavg(),
         "torch_threads": torch.get_num_threads(),

@@ -57,7 +57,14 @@ class MetricsJsonlCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return control
-        row = {"step": state.global_step, "epoch": state.epoch, "time": time.time()}
+        # wall time and this process's CPU seconds (all threads): the latter is what to compare across
+        # machines or under load from other processes
+        row = {
+            "step": state.global_step,
+            "epoch": state.epoch,
+            "time": time.time(),
+            "cpu_seconds": time.process_time(),
+        }
         row.update({k: _jsonable(v) for k, v in logs.items()})
         path = self.path(args)
         path.parent.mkdir(parents=True, exist_ok=True)

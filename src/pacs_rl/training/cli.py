@@ -61,6 +61,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "temperature": 1.0,
     "top_p": 1.0,
     "max_completion_length": 64,
+    "fast_sampler": True,  # pacs_rl.sampling: one prefill per prompt shared by its 8 samples
     "logging_steps": 1,
     "save_strategy": "steps",
     "save_steps": 10,

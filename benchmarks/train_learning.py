@@ -1,0 +1,77 @@
+"""Learning on the default task: held-out accuracy before/after for several losses and seeds, same budget.
+
+Each (loss, seed) is one `pacs-rl train` run (the CPU default unless overridden) into OUT/<loss>-s<seed>;
+finished runs are skipped, so the script can be stopped and rerun. Writes OUT/summary.json and prints a
+table of mean and spread (min..max) of the after-training accuracy and of the gain.
+
+    python benchmarks/train_learning.py --out runs/learning                      # pacs, grpo x seeds 0 1 2
+    python benchmarks/train_learning.py --losses pacs grpo --seeds 0 --set max_steps=10
+    python benchmarks/train_learning.py --set model=/path/to/tiny --set eval_size=4 ...  (smoke)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default="runs/learning")
+    p.add_argument("--losses", nargs="+", default=["pacs", "grpo"])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--set", dest="sets", action="append", default=[], help="key=value for every run")
+    p.add_argument("--summary", default=None, help="also copy summary.json here (e.g. docs/benchmarks/...)")
+    a = p.parse_args()
+
+    from pacs_rl.training.cli import resolve_settings, run_training
+
+    out = Path(a.out)
+    rows = []
+    for loss in a.losses:
+        for seed in a.seeds:
+            run_dir = out / f"{loss}-s{seed}"
+            done = run_dir / "heldout.json"
+            held = json.loads(done.read_text()) if done.is_file() else {}
+            if "after" not in held:
+                run, cfg = resolve_settings(None, {"loss_type": loss, "seed": seed}, a.sets)
+                t = time.time()
+                summary = run_training(run, cfg, str(run_dir), resume=any(run_dir.glob("checkpoint-*")))
+                held = summary["heldout"]
+                held["wall_seconds"] = time.time() - t
+            rows.append({"loss": loss, "seed": seed, "before": held["before"]["accuracy"],
+                         "after": held["after"]["accuracy"], "n": held["after"]["n"]})  # fmt: skip
+            print(json.dumps(rows[-1]), flush=True)
+
+    table = {}
+    for loss in a.losses:
+        r = [x for x in rows if x["loss"] == loss]
+        after = [x["after"] for x in r]
+        gain = [x["after"] - x["before"] for x in r]
+        table[loss] = {
+            "after_mean": statistics.mean(after), "after_min": min(after), "after_max": max(after),
+            "gain_mean": statistics.mean(gain), "gain_min": min(gain), "gain_max": max(gain), "seeds": len(r),
+        }  # fmt: skip
+    result = {"runs": rows, "by_loss": table, "settings": a.sets, "loadavg_end": os.getloadavg()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(result, indent=2))
+    if a.summary:
+        Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.summary).write_text(json.dumps(result, indent=2))
+    print(f"{'loss':8} {'after (mean, min..max)':28} {'gain (mean, min..max)':28}")
+    for loss, t in table.items():
+        print(
+            f"{loss:8} {t['after_mean']:.3f} ({t['after_min']:.3f}..{t['after_max']:.3f})        "
+            f"{t['gain_mean']:+.3f} ({t['gain_min']:+.3f}..{t['gain_max']:+.3f})"
+        )
+
+
+if __name__ == "__main__":
+    main()
