@@ -118,3 +118,42 @@ def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
     assert seen["cfg"]["max_steps"] == settings["train"]["max_steps"]
     assert seen["run"]["dataset"] == settings["train"]["data"] and seen["run"]["eval_size"] == 0
     assert train_run(settings, spec, run_dir, "base", "test") == "skipped"
+
+
+def test_only_filter_and_locks_let_processes_share_a_folder(tmp_path):
+    """--only selects phases; a phase locked by a live process is left to it, a dead process's lock is taken."""
+    import os
+
+    from pacs_rl.compare.execute import FINAL, TRAIN_DONE_FILE, run_comparison
+
+    settings = resolve_settings(preset="smoke")
+    out = tmp_path / "cmp"
+    trained: list[str] = []
+
+    def fake_train(settings, spec, run_dir, base_model, description):
+        trained.append(spec.key)
+        (run_dir / FINAL).mkdir(parents=True)
+        (run_dir / FINAL / "config.json").write_text("{}")
+        (run_dir / TRAIN_DONE_FILE).write_text("{}")
+        return "trained"
+
+    def fake_eval(settings, model, benchmark, eval_dir, label):
+        return "evaluated"
+
+    # grpo's run is held by a live process (this test's parent); pacs's by a process that no longer exists
+    (out / "runs/grpo").mkdir(parents=True)
+    (out / "runs/grpo/seed0.lock").write_text(str(os.getppid()))
+    (out / "runs/pacs").mkdir(parents=True)
+    (out / "runs/pacs/seed0.lock").write_text("999999999")
+    st = run_comparison(settings, out, train_fn=fake_train, eval_fn=fake_eval)["status"]
+    bench = settings["eval"]["benchmarks"][0]
+    assert st["train pacs/seed0"] == "trained" and trained == ["pacs/seed0"]
+    assert st["train grpo/seed0"] == "busy"
+    assert st[f"eval grpo/seed0 on {bench}"] == "waiting"  # not trained yet
+    assert st[f"eval pacs/seed0 on {bench}"] == "evaluated"
+    assert (out / "runs/grpo/seed0.lock").exists() and not (out / "runs/pacs/seed0.lock").exists()
+
+    (out / "runs/grpo/seed0.lock").unlink()
+    st = run_comparison(settings, out, train_fn=fake_train, eval_fn=fake_eval, only=["grpo/*"])["status"]
+    assert list(st) == ["train grpo/seed0", f"eval grpo/seed0 on {bench}"]
+    assert trained == ["pacs/seed0", "grpo/seed0"]

@@ -64,6 +64,12 @@ def compare_command(
     ),
     steps: int = typer.Option(None, "--steps", help="Optimizer steps per run (train.max_steps)."),
     n: int = typer.Option(None, "--n", help="Samples per problem in evaluation (eval.n)."),
+    only: str = typer.Option(
+        None,
+        "--only",
+        help="Run only these phases: comma-separated glob patterns over run keys (grpo/seed0, 'pacs*/*') and "
+        "'base'. Several processes with different --only can share one --output folder.",
+    ),
     report_only: bool = typer.Option(
         False, "--report-only", help="Only rewrite report.md and the PNGs from what is finished."
     ),
@@ -105,8 +111,14 @@ def compare_command(
             write_or_check_manifest(Path(output), settings, plan)
             console.print(f"report: {write_comparison_report(Path(output), settings, plan)}")
             return
-        result = run_comparison(settings, output, console=console)
+        patterns = [p.strip() for p in only.split(",") if p.strip()] if only else None
+        result = run_comparison(settings, output, only=patterns, console=console)
     except CompareError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(2) from None
+    except Exception as e:  # the runner's refusal of an eval folder drawn with other settings, bad data
+        if type(e).__name__ not in ("ResumeMismatch", "DataError"):
+            raise
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(2) from None
     typer.echo((__import__("pathlib").Path(result["report"])).read_text())

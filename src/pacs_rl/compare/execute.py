@@ -233,16 +233,75 @@ def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
     return out / "evals" / spec.folder.removeprefix("runs/") / bench_slug(benchmark)
 
 
+class PhaseLock:
+    """An exclusive lock file beside a run or evaluation folder, so several `pacs-rl compare` processes
+    can share one comparison folder (e.g. one per method with --only): a phase locked by a live process
+    is left to it. A lock whose process is gone (killed) is taken over."""
+
+    def __init__(self, target: Path):
+        self.path = target.parent / (target.name + ".lock")
+        self.held = False
+
+    def acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                if _alive(self.path):
+                    return False
+                self.path.unlink(missing_ok=True)  # stale: its process died
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(str(os.getpid()))
+            self.held = True
+            return True
+        return False
+
+    def release(self) -> None:
+        if self.held:
+            self.path.unlink(missing_ok=True)
+            self.held = False
+
+
+def _alive(lock: Path) -> bool:
+    try:
+        pid = int(lock.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    if pid == os.getpid():
+        return False  # our own leftover (a phase that raised): take it over
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _selected(key: str, only: list[str] | None) -> bool:
+    import fnmatch
+
+    return only is None or any(fnmatch.fnmatchcase(key, pat) for pat in only)
+
+
 def run_comparison(
     settings: dict[str, Any],
     out: str | Path,
     *,
     train_fn: Callable[..., str] = train_run,
     eval_fn: Callable[..., str] = eval_run,
+    only: list[str] | None = None,
     console=None,
 ) -> dict[str, Any]:
     """Run (or resume) the whole comparison into ``out`` and write the report. Returns a summary.
 
+    ``only``: glob patterns over run keys ("grpo/seed0", "pacs*/*") and "base": run only those phases (to
+    split one comparison over several processes or machines sharing the folder). Phases another live
+    process holds are skipped ("busy"), as are evaluations of runs not trained yet ("waiting").
     ``train_fn`` / ``eval_fn`` are injectable for tests; they get the same arguments as
     :func:`train_run` / :func:`eval_run`."""
     from rich.console import Console
@@ -254,29 +313,44 @@ def run_comparison(
     check_methods_buildable(settings)
     base_model = resolve_base_model(settings, out)
     phases = plan_phases(settings, plan)
+    phases = [p for p in phases if _selected(BASE if p.spec is None else p.spec.key, only)]
     status: dict[str, str] = {}
     n_train = sum(p.kind == "train" for p in phases)
     n_eval = len(phases) - n_train
     i_train = i_eval = 0
     t0 = time.time()
     for phase in phases:
+        s = phase.spec
         if phase.kind == "train":
             i_train += 1
-            s = phase.spec
+            key, target = f"train {phase.name}", out / s.folder
             desc = f"train {i_train}/{n_train} {s.variant} seed {s.seed}"
-            console.print(f"[bold cyan]▶ {desc}[/bold cyan]  ({time.time() - t0:.0f}s elapsed)")
-            status[f"train {phase.name}"] = train_fn(settings, s, out / s.folder, base_model, desc)
+            colour = "cyan"
         else:
             i_eval += 1
-            s = phase.spec
-            model = base_model if s is None else str(out / s.folder / FINAL)
+            key, target = f"eval {phase.name}", eval_dir_of(out, s, phase.benchmark)
             label = "Base" if s is None else f"{s.variant} seed {s.seed}"
             desc = f"eval {i_eval}/{n_eval} {label} on {phase.benchmark}"
-            console.print(f"[bold magenta]▶ {desc}[/bold magenta]  ({time.time() - t0:.0f}s elapsed)")
-            status[f"eval {phase.name}"] = eval_fn(
-                settings, model, phase.benchmark, eval_dir_of(out, s, phase.benchmark), label
-            )
-        if status[list(status)[-1]] == "skipped":
+            colour = "magenta"
+        console.print(f"[bold {colour}]▶ {desc}[/bold {colour}]  ({time.time() - t0:.0f}s elapsed)")
+        if phase.kind == "eval" and s is not None and not is_trained(out / s.folder):
+            status[key] = "waiting"
+            console.print("  its training is not finished: skipped for now")
+            continue
+        lock = PhaseLock(target)
+        if not lock.acquire():
+            status[key] = "busy"
+            console.print(f"  another process holds {lock.path}: left to it")
+            continue
+        try:
+            if phase.kind == "train":
+                status[key] = train_fn(settings, s, target, base_model, desc)
+            else:
+                model = base_model if s is None else str(out / s.folder / FINAL)
+                status[key] = eval_fn(settings, model, phase.benchmark, target, label)
+        finally:
+            lock.release()
+        if status[key] == "skipped":
             console.print("  already done: skipped")
     from pacs_rl.compare.report import write_comparison_report
 
