@@ -22,6 +22,7 @@ from pacs_rl.training.ppo import (
     critic_values,
     explained_variance,
     ppo_advantages,
+    ppo_only_fields,
 )
 
 G = 4
@@ -95,6 +96,18 @@ def test_config_defaults_and_errors(tmp_path):
     from pacs_rl.training import PACSConfig, PACSTrainer
 
     assert config_and_trainer_classes("pacs") == (PACSConfig, PACSTrainer)
+    assert set(ppo_only_fields()) == {
+        "critic_model_name_or_path",
+        "critic_learning_rate",
+        "critic_max_grad_norm",
+        "critic_warmup_steps",
+        "gae_gamma",
+        "gae_lambda",
+        "value_clip_eps",
+        "whiten_advantages",
+    }
+    with pytest.raises(ValueError, match="gae_lambda only apply to loss_type='ppo'"):
+        config_and_trainer_classes("grpo", {"gae_lambda": 0.9, "learning_rate": 1e-6})
     cases = [
         (dict(gae_gamma=1.5), "gae_gamma=1.5 must be in"),
         (dict(gae_lambda=-0.1), "gae_lambda=-0.1 must be in"),
@@ -102,6 +115,8 @@ def test_config_defaults_and_errors(tmp_path):
         (dict(critic_learning_rate=0.0), "critic_learning_rate=0.0"),
         (dict(critic_warmup_steps=-1), "critic_warmup_steps=-1"),
         (dict(loss_type="grpo"), "PPOConfig is for loss_type='ppo'"),
+        (dict(reference="frozen"), "applies to PACS's reward proxy only"),
+        (dict(fp16=True), "fp16=True is not supported"),
         (dict(loss_options={"kl_coef": 0.1}), r"loss_options \['kl_coef'\] are not accepted"),
         (dict(per_device_train_batch_size=6), "not a multiple of num_generations=4"),  # PACSConfig's check
     ]

@@ -152,6 +152,11 @@ class PPOConfig(PACSConfig):
             raise ValueError(f"critic_warmup_steps={self.critic_warmup_steps} must be >= 0.")
         if self.critic_max_grad_norm is not None and self.critic_max_grad_norm < 0:
             raise ValueError(f"critic_max_grad_norm={self.critic_max_grad_norm} must be >= 0 (0 disables).")
+        if self.reference != "old":
+            raise ValueError(
+                f"reference={self.reference!r} applies to PACS's reward proxy only; PPO's ratio is always against the "
+                "rollout policy. Leave reference='old' with loss_type='ppo'."
+            )
         if self.fp16:
             raise ValueError(
                 "fp16=True is not supported with loss_type='ppo' (one gradient scaler cannot serve the policy's and "
@@ -572,10 +577,25 @@ class PPOTrainer(PACSTrainer):
         self.critic_lr_scheduler.load_state_dict(torch.load(paths[1], map_location="cpu", weights_only=True))
 
 
-def config_and_trainer_classes(loss_type: str) -> tuple[type, type]:
-    """(config class, trainer class) serving `loss_type`: PPOConfig/PPOTrainer for 'ppo', else PACS's."""
+def ppo_only_fields() -> tuple[str, ...]:
+    """Names of the fields PPOConfig adds to PACSConfig (the critic's and GAE's)."""
+    from dataclasses import fields
+
+    base = {f.name for f in fields(PACSConfig)}
+    return tuple(f.name for f in fields(PPOConfig) if f.init and f.name not in base)
+
+
+def config_and_trainer_classes(loss_type: str, settings: dict | None = None) -> tuple[type, type]:
+    """(config class, trainer class) serving `loss_type`: PPOConfig/PPOTrainer for 'ppo', else PACS's.
+
+    settings: the config keyword arguments about to be passed; a critic/GAE field with another loss is refused
+    (it would otherwise be a TypeError from the dataclass, or silently ignored).
+    """
     if loss_type == "ppo":
         return PPOConfig, PPOTrainer
+    stray = sorted(set(settings or ()) & set(ppo_only_fields()))
+    if stray:
+        raise ValueError(f"{', '.join(stray)} only apply to loss_type='ppo' (got loss_type={loss_type!r}).")
     return PACSConfig, PACSTrainer
 
 
@@ -589,4 +609,5 @@ __all__ = [
     "global_masked_mean",
     "global_masked_var",
     "ppo_advantages",
+    "ppo_only_fields",
 ]
