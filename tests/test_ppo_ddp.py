@@ -14,6 +14,7 @@ import textwrap
 import pytest
 
 pytestmark = pytest.mark.slow
+KNOWN_RESUME_BUG = "don't know how to restore data location"  # torch.load(map_location=cpu:0), see below
 
 WORKER = textwrap.dedent(
     """
@@ -64,6 +65,11 @@ def _launch(tmp_path, out, resume_from, result):
     proc = subprocess.run(
         [*cmd, str(out), resume_from, str(result)], env=env, capture_output=True, text=True, timeout=600
     )
+    if proc.returncode != 0 and resume_from and KNOWN_RESUME_BUG in proc.stderr:
+        pytest.xfail(
+            "PACSTrainer._load_optimizer_and_scheduler calls torch.load(map_location=accelerator.device), which is "
+            "cpu:0 under DDP on CPU and torch.load refuses it; fixed by map_location='cpu' in trainer.py."
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -90,16 +96,10 @@ def test_two_processes_train_and_save_the_critic(tmp_path):
     assert state["global_step"] == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PACSTrainer._load_optimizer_and_scheduler calls torch.load(map_location=accelerator.device), which is "
-    "cpu:0 under DDP on CPU and torch.load refuses it; remove this marker once trainer.py maps to 'cpu'.",
-)
 def test_two_processes_resume_exactly(tmp_path):
     out = tmp_path / "run"
     _launch(tmp_path, out, "", tmp_path / "full")
-    for step in (3,):
-        shutil.rmtree(out / f"checkpoint-{step}")
+    shutil.rmtree(out / "checkpoint-3")
     _launch(tmp_path, out, str(out / "checkpoint-2"), tmp_path / "resumed")
     full, resumed = _load(tmp_path / "full.rank0.pt"), _load(tmp_path / "resumed.rank0.pt")
     assert _same(full["critic"], resumed["critic"]), "critic differs after a 2-process resume"
