@@ -107,6 +107,7 @@ class RichProgressCallback(TrainerCallback):
         self.progress = None
         self.task = None
         self.fields = {"reward": float("nan"), "accuracy": float("nan")}
+        self.start = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -131,6 +132,7 @@ class RichProgressCallback(TrainerCallback):
             transient=False,
         )
         self.progress.start()
+        self.start = (time.time(), state.global_step)
         self.task = self.progress.add_task(
             self.description, total=state.max_steps, completed=state.global_step, **self.fields
         )
@@ -148,6 +150,14 @@ class RichProgressCallback(TrainerCallback):
             if logs.get(key) is not None:
                 self.fields[key] = logs[key]
         self.progress.update(self.task, **self.fields)
+        if not self.progress.console.is_terminal and "loss" in logs:  # a log file: one plain line per step
+            t0, s0 = self.start
+            per_step = (time.time() - t0) / max(state.global_step - s0, 1)
+            eta = per_step * (state.max_steps - state.global_step)
+            self.progress.console.print(
+                f"step {state.global_step}/{state.max_steps}  reward {self.fields['reward']:.3f}  "
+                f"acc {self.fields['accuracy']:.3f}  {per_step:.1f} s/step  ETA {eta / 60:.1f} min"
+            )
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
