@@ -63,11 +63,17 @@ def _cell(value: float | None, mark: str) -> str:
     return f"**{text}**" if mark == "best" else f"<u>{text}</u>" if mark == "second" else text
 
 
+def bench_title(run: dict[str, Any]) -> str:
+    """The benchmark as shown: a file's stem (``.../math500.jsonl`` -> ``math500``), else the source."""
+    b = str(run.get("benchmark", "?"))
+    return Path(b).stem if b.lower().endswith((".jsonl", ".json", ".parquet")) else b
+
+
 def results_table(runs: list[dict[str, Any]]) -> str:
     """Markdown: one table per benchmark, rows = runs (their ``label``), columns = k, pass@k in %."""
     by_bench: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
-        by_bench.setdefault(r.get("benchmark", "?"), []).append(r)
+        by_bench.setdefault(bench_title(r), []).append(r)
     parts = []
     for bench, rs in by_bench.items():
         ks = sorted({int(k) for r in rs for k in r["pass_at_k"]})
@@ -101,10 +107,10 @@ def plot_passk(runs: list[dict[str, Any]], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    benches = list(dict.fromkeys(r.get("benchmark", "?") for r in runs))
+    benches = list(dict.fromkeys(bench_title(r) for r in runs))
     fig, axes = plt.subplots(1, len(benches), figsize=(5 * len(benches), 4), squeeze=False)
     for ax, bench in zip(axes[0], benches, strict=True):
-        for r in (r for r in runs if r.get("benchmark", "?") == bench):
+        for r in (r for r in runs if bench_title(r) == bench):
             ks = sorted(int(k) for k in r["pass_at_k"])
             ax.plot(ks, [_get(r, k) for k in ks], marker="o", label=r["label"])
         ax.set_xscale("log", base=2)
