@@ -355,9 +355,8 @@ def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunS
                 "mean ± standard error over seeds)",
             ),
             "",
-            "Seeds per row: "
-            + ", ".join(f"{k} {v}" for k, v in n_seeds.items())
-            + "; Base is one evaluation of the untrained model (no ±). "
+            ("Seeds per row: " + ", ".join(f"{k} {v}" for k, v in n_seeds.items()) + "; " if n_seeds else "")
+            + "Base is one evaluation of the untrained model (no ±). "
             "**Bold**: best mean in the column, <u>underlined</u>: second best (at two decimals).",
             "",
         ]
@@ -384,6 +383,8 @@ def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunS
             )
             + ".",
             "",
+        ]
+        test_lines = [
             "| Benchmark | Comparison | problems | seeds | mean d (pp) | SE (pp) | p (sign-flip) | p (Wilcoxon) |",
             "|---|---|---:|---:|---:|---:|---:|---:|",
         ]
@@ -401,11 +402,14 @@ def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunS
                 w = wilcoxon_p(ref - other)
                 name = "Base" if o == "Base" else labels[o]
                 seeds_txt = f"{len(rows[ref_variant])} vs {len(rows[o])}"
-                md.append(
+                test_lines.append(
                     f"| {b} | {labels[ref_variant]} − {name} | {t['n']} | {seeds_txt} | {100 * t['mean']:+.2f} | "
                     f"{100 * t['se']:.2f} | {t['p_value']:.3g} ({t['method']}, {t['n_nonzero']} non-zero) | "
                     f"{'–' if w is None else f'{w:.3g}'} |"
                 )
+        if len(test_lines) == 2:
+            test_lines = [f"No finished evaluation of {labels[ref_variant]} yet: nothing to pair."]
+        md += test_lines
         md += ["", "pp = percentage points. Seeds differ in training; every run is evaluated on the same problems "
                "with the same sampling seed, so the test pairs problems, not seeds.", ""]  # fmt: skip
 
