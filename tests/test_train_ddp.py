@@ -17,21 +17,25 @@ import pytest
 G = 4
 
 
-@pytest.mark.slow
-def test_two_process_training_keeps_groups_whole(tmp_path):
-    if shutil.which("accelerate") is None and not (Path(sys.executable).parent / "accelerate").exists():
-        pytest.skip("accelerate launcher not installed")
+def _launch(out: Path, *extra: str) -> None:
     launcher = str(Path(sys.executable).parent / "accelerate")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "OMP_NUM_THREADS": "1"}
     # `accelerate launch --cpu` always uses its single-process launcher; --multi_gpu goes through torchrun,
     # and with use_cpu=True (PACSConfig) on a machine without CUDA the processes talk over gloo.
     cmd = [
         launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", __file__, str(tmp_path),
+        "--mixed_precision", "no", "--dynamo_backend", "no", __file__, str(out), *extra,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_process_training_keeps_groups_whole_and_resumes_exactly(tmp_path):
+    if not (Path(sys.executable).parent / "accelerate").exists() and shutil.which("accelerate") is None:
+        pytest.skip("accelerate launcher not installed")
+    _launch(tmp_path, "full")
+    results = [json.loads((tmp_path / f"full-rank{r}.json").read_text()) for r in (0, 1)]
     for res in results:
         assert res["world_size"] == 2
         assert res["micro_batches"] == 2 and res["whole_groups"], res
@@ -39,10 +43,14 @@ def test_two_process_training_keeps_groups_whole(tmp_path):
     # the two processes trained on different prompts (groups were not duplicated or split across ranks)
     assert not set(results[0]["prompts"]) & set(results[1]["prompts"])
     # DDP kept the replicas identical
-    assert results[0]["param_checksum"] == pytest.approx(results[1]["param_checksum"], rel=0, abs=0)
+    assert results[0]["param_checksum"] == results[1]["param_checksum"]
+    # resume both processes from the step-1 checkpoint (mid-rollout): same weights as the run in one go
+    _launch(tmp_path, "resumed", str(tmp_path / "checkpoint-1"))
+    resumed = [json.loads((tmp_path / f"resumed-rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["param_checksum"] for r in resumed] == [r["param_checksum"] for r in results]
 
 
-def _child(out: str) -> None:
+def _child(out: str, tag: str, resume: str | None) -> None:
     from datasets import Dataset
 
     from pacs_rl.models import tiny_random_model, tiny_tokenizer
@@ -71,12 +79,13 @@ def _child(out: str) -> None:
         mini_batches_per_rollout=2,
         learning_rate=1e-2,
         report_to=[],
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=1,
         seed=0,
         disable_tqdm=True,
     )
     trainer = Recording(tiny_random_model(tok), reward, args=args, train_dataset=ds, processing_class=tok)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     whole, prompts = True, []
     for batch in trainer.seen:
         p = batch["prompt_ids"].view(-1, G, batch["prompt_ids"].shape[1])
@@ -86,7 +95,7 @@ def _child(out: str) -> None:
         float(v.double().sum()) for v in trainer.accelerator.unwrap_model(trainer.model).state_dict().values()
     )
     rank = trainer.accelerator.process_index
-    Path(out, f"rank{rank}.json").write_text(
+    Path(out, f"{tag}-rank{rank}.json").write_text(
         json.dumps(
             {
                 "world_size": trainer.accelerator.num_processes,
@@ -101,4 +110,4 @@ def _child(out: str) -> None:
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    _child(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

@@ -325,18 +325,28 @@ class PACSTrainer(GRPOTrainer):
                 stacklevel=2,
             )
             return
-        state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
+        # map_location="cpu", then move: under DDP on CPU the device is "cpu:<rank>", which torch.load refuses
+        state = torch.load(path, map_location="cpu", weights_only=False)
         self._step = state["step"]
-        self._buffered_inputs = state["buffered_inputs"]
+        self._buffered_inputs = _to_device(state["buffered_inputs"], self.accelerator.device)
         self.num_reference_resets = state.get("num_reference_resets", 0)
         if self.ref_policy is not None:
             ref_state = state.get("ref_policy")
             if ref_state is None:  # saved by the main process only
                 main = os.path.join(checkpoint, PACS_STATE_FILE.format(rank=0))
-                ref_state = torch.load(main, map_location=self.accelerator.device, weights_only=False)[
-                    "ref_policy"
-                ]
+                ref_state = torch.load(main, map_location="cpu", weights_only=False)["ref_policy"]
             self.ref_policy.load_state_dict(ref_state)
+
+
+def _to_device(obj, device):
+    """Tensors inside nested lists/dicts moved to ``device``; everything else unchanged."""
+    if torch.is_tensor(obj):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: _to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_to_device(v, device) for v in obj]
+    return obj
 
 
 def _is_peft(model) -> bool:
