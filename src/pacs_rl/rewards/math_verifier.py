@@ -6,7 +6,7 @@ by LaTeX and plain-expression extraction. On top of that this module adds, in th
 
 1. boxed answers take precedence: when the completion holds a ``\\boxed{...}``/``\\fbox{...}``/``\\boxed x``,
    the LAST box is the answer and the rest of the text is not read;
-2. anti-hacking rules (see ``docs/verifier.md``): an empty or unclosed last box is "no_answer"; several
+2. anti-hacking rules (see ``docs/EVALUATION.md, "Verifier"``): an empty or unclosed last box is "no_answer"; several
    boxes with mathematically different contents score 0 ("multiple_answers"); text that repeats the
    prompt (when the prompt is given) is removed before extraction;
 3. ``strict=True`` accepts only a non-empty last box (no plain-text fallback).

@@ -64,7 +64,7 @@ class MathRewardFunction:
     """A picklable TRL reward function: 1.0 per completion whose final answer equals ``answer``.
 
     Args:
-        strict: only a non-empty last ``\\boxed{}`` counts (see ``docs/verifier.md`` for the tradeoff).
+        strict: only a non-empty last ``\\boxed{}`` counts (see ``docs/EVALUATION.md, "Verifier"`` for the tradeoff).
         timeout: per-completion time limit in seconds.
         pool: a :class:`RewardPool` to check batches in parallel; ``None`` checks in-process.
         answer_column: the dataset column holding the gold answers.

