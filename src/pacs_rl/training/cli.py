@@ -53,7 +53,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "per_device_train_batch_size": 16,  # 2 groups of 8 per mini-batch
     "gradient_accumulation_steps": 1,
     "mini_batches_per_rollout": 2,  # 4 prompts x 8 completions per rollout, 2 optimizer steps on it
-    "max_steps": 30,
+    "max_steps": 20,
     "learning_rate": 2.0e-5,
     "lr_scheduler_type": "constant",
     "warmup_steps": 0,
