@@ -14,7 +14,6 @@ import textwrap
 import pytest
 
 pytestmark = pytest.mark.slow
-KNOWN_RESUME_BUG = "don't know how to restore data location"  # torch.load(map_location=cpu:0), see below
 
 WORKER = textwrap.dedent(
     """
@@ -65,11 +64,6 @@ def _launch(tmp_path, out, resume_from, result):
     proc = subprocess.run(
         [*cmd, str(out), resume_from, str(result)], env=env, capture_output=True, text=True, timeout=600
     )
-    if proc.returncode != 0 and resume_from and KNOWN_RESUME_BUG in proc.stderr:
-        pytest.xfail(
-            "PACSTrainer._load_optimizer_and_scheduler calls torch.load(map_location=accelerator.device), which is "
-            "cpu:0 under DDP on CPU and torch.load refuses it; fixed by map_location='cpu' in trainer.py."
-        )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

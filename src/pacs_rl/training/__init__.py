@@ -5,7 +5,7 @@ Attributes load lazily so `pacs-rl --help` (which imports pacs_rl.training.cli) 
 
 from __future__ import annotations
 
-__all__ = ["LOSS_TYPES", "PACSConfig", "PACSTrainer", "last_complete_checkpoint"]
+__all__ = ["LOSS_TYPES", "PACSConfig", "PACSTrainer", "PPOConfig", "PPOTrainer", "last_complete_checkpoint"]
 
 
 def __getattr__(name: str):
@@ -17,4 +17,8 @@ def __getattr__(name: str):
         from pacs_rl.training import trainer
 
         return getattr(trainer, name)
+    if name in ("PPOConfig", "PPOTrainer"):
+        from pacs_rl.training import ppo
+
+        return getattr(ppo, name)
     raise AttributeError(f"module 'pacs_rl.training' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from trl import GRPOConfig
 
 # Loss names served by pacs_rl.algorithms.compute_policy_loss through this trainer.
 LOSS_TYPES = ("pacs", "grpo", "dr_grpo", "rloo", "cw_grpo")
-# Reserved: built on the same trainer later (PPO needs a value head).
+# Served by pacs_rl.training.ppo.PPOConfig / PPOTrainer (PPO needs a critic).
 RESERVED_LOSS_TYPES = ("ppo",)
 PACS_SCORES = ("rloo", "grpo", "dr_grpo")
 REFERENCES = ("old", "frozen")
@@ -42,7 +42,7 @@ class PACSConfig(GRPOConfig):
             "help": "Policy loss, computed by pacs_rl.algorithms.compute_policy_loss on the same rollouts for every "
             "method: 'pacs' (default; BCE between σ(ψ) and the 0/1 reward, PACS paper eq. 9), 'grpo' (clipped ratio, "
             "std-normalised group advantage), 'dr_grpo' (no std, no length normalisation), 'rloo' (leave-one-out "
-            "baseline), 'cw_grpo' (covariance-weighted GRPO). 'ppo' is reserved.",
+            "baseline), 'cw_grpo' (covariance-weighted GRPO). 'ppo' (learned critic) is served by PPOConfig.",
             "choices": list(LOSS_TYPES),
         },
     )
@@ -163,7 +163,8 @@ class PACSConfig(GRPOConfig):
 
         if self.loss_type in RESERVED_LOSS_TYPES:
             raise NotImplementedError(
-                f"loss_type={self.loss_type!r} is reserved but not built yet; use one of {LOSS_TYPES}."
+                f"loss_type={self.loss_type!r} is reserved for pacs_rl.training.ppo.PPOConfig / PPOTrainer (it needs "
+                f"a critic); PACSConfig serves {LOSS_TYPES}. `pacs-rl train --loss-type ppo` picks PPO's classes."
             )
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(
