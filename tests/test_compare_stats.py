@@ -214,3 +214,14 @@ def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
         assert (tmp_path / png).stat().st_size > 1000
     assert any(tmp_path.glob("sweep_pacs_beta_pacs_*.png"))
     assert "not finished" in md  # no run has its final model: the report says so
+
+
+def test_every_method_builds_its_config_before_training():
+    """PPO is built with PPOConfig (its own config class); a bad setting is refused before any training."""
+    from pacs_rl.compare.execute import check_methods_buildable
+
+    check_methods_buildable(resolve_settings(preset="smoke", cli={"methods": ["pacs", "grpo", "ppo"]}))
+    bad = resolve_settings(preset="smoke", cli={"methods": ["ppo"]})
+    bad["train"]["gae_lambda"] = 2.0
+    with pytest.raises(CompareError, match="'ppo' cannot be trained"):
+        check_methods_buildable(bad)

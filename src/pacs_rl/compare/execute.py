@@ -76,13 +76,14 @@ def train_config_dict(settings: dict[str, Any], spec: RunSpec, run_dir: Path) ->
 
 
 def check_methods_buildable(settings: dict[str, Any]) -> None:
-    """Build each method's PACSConfig once (no model) so an unsupported one fails before any training."""
-    from pacs_rl.training import PACSConfig
+    """Build each method's config once (no model) so an unsupported one fails before any training."""
+    from pacs_rl.training.cli import config_and_trainer_classes
 
     for m in settings["methods"]:
         kw = train_config_dict(settings, RunSpec(m, m, 0, METHODS[m]), Path("/nonexistent-compare-check"))
         try:
-            PACSConfig(**kw)
+            config_cls, _ = config_and_trainer_classes(kw.get("loss_type", "pacs"))
+            config_cls(**kw)
         except (NotImplementedError, ValueError, TypeError) as e:
             raise CompareError(f"method {m!r} cannot be trained with these settings: {e}") from None
 

@@ -28,7 +28,7 @@ from typing import Any
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 
-# name -> PACSConfig overrides. PPO joins when the trainer accepts loss_type="ppo".
+# name -> config overrides (loss_type='ppo' trains with PPOConfig/PPOTrainer).
 METHODS: dict[str, dict[str, Any]] = {
     "pacs": {"loss_type": "pacs"},
     "pacs_no_weight": {"loss_type": "pacs", "pacs_weighted": False},

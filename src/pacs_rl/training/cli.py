@@ -90,13 +90,8 @@ def _config_fields(loss_type: str | None = None) -> dict[str, dataclasses.Field]
 
 def config_and_trainer_classes(loss_type: str) -> tuple[type, type]:
     """(config class, trainer class) for ``loss_type``: PPO's for 'ppo', PACSConfig/PACSTrainer otherwise."""
-    try:
-        from pacs_rl.training.ppo import config_and_trainer_classes as pick
-    except ImportError:
-        from pacs_rl.training.config import PACSConfig
-        from pacs_rl.training.trainer import PACSTrainer
+    from pacs_rl.training.ppo import config_and_trainer_classes as pick
 
-        return PACSConfig, PACSTrainer
     return pick(loss_type)
 
 
