@@ -345,9 +345,10 @@ def run_training(
     lines = []
     results_path = out / "heldout.json"
     results = json.loads(results_path.read_text()) if results_path.is_file() else {}
-    if held and "before" not in results:
-        results["before"] = heldout_accuracy(
-            model,
+
+    def measure_heldout(policy, when: str) -> dict:
+        return heldout_accuracy(
+            policy,
             tokenizer,
             held,
             eval_tokens,
@@ -355,8 +356,11 @@ def run_training(
             float(run["eval_temperature"]),
             seed=args.seed,
             reward_func=reward,
-            description="held-out, before",
+            description=f"held-out, {when}",
         )
+
+    if held and "before" not in results:
+        results["before"] = measure_heldout(model, "before")
         results_path.write_text(json.dumps(results, indent=2))
 
     peft_config = None
@@ -389,17 +393,7 @@ def run_training(
 
     policy = trainer.accelerator.unwrap_model(trainer.model)
     if held:
-        results["after"] = heldout_accuracy(
-            policy,
-            tokenizer,
-            held,
-            eval_tokens,
-            int(run["eval_batch_size"]),
-            float(run["eval_temperature"]),
-            seed=args.seed,
-            reward_func=reward,
-            description="held-out, after",
-        )
+        results["after"] = measure_heldout(policy, "after")
         results["train_seconds_this_session"] = train_seconds
         results_path.write_text(json.dumps(results, indent=2))
         b, a = results["before"], results["after"]

@@ -45,7 +45,7 @@ from pacs_rl.algorithms import (
     ppo_value_loss,
 )
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.trainer import PACSTrainer
+from pacs_rl.training.trainer import PACSTrainer, sequence_tensors
 
 CRITIC_DIR = "critic"  # inside a checkpoint folder (and beside a saved final model)
 CRITIC_OPTIMIZER_FILE = "optimizer.pt"
@@ -447,11 +447,8 @@ class PPOTrainer(PACSTrainer):
     # ------------------------------------------------------------------ loss: critic then policy
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
-        T = completion_ids.size(1)
+        input_ids, attention_mask, mask = sequence_tensors(inputs)
+        T = mask.size(1)
 
         # Critic first: its graph is freed by its own backward before the policy's forward. (5)
         value_metrics = self._critic_update(inputs, input_ids, attention_mask, mask, T, train=mode == "train")

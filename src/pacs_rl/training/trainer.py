@@ -53,6 +53,16 @@ def shuffle_groups(batch: dict[str, Any], group_size: int) -> dict[str, Any]:
     return {k: permute(v) for k, v in batch.items()}
 
 
+def sequence_tensors(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask) of prompt + completion, each (B, P + T), and the loss mask (B, T):
+    the completion mask, times TRL's tool mask when tool calls were made."""
+    completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+    input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+    attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+    mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+    return input_ids, attention_mask, mask
+
+
 def group_mixed_fraction(rewards: torch.Tensor, group_size: int) -> float:
     """Fraction of groups whose completions do not all share one reward. rewards: (B,), B = groups × G."""
     grouped = rewards.view(-1, group_size)
@@ -216,12 +226,9 @@ class PACSTrainer(GRPOTrainer):
         from pacs_rl.algorithms import compute_policy_loss, policy_loss_options
 
         mode = "train" if self.model.training else "eval"
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
-        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        input_ids, attention_mask, mask = sequence_tensors(inputs)
         logp, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+            model, input_ids, attention_mask, mask.size(1), compute_entropy=True
         )  # (B, T) each
         # TRL skips the rollout-time forward when the rollout is used for a single optimizer step; then the
         # old policy is the current one and its log-probs are these, detached.
