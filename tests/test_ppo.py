@@ -24,13 +24,7 @@ from pacs_rl.training.ppo import (
     ppo_advantages,
     ppo_only_fields,
 )
-
-G = 4
-
-
-def parity_reward(completions, **kwargs):
-    """1 when the completion holds an odd number of odd digits: a deterministic 0/1 label."""
-    return [float(sum(c[0]["content"].count(d) for d in "13579") % 2) for c in completions]
+from train_helpers import parity_reward, tiny_run_kwargs
 
 
 def _dataset(n=32):
@@ -45,23 +39,7 @@ def _dataset(n=32):
 
 
 def _config(tmp_path, **overrides):
-    kw = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        per_device_train_batch_size=2 * G,  # two groups per micro-batch
-        num_generations=G,
-        max_completion_length=8,
-        max_steps=2,
-        learning_rate=1e-2,
-        critic_learning_rate=1e-3,
-        mini_batches_per_rollout=2,
-        report_to=[],
-        seed=0,
-        disable_tqdm=True,
-        save_strategy="no",
-    )
-    kw.update(overrides)
-    return PPOConfig(**kw)
+    return PPOConfig(**tiny_run_kwargs(tmp_path, **{"critic_learning_rate": 1e-3, **overrides}))
 
 
 def _trainer(tmp_path, model, tokenizer, reward=parity_reward, cls=PPOTrainer, critic=None, **overrides):

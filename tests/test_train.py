@@ -11,13 +11,7 @@ import torch
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics
 from pacs_rl.training.trainer import group_mixed_fraction, last_complete_checkpoint, shuffle_groups
-
-G = 4
-
-
-def parity_reward(completions, **kwargs):
-    """1 when the completion holds an odd number of odd digits: a deterministic 0/1 label."""
-    return [float(sum(c[0]["content"].count(d) for d in "13579") % 2) for c in completions]
+from train_helpers import G, parity_reward, tiny_run_kwargs
 
 
 def _dataset(n=32):
@@ -29,22 +23,7 @@ def _dataset(n=32):
 
 
 def _config(tmp_path, **overrides):
-    kw = dict(
-        output_dir=str(tmp_path),
-        use_cpu=True,
-        per_device_train_batch_size=2 * G,  # two groups per micro-batch
-        num_generations=G,
-        max_completion_length=8,
-        max_steps=2,
-        learning_rate=1e-2,
-        mini_batches_per_rollout=2,
-        report_to=[],
-        seed=0,
-        disable_tqdm=True,
-        save_strategy="no",
-    )
-    kw.update(overrides)
-    return PACSConfig(**kw)
+    return PACSConfig(**tiny_run_kwargs(tmp_path, **overrides))
 
 
 def _trainer(tmp_path, model, tokenizer, reward=parity_reward, cls=PACSTrainer, **overrides):
@@ -310,3 +289,40 @@ def test_fast_sampler_rollouts_train_and_resume_exactly(tmp_path, tiny_tokenizer
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     with pytest.raises(ValueError, match="top_k"):
         _config(tmp_path, fast_sampler=True, top_k=5)
+
+
+# ---------------------------------------------------------------- log-prob implementations
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logits_logprobs_equal_trl_fused_head(tmp_path, tiny_model, tiny_tokenizer, temperature):
+    """logprob_impl='logits' (completion positions only) gives TRL's fused-head values and gradients."""
+    results = {}
+    torch.manual_seed(0)
+    ids = torch.randint(3, tiny_model.config.vocab_size, (4, 12))
+    attention = torch.ones_like(ids)
+    attention[0, :3] = 0  # left padding in one row
+    attention[2, :1] = 0
+    for impl in ("trl", "logits"):
+        trainer = _trainer(
+            tmp_path / impl, tiny_model, tiny_tokenizer, logprob_impl=impl, temperature=temperature
+        )
+        assert trainer._logits_logprobs() == (impl == "logits")
+        tiny_model.zero_grad(set_to_none=True)
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            tiny_model, ids, attention, 5, batch_size=3, compute_entropy=True
+        )
+        (logps * torch.arange(1.0, 6.0)).sum().backward()
+        grads = [p.grad.clone() for p in tiny_model.parameters() if p.grad is not None]
+        results[impl] = (logps.detach(), entropies.detach(), grads)
+    (lp_trl, ent_trl, g_trl), (lp, ent, g) = results["trl"], results["logits"]
+    assert lp.shape == ent.shape == (4, 5)
+    torch.testing.assert_close(lp, lp_trl, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent, ent_trl, rtol=1e-5, atol=1e-5)
+    assert len(g) == len(g_trl) > 0
+    for a, b in zip(g, g_trl, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_logprob_impl_auto_and_refusal(tmp_path):
+    assert _config(tmp_path).logprob_impl == "auto"
+    with pytest.raises(ValueError, match="logprob_impl='fast'"):
+        _config(tmp_path, logprob_impl="fast")

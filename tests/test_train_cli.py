@@ -82,3 +82,17 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
     cli.run_training(run2, cfg2, str(out), resume=True)
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s for s in steps if s <= 3][-1] == 3
+
+
+def test_arithmetic_ops_reach_training_and_held_out_sets():
+    run = {**cli.RUN_DEFAULTS, "train_size": 50, "eval_size": 20}
+    train, held = cli._load_data(run, seed=0)
+    assert run["arithmetic_ops"] == "+-"
+    for p in train + held:
+        assert ("+" in p.problem or " - " in p.problem) and "*" not in p.problem, p.problem
+    assert not {p.problem for p in train} & {p.problem for p in held}
+    train, held = cli._load_data({**run, "arithmetic_ops": "*"}, seed=0)
+    assert all("*" in p.problem for p in train + held)
+    # an explicit source string keeps its own operators for the held-out set too
+    train, held = cli._load_data({**run, "dataset": "arithmetic?ops=+&n=30&split=train"}, seed=0)
+    assert all("+" in p.problem for p in train + held) and len(held) == 20

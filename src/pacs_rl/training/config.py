@@ -139,6 +139,16 @@ class PACSConfig(GRPOConfig):
         metadata={"help": "With fast_sampler: sequences decoded together (bounds memory)."},
     )
 
+    logprob_impl: str = field(
+        default="auto",
+        metadata={
+            "help": "How per-token log-probs are computed for the loss and the reference: 'trl' (TRL's fused, "
+            "tiled LM head: low memory on GPUs, but without Triton it scores every prompt position too, in "
+            "Python-level tiles), 'logits' (the model's own forward with logits_to_keep: the LM head on the "
+            "completion positions only, then log-softmax), 'auto' = 'logits' on CPU, 'trl' elsewhere."
+        },
+    )
+
     # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
     bf16: bool | None = field(
         default=None,
@@ -174,6 +184,8 @@ class PACSConfig(GRPOConfig):
             raise ValueError(f"pacs_score={self.pacs_score!r}; use one of {PACS_SCORES}.")
         if self.reference not in REFERENCES:
             raise ValueError(f"reference={self.reference!r}; use one of {REFERENCES}.")
+        if self.logprob_impl not in ("auto", "trl", "logits"):
+            raise ValueError(f"logprob_impl={self.logprob_impl!r}; use 'auto', 'trl' or 'logits'.")
         if self.bf16 is None:
             self.bf16 = torch.cuda.is_available()
         if isinstance(self.loss_options, str):
