@@ -35,8 +35,8 @@ def main() -> None:
 
     out = Path(a.out)
     rows = []
-    for loss in a.losses:
-        for seed in a.seeds:
+    for seed in a.seeds:  # seed-major: a stopped benchmark still holds paired (loss, seed) runs
+        for loss in a.losses:
             run_dir = out / f"{loss}-s{seed}"
             done = run_dir / "heldout.json"
             held = json.loads(done.read_text()) if done.is_file() else {}

@@ -1,8 +1,11 @@
 """PACSTrainer (reference='old') vs stock TRL GRPOTrainer (loss_type='grpo'): step time and peak memory.
 
-Same model, data, reward, seed and settings; both trainers are built in one process and their steps are
-interleaved (A, B, A, B, ...) so machine load hits both alike. Reports the ratios PACS/TRL and writes
-docs/benchmarks/train_step_overhead.json.
+Same model, data, reward, seed and settings; the trainers are built in one process and their steps are
+interleaved (rotating order) so machine load hits them alike. Three trainers: stock `trl` GRPOTrainer,
+`pacs` (PACSTrainer as shipped: on CPU its log-probs come from the completion positions only,
+logprob_impl='auto'), and `pacs_trlhead` (PACSTrainer with TRL's fused LM head, logprob_impl='trl', i.e.
+the same log-prob code as stock TRL: isolates the cost of the PACS loss and bookkeeping). Reports the
+ratios to stock TRL and writes docs/benchmarks/train_step_overhead.json.
 
     python benchmarks/train_step_overhead.py                 # bundled SmolLM2-135M, 16 x 64 tokens
     python benchmarks/train_step_overhead.py --model tiny    # tiny random model (smoke)
@@ -31,7 +34,12 @@ def parity_reward(completions, **kwargs):
     return [float(len(c[0]["content"]) % 2) for c in completions]
 
 
-def build(kind: str, model_name: str, out: Path, steps: int, G: int, T: int, reward: str = "parity"):
+KINDS = ("trl", "pacs", "pacs_trlhead")
+
+
+def build(
+    kind: str, model_name: str, out: Path, steps: int, G: int, T: int, reward: str = "parity", bf16=False
+):
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -55,7 +63,7 @@ def build(kind: str, model_name: str, out: Path, steps: int, G: int, T: int, rew
     common = dict(
         output_dir=str(out / kind),
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,
         gradient_checkpointing=False,
         per_device_train_batch_size=2 * G,
         num_generations=G,
@@ -74,16 +82,16 @@ def build(kind: str, model_name: str, out: Path, steps: int, G: int, T: int, rew
         args = GRPOConfig(loss_type="grpo", **common)
         return GRPOTrainer(model, reward_func, args=args, train_dataset=ds, processing_class=tok)
     common.pop("steps_per_generation")
-    args = PACSConfig(loss_type="pacs", mini_batches_per_rollout=1, **common)
+    impl = "trl" if kind == "pacs_trlhead" else "auto"
+    args = PACSConfig(loss_type="pacs", mini_batches_per_rollout=1, logprob_impl=impl, **common)
     return PACSTrainer(model, reward_func, args=args, train_dataset=ds, processing_class=tok)
 
 
 def run_child(a) -> None:
     import tempfile
 
-    tr = build(
-        a.child, a.model, Path(tempfile.mkdtemp(prefix="train-overhead-child-")), a.steps, a.G, a.T, a.reward
-    )
+    tmp = Path(tempfile.mkdtemp(prefix="train-overhead-child-"))
+    tr = build(a.child, a.model, tmp, a.steps, a.G, a.T, a.reward, a.bf16)
     tr.train()
     print(json.dumps({"max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
@@ -96,7 +104,8 @@ def main() -> None:
     p.add_argument("--T", type=int, default=64)
     p.add_argument("--reward", choices=["parity", "math"], default="parity")
     p.add_argument("--out", default="docs/benchmarks/train_step_overhead.json")
-    p.add_argument("--child", choices=["trl", "pacs"], help="internal: run one trainer alone, print max RSS")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast for every trainer")
+    p.add_argument("--child", choices=KINDS, help="internal: run one trainer alone, print max RSS")
     a = p.parse_args()
     if a.child:
         run_child(a)
@@ -106,7 +115,7 @@ def main() -> None:
     import torch
 
     tmp = Path(tempfile.mkdtemp(prefix="train-overhead-"))
-    trainers = {k: build(k, a.model, tmp, a.steps, a.G, a.T, a.reward) for k in ("trl", "pacs")}
+    trainers = {k: build(k, a.model, tmp, a.steps, a.G, a.T, a.reward, a.bf16) for k in KINDS}
     times = {k: [] for k in trainers}
     cpu = {k: [] for k in trainers}
     rss_growth = {k: 0.0 for k in trainers}
@@ -116,7 +125,7 @@ def main() -> None:
         tr.create_optimizer_and_scheduler(num_training_steps=a.steps)
         iters[k] = iter(tr.get_train_dataloader())
     for step in range(a.steps):
-        for k in ("trl", "pacs") if step % 2 == 0 else ("pacs", "trl"):
+        for k in KINDS[step % 3 :] + KINDS[: step % 3]:
             tr = trainers[k]
             batch = next(iters[k])
             before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -144,10 +153,13 @@ def main() -> None:
         "max_completion_length": a.T,
         "seconds_per_step": times,
         "median_seconds": med,
+        "bf16": a.bf16,
         "ratio_pacs_over_trl": med["pacs"] / med["trl"],
+        "ratio_pacs_trlhead_over_trl": med["pacs_trlhead"] / med["trl"],
         "cpu_seconds_per_step": cpu,
         "median_cpu_seconds": med_cpu,
         "ratio_cpu_pacs_over_trl": med_cpu["pacs"] / med_cpu["trl"],
+        "ratio_cpu_pacs_trlhead_over_trl": med_cpu["pacs_trlhead"] / med_cpu["trl"],
         "max_rss_growth_kib": rss_growth,
         "loadavg": os.getloadavg(),
         "torch_threads": torch.get_num_threads(),
@@ -156,7 +168,7 @@ def main() -> None:
     import sys
 
     peak = {}
-    for k in ("trl", "pacs"):
+    for k in KINDS:
         cmd = [
             sys.executable,
             __file__,
@@ -170,20 +182,26 @@ def main() -> None:
             str(a.G),
             "--T",
             str(a.T),
-        ]
+        ] + (["--bf16"] if a.bf16 else [])
         line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
         peak[k] = json.loads(line)["max_rss_mib"]
     result["peak_rss_mib_alone"] = peak
     result["ratio_peak_rss_pacs_over_trl"] = peak["pacs"] / peak["trl"]
+    result["ratio_peak_rss_pacs_trlhead_over_trl"] = peak["pacs_trlhead"] / peak["trl"]
     print(
         json.dumps(
             {
                 k: result[k]
                 for k in (
                     "median_seconds",
+                    "median_cpu_seconds",
                     "ratio_pacs_over_trl",
+                    "ratio_pacs_trlhead_over_trl",
+                    "ratio_cpu_pacs_over_trl",
+                    "ratio_cpu_pacs_trlhead_over_trl",
                     "peak_rss_mib_alone",
                     "ratio_peak_rss_pacs_over_trl",
+                    "ratio_peak_rss_pacs_trlhead_over_trl",
                     "loadavg",
                 )
             },
