@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,7 +34,11 @@ def main() -> None:
     ap.add_argument("--math-data", default="math500", help="math500.jsonl path (or the name, if online)")
     ap.add_argument("--math-limit", type=int, default=50)
     ap.add_argument("--arith-n", type=int, default=100, help="arithmetic problems")
-    ap.add_argument("--runs", default="/tmp/pacs_rl_eval_bench", help="folder for the run folders")
+    ap.add_argument(
+        "--runs",
+        default=str(Path(tempfile.gettempdir()) / "pacs_rl_eval_bench"),
+        help="folder for the run folders",
+    )
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--skip-math", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (1 on a busy shared CPU)")

@@ -24,6 +24,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def child(args) -> dict:
     common = dict(
         output_dir=str(Path(args.workdir) / args.child),
         use_cpu=True,
-        bf16=False,
+        bf16=args.bf16,
         num_generations=args.G,
         per_device_train_batch_size=args.batch,
         mini_batches_per_rollout=args.prompts * args.G // args.batch,
@@ -159,7 +160,8 @@ def main() -> None:
     ap.add_argument("--max-steps", type=int, default=4, help="optimizer steps per run")
     ap.add_argument("--repeats", type=int, default=1, help="runs per method, interleaved")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workdir", default="/tmp/pacs_rl_ppo_bench")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (the CPU default of pacs-rl train)")
+    ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "pacs_rl_ppo_bench"))
     ap.add_argument("--out", default=str(REPO / "docs" / "ppo_vs_pacs.json"))
     ap.add_argument("--child", choices=["pacs", "ppo"], help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
