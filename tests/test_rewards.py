@@ -117,15 +117,51 @@ def test_unclosed_box_is_no_answer():
 def test_answer_only_in_an_echo_of_the_prompt_scores_zero():
     prompt = "Compute 12 + 30."
     echo = "Compute 12 + 30. I am not sure how."
-    # Without the prompt the plain-expression reader evaluates the echoed question itself ...
-    assert verify(echo, "42").score == 1.0
-    # ... which is why the prompt is passed: its echo is ignored.
+    # Without the prompt the plain-expression reader reads the echoed question "12 + 30" (which
+    # math-verify evaluates to 42); the unevaluated-answer rule refuses it ...
+    assert verify(echo, "42").reason == "unevaluated"
+    # ... and with the prompt passed, its echo is not read at all.
     assert verify(echo, "42", prompt=prompt).reason == "no_answer"
     assert verify(echo + " It is 42.", "42", prompt=prompt).score == 1.0
     # TRL passes prompts= to reward functions: the same guard applies there.
     assert math_reward_func(completions=[echo], answer=["42"], prompts=[prompt]) == [0.0]
     conversational = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompt}]]
     assert math_reward_func(completions=[echo], answer=["42"], prompts=conversational) == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer"),
+    [  # outputs of an RL run on two-digit arithmetic that learned to restate the question
+        ("33 - 51 = 23 - 51 = 23 - 11\n\nSo, the answer to 33 - 51 is 23 - 11.", "-18"),
+        ("29 + 41 = 72 + 41\n\nSo, the answer to 29 + 41 is 72 + 41.", "70"),
+        (r"The answer is \boxed{33 - 51}.", "-18"),
+        (r"\boxed{4 \times 5}", "20"),
+        (r"\boxed{6\cdot 7}", "42"),
+        ("so it is 84 / 2", "42"),
+    ],
+)
+def test_unevaluated_expression_for_a_numeric_gold_scores_zero(completion, answer):
+    verdict = verify(completion, answer)
+    assert (verdict.score, verdict.reason) == (0.0, "unevaluated"), verdict
+    assert math_reward_func(completions=[completion], answer=[answer]) == [0.0]
+
+
+@pytest.mark.parametrize(
+    ("completion", "answer"),
+    [
+        (r"\boxed{-18}", "-18"),
+        ("33 - 51 = -18. The answer is -18.", "-18"),
+        (r"\boxed{1,000}", "1000"),
+        (r"\boxed{10^{3}}", "1000"),  # a power is a value, not an operation on two numbers
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        ("1/2", r"\frac{1}{2}"),  # the gold is not a plain number: expressions stay allowed
+        (r"\boxed{2\sqrt{3}}", r"2\sqrt{3}"),
+        (r"\boxed{3 - \sqrt{2}}", r"3-\sqrt{2}"),
+    ],
+)
+def test_evaluated_answers_and_non_numeric_golds_are_untouched(completion, answer):
+    verdict = verify(completion, answer)
+    assert (verdict.score, verdict.reason) == (1.0, "correct"), verdict
 
 
 # ------------------------------------------------------------------------------------- robustness

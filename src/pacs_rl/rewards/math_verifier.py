@@ -8,7 +8,9 @@ by LaTeX and plain-expression extraction. On top of that this module adds, in th
    the LAST box is the answer and the rest of the text is not read;
 2. anti-hacking rules (see ``docs/EVALUATION.md, "Verifier"``): an empty or unclosed last box is "no_answer"; several
    boxes with mathematically different contents score 0 ("multiple_answers"); text that repeats the
-   prompt (when the prompt is given) is removed before extraction;
+   prompt (when the prompt is given) is removed before extraction; when the gold answer is a plain number,
+   an answer that is still an arithmetic expression of numbers ("33 - 51" for -18) scores 0
+   ("unevaluated"): math-verify would evaluate it, so restating the question would be rewarded;
 3. ``strict=True`` accepts only a non-empty last box (no plain-text fallback).
 
 Everything here runs without any time bound of its own (math-verify's ``signal.alarm`` timeouts are
@@ -36,6 +38,7 @@ REASONS = (
     "wrong",  # an answer was read and it differs from the gold answer
     "no_answer",  # nothing to read: no box (strict), empty/unclosed last box, no number or expression
     "multiple_answers",  # several boxes with different contents (hedging): scored 0
+    "unevaluated",  # the gold is a number but the answer is an expression of numbers (33 - 51): scored 0
     "timeout",  # the check overran its time limit: scored 0
     "parse_error",  # the gold answer could not be parsed, or math-verify failed internally
     "empty_gold",  # the gold answer is empty or missing: a data problem, scored 0
@@ -47,6 +50,11 @@ _GOLD_TARGETS = (LatexExtractionConfig(),)
 _PRED_TARGETS = (ExprExtractionConfig(), LatexExtractionConfig())
 _BOX_TARGETS = (LatexExtractionConfig(boxed_match_priority=0),)
 _EXPR_TARGETS = (ExprExtractionConfig(),)
+
+# A plain number: -18, 3.5, 1,000, 1{,}000, 10\% (what a gold answer of a computation looks like).
+_PLAIN_NUMBER = re.compile(r"\s*[-+−]?\s*(?:\d{1,3}(?:(?:,|\{,\})\d{3})+|\d+)(?:\.\d+)?\s*(?:\\?%)?\s*")
+# Two numbers joined by a binary operator: 33 - 51, 2*3, 4 \times 5, 6\cdot7, 8 ÷ 2, 29+41.
+_NUMBER_OPERATION = re.compile(r"\d\s*\)?\s*(?:[-+*/×÷−]|\\times|\\cdot|\\div)\s*\(?\s*[-+−]?\s*\d")
 
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _SCI_NUMBER = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+))[eE]([-+]?\d+)\s*")
@@ -199,6 +207,18 @@ def _pred_string(pred: list) -> str | None:
     return str(pred[-1]) if len(pred) > 1 else str(pred[0])
 
 
+def _unevaluated(extracted: str | None, gold_text: str) -> bool:
+    """True when the gold answer is a plain number and the answer read is an operation on numbers.
+
+    "What is 33 - 51?" answered "the answer to 33 - 51 is ..." is read as ``33 - 51``, which math-verify
+    evaluates to -18: without this rule, restating the question scores 1 (an RL run on two-digit
+    arithmetic learned exactly that). Answers to non-numeric golds (expressions, fractions) are untouched.
+    """
+    if not extracted or not _PLAIN_NUMBER.fullmatch(gold_text):
+        return False
+    return bool(_NUMBER_OPERATION.search(extracted))
+
+
 def check(completion, answer, strict: bool = False, prompt: str | None = None) -> Verdict:
     """Grade one completion against one gold answer, with no time bound (see ``pacs_rl.rewards.verify``).
 
@@ -228,6 +248,8 @@ def check(completion, answer, strict: bool = False, prompt: str | None = None) -
         gold = _parse_gold(gold_text)
         if not gold:
             return Verdict(0.0, _shorten(extracted), "parse_error")
+        if _unevaluated(extracted, gold_text):
+            return Verdict(0.0, _shorten(extracted), "unevaluated")
         if _equal(gold, pred):
             return Verdict(1.0, _shorten(extracted), "correct")
         return Verdict(0.0, _shorten(extracted), "wrong")

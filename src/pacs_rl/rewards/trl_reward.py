@@ -112,7 +112,7 @@ class MathRewardFunction:
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and result.scores:  # TRL >= 1.x: averaged per logging step
             n = len(result.scores)
-            for reason in ("no_answer", "timeout", "multiple_answers", "parse_error"):
+            for reason in ("no_answer", "timeout", "multiple_answers", "unevaluated", "parse_error"):
                 log_metric(f"{self.__name__}/{reason}_frac", result.reasons.get(reason, 0) / n)
         return result.scores
 
