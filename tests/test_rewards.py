@@ -157,6 +157,7 @@ def test_unevaluated_expression_for_a_numeric_gold_scores_zero(completion, answe
         ("1/2", r"\frac{1}{2}"),  # the gold is not a plain number: expressions stay allowed
         (r"\boxed{2\sqrt{3}}", r"2\sqrt{3}"),
         (r"\boxed{3 - \sqrt{2}}", r"3-\sqrt{2}"),
+        ("So the total is 180 + 24 = 204", "204"),  # an equation ending in the value (AIME 2024 solution)
     ],
 )
 def test_evaluated_answers_and_non_numeric_golds_are_untouched(completion, answer):

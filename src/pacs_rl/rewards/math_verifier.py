@@ -216,7 +216,8 @@ def _unevaluated(extracted: str | None, gold_text: str) -> bool:
     """
     if not extracted or not _PLAIN_NUMBER.fullmatch(gold_text):
         return False
-    return bool(_NUMBER_OPERATION.search(extracted))
+    # an equation read as the answer ("180 + 24 = 204") is judged by its last side, as math-verify compares it
+    return bool(_NUMBER_OPERATION.search(extracted.rsplit("=", 1)[-1]))
 
 
 def check(completion, answer, strict: bool = False, prompt: str | None = None) -> Verdict:
