@@ -187,18 +187,17 @@ def resolve_settings(config: str | None, options: dict[str, Any], sets: list[str
 def _load_data(run: dict[str, Any], seed: int):
     """Training problems and the held-out problems (disjoint from training)."""
     from pacs_rl.data import arithmetic_problems, load_problems, split_disjoint
+    from pacs_rl.data.procedural import parse_query
 
     source = str(run["dataset"])
     n = int(run["train_size"] or 0)
-    if source == "arithmetic" or source.startswith("arithmetic?"):
-        ops = str(run["arithmetic_ops"])
-        train = (
-            arithmetic_problems(n or 2000, seed=seed, split="train", ops=ops)
-            if source == "arithmetic"
-            else None
-        )
-        if train is None:
-            train = load_problems(source, split="train")
+    arithmetic = source == "arithmetic" or source.startswith("arithmetic?")
+    if arithmetic:  # its operators: the source string's own ops= when it names them, else the run key
+        ops = str(parse_query(source.partition("?")[2]).get("ops", run["arithmetic_ops"]))
+    if source == "arithmetic":
+        train = arithmetic_problems(n or 2000, seed=seed, split="train", ops=ops)
+    elif source.startswith("arithmetic?"):
+        train = load_problems(source, split="train")
     else:
         train = load_problems(
             source,
@@ -217,10 +216,7 @@ def _load_data(run: dict[str, Any], seed: int):
     eval_n = int(run["eval_size"] or 0)
     if eval_n:
         eval_source = run["eval_dataset"]
-        if eval_source is None and source.startswith("arithmetic"):
-            ops = str(run["arithmetic_ops"])
-            if source.startswith("arithmetic?") and "ops=" in source:  # held-out with the training operators
-                ops = source.split("ops=")[1].split("&")[0]
+        if eval_source is None and arithmetic:
             held = arithmetic_problems(eval_n, seed=10_000 + seed, split="test", ops=ops)
         elif eval_source is not None:
             held = list(load_problems(eval_source, limit=eval_n, on_error="skip"))
