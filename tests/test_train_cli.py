@@ -96,3 +96,19 @@ def test_arithmetic_ops_reach_training_and_held_out_sets():
     # an explicit source string keeps its own operators for the held-out set too
     train, held = cli._load_data({**run, "dataset": "arithmetic?ops=+&n=30&split=train"}, seed=0)
     assert all("+" in p.problem for p in train + held) and len(held) == 20
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            "arithmetic_ops=+^",
+            r"ops must be a non-empty combination of '\+-\*', got '\+\^'.*arithmetic_ops='\+\^'",
+        ),
+        ("dataset=arithmetic?ops", r"bad option 'ops': expected key=value.*dataset='arithmetic\?ops'"),
+    ],
+)
+def test_bad_data_setting_is_a_clear_error_before_the_model_loads(tmp_path, setting, message):
+    run, cfg = cli.resolve_settings(None, {}, ["model=/no/such/model", setting])
+    with pytest.raises(typer.BadParameter, match=message):
+        cli.run_training(run, cfg, str(tmp_path / "run"))

@@ -343,8 +343,14 @@ def run_training(
     torch.manual_seed(args.seed)
     (out / "settings.json").write_text(json.dumps({"run": run, "config": cfg_kwargs}, indent=2, default=str))
 
+    try:  # before the model loads, so a bad setting fails at once
+        train_problems, held = _load_data(run, args.seed)
+    except ValueError as e:  # DataError included: a bad file row, source string or arithmetic_ops
+        raise typer.BadParameter(
+            f"{e} (settings: dataset={run['dataset']!r}, arithmetic_ops={run['arithmetic_ops']!r}, "
+            f"eval_dataset={run['eval_dataset']!r})"
+        ) from None
     model, tokenizer = load_model_and_tokenizer(str(run["model"]), dtype=str(run["model_dtype"]))
-    train_problems, held = _load_data(run, args.seed)
     reward = make_math_reward_func(strict=run["reward"] == "math_strict")
     eval_tokens = int(run["eval_max_new_tokens"] or args.max_completion_length)
 
