@@ -2,13 +2,17 @@
 
 Three probes on the bundled SmolLM2-135M-Instruct, each printing its figures and writing them to --out:
 
-    python benchmarks/train_cpu_choices.py outcomes   # rollout accuracy by completion length, operators, T
+    python benchmarks/train_cpu_choices.py outcomes   # rollout accuracy by task, completion length, T
     python benchmarks/train_cpu_choices.py speed      # one training fwd+bwd: fp32, bf16 autocast, bf16, LoRA
     python benchmarks/train_cpu_choices.py precision  # r_hat = sum(logp_new - logp_old) in fp32 vs bf16 autocast
 
-`outcomes` samples 16 training problems x 8 completions of up to 128 tokens once per (operators, T) and scores
-the first 32/48/64/96/128 tokens of each completion (a completion cut at L tokens is the first L tokens of a
-longer one), so the lengths share their samples. Greedy held-out accuracy is `pacs-rl train`'s own figure.
+`outcomes` samples 16 training problems x 8 completions of up to 128 tokens once per (operators, operand
+digits, T) and scores the first 32/48/64/96/128 tokens of each completion (a completion cut at L tokens is
+the first L tokens of a longer one), so the lengths share their samples; it also decodes each problem
+greedily (the `pacs-rl train` held-out protocol, here on training problems).
+
+    python benchmarks/train_cpu_choices.py outcomes --ops +- --digits 2 2,1 1 --temperatures 1.0 0.7 0.5 \
+        --problems 32 --out docs/benchmarks/train_cpu_tasks.json      # the task choice of the CPU default
 """
 
 from __future__ import annotations
@@ -47,9 +51,18 @@ def outcomes(a) -> dict:
     model, tok = _model()
     sampler = TransformersSampler(model, tok, batch_size=64)
     rows = []
-    for ops in a.ops:
-        problems = arithmetic_problems(a.problems, seed=0, split="train", ops=ops)
+    for ops, digits in [(o, d) for o in a.ops for d in a.digits]:
+        problems = arithmetic_problems(a.problems, seed=0, split="train", ops=ops, digits=digits)
         ids = _prompt_ids(tok, problems)
+        greedy = sampler.generate_ids(ids, SamplingParams(n=1, temperature=0.0, max_new_tokens=max(LENGTHS)))
+        for length in LENGTHS:
+            ok = [
+                check(tok.decode(g[0].token_ids[:length], skip_special_tokens=True), p.answer).score == 1.0
+                for p, g in zip(problems, greedy, strict=True)
+            ]
+            row = {"ops": ops, "digits": digits, "temperature": 0.0, "max_tokens": length}
+            rows.append({**row, "accuracy": sum(ok) / len(ok)})
+            print(json.dumps(rows[-1]), flush=True)
         for temperature in a.temperatures:
             t = time.perf_counter()
             params = SamplingParams(n=a.G, temperature=temperature, max_new_tokens=max(LENGTHS), seed=0)
@@ -67,6 +80,7 @@ def outcomes(a) -> dict:
                     mixed += 0 < sum(ok) < len(ok)
                 row = {
                     "ops": ops,
+                    "digits": digits,
                     "temperature": temperature,
                     "max_tokens": length,
                     "accuracy": correct / (len(problems) * a.G),
@@ -77,7 +91,7 @@ def outcomes(a) -> dict:
                 print(json.dumps(row), flush=True)
             mean_len = statistics.mean(len(s.token_ids) for g in groups for s in g)
             print(
-                f"ops={ops} T={temperature}: {seconds:.1f} s to sample, mean length {mean_len:.1f}",
+                f"ops={ops} digits={digits} T={temperature}: {seconds:.1f} s to sample, mean length {mean_len:.1f}",
                 flush=True,
             )
     return {"problems": a.problems, "G": a.G, "rows": rows}
@@ -182,6 +196,7 @@ def main() -> None:
     p.add_argument("--problems", type=int, default=16)
     p.add_argument("--G", type=int, default=8)
     p.add_argument("--ops", nargs="+", default=["+-*", "+-"])
+    p.add_argument("--digits", nargs="+", default=["2"], help="outcomes: operand lengths, 2 or 2,1 (47 + 8)")
     p.add_argument("--temperatures", nargs="+", type=float, default=[1.0, 0.7])
     p.add_argument("--batch", type=int, default=16, help="speed: sequences")
     p.add_argument("--seq", type=int, default=105, help="speed: tokens per sequence (prompt + completion)")

@@ -10,6 +10,7 @@ import pytest
 from pacs_rl.data import (
     INSTRUCTION,
     DataError,
+    arithmetic_pool_size,
     arithmetic_problems,
     arithmetic_splits,
     build_messages,
@@ -191,6 +192,31 @@ def test_arithmetic_capacity_and_source_string():
     assert len(load_problems("arithmetic")) == 100
     with pytest.raises(DataError, match="unknown option"):
         load_problems("arithmetic?n=5&size=3")
+
+
+def test_arithmetic_operands_of_different_lengths():
+    probs = arithmetic_problems(300, seed=0, ops="+-", digits="2,1", split="train")
+    assert all(10 <= p.extras["a"] <= 99 and 0 <= p.extras["b"] <= 9 for p in probs)
+    assert {p.extras["op"] for p in probs} == {"+", "-"}
+    assert all(int(p.answer) == eval(p.problem[8:-1]) for p in probs)  # "What is 47 - 8?"
+    assert probs == arithmetic_problems(300, seed=0, ops="+-", digits=(2, 1), split="train")
+    # equal lengths written as a pair are the same task, with the same draws, as the single length
+    assert arithmetic_problems(20, digits=(2, 2)) == arithmetic_problems(20, digits=2)
+    # the pool sizes are exact and the two splits partition the space
+    train_n = arithmetic_pool_size(ops="+-", digits="2,1", split="train")
+    test_n = arithmetic_pool_size(ops="+-", digits="2,1", split="test")
+    assert train_n + test_n == 90 * 10 * 2 == arithmetic_pool_size(ops="+-", digits="2,1", split=None)
+    held = arithmetic_problems(test_n, seed=1, ops="+-", digits="2,1", split="test")
+    assert len({p.problem for p in held}) == test_n
+    assert not {p.problem for p in held} & {p.problem for p in probs}
+    with pytest.raises(ValueError, match="only"):
+        arithmetic_problems(test_n + 1, ops="+-", digits="2,1", split="test")
+    assert load_problems("arithmetic?n=4&ops=-&digits=2,1") == arithmetic_problems(
+        4, ops="-", digits=(2, 1), split="test"
+    )
+    for bad in ("2,1,1", "0", "x", 7):
+        with pytest.raises(ValueError, match="digits must be"):
+            arithmetic_problems(1, digits=bad)
 
 
 def test_reasoning_gym_source_and_disjoint_split():

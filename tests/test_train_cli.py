@@ -9,6 +9,7 @@ import pytest
 import typer
 import yaml
 
+from pacs_rl.data import arithmetic_pool_size
 from pacs_rl.training import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,6 +97,24 @@ def test_arithmetic_ops_reach_training_and_held_out_sets():
     # an explicit source string keeps its own operators for the held-out set too
     train, held = cli._load_data({**run, "dataset": "arithmetic?ops=+&n=30&split=train"}, seed=0)
     assert all("+" in p.problem for p in train + held) and len(held) == 20
+
+
+def test_arithmetic_digits_reach_both_sets_and_sizes_are_capped_by_the_pool(capsys):
+    run = {**cli.RUN_DEFAULTS, "arithmetic_digits": "2,1", "train_size": 5000, "eval_size": 1000}
+    train, held = cli._load_data(run, seed=0)
+    for p in train + held:
+        assert 10 <= p.extras["a"] <= 99 and 0 <= p.extras["b"] <= 9, p.problem
+    # a train_size or eval_size larger than the task is a ceiling: every problem of the split, once
+    assert len(train) == arithmetic_pool_size(ops="+-", digits="2,1", split="train")
+    assert len(held) == arithmetic_pool_size(ops="+-", digits="2,1", split="test")
+    assert "all 1441 training problems" in capsys.readouterr().out
+    # an explicit n= in the source string is a demand, refused when the split is smaller
+    with pytest.raises(ValueError, match="only"):
+        cli._load_data({**run, "dataset": "arithmetic?n=5000"}, seed=0)
+    with pytest.raises(ValueError, match="train split"):
+        cli._load_data({**run, "dataset": "arithmetic?split=test"}, seed=0)
+    train, _ = cli._load_data({**run, "dataset": "arithmetic?digits=1&n=10", "eval_size": 0}, seed=0)
+    assert len(train) == 10 and all(p.extras["a"] <= 9 for p in train)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from pacs_rl.data.loaders import (
 )
 from pacs_rl.data.procedural import (
     HELD_OUT_FRACTION,
+    arithmetic_pool_size,
     arithmetic_problems,
     arithmetic_splits,
     is_held_out,
@@ -34,6 +35,7 @@ __all__ = [
     "DataError",
     "Problem",
     "ProblemSet",
+    "arithmetic_pool_size",
     "arithmetic_problems",
     "arithmetic_splits",
     "benchmark_name",

@@ -10,7 +10,8 @@ problems are distinct. For other sources use :func:`split_disjoint`.
 Source strings (for :func:`pacs_rl.data.load_problems` and ``--benchmark``):
 
 - ``arithmetic`` or ``arithmetic?n=100&seed=0&ops=+-*&digits=2&split=test`` (defaults shown; a bare
-  ``arithmetic`` is the held-out split);
+  ``arithmetic`` is the held-out split); ``digits=2,1`` gives the two operands different lengths
+  ("What is 47 - 8?");
 - ``reasoning_gym:<task>?size=200&seed=1&<option>=<value>...``: any task of ``reasoning_gym``
   (``reasoning_gym.create_dataset(task, size=..., seed=..., **options)``); its ``question`` becomes
   ``problem`` and its ``answer`` the answer. Values are parsed as int, float, true/false, else text.
@@ -41,30 +42,56 @@ def is_held_out(a: int, op: str, b: int) -> bool:
     return (h % 10_000) < HELD_OUT_FRACTION * 10_000
 
 
-def _check_args(n: int, ops: str, digits: int, split: str | None) -> None:
+def parse_digits(digits: Any) -> tuple[int, int]:
+    """Operand lengths: ``2`` -> (2, 2); ``(2, 1)``, ``"2,1"`` -> (2, 1) (first operand, second operand)."""
+    parts = digits.split(",") if isinstance(digits, str) else digits
+    parts = [parts] if isinstance(parts, int) else list(parts)
+    try:
+        pair = tuple(int(str(x).strip()) for x in parts)
+    except ValueError:
+        pair = ()
+    if len(pair) == 1:
+        pair = pair * 2
+    if len(pair) != 2 or not all(1 <= d <= 6 for d in pair):
+        raise ValueError(
+            f"digits must be a length in 1..6 or two of them for the two operands (2 or '2,1'), got {digits!r}"
+        )
+    return pair  # type: ignore[return-value]
+
+
+def _check_args(n: int, ops: str, split: str | None) -> None:
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
     if not ops or set(ops) - set(ARITHMETIC_OPS):
         raise ValueError(f"ops must be a non-empty combination of {ARITHMETIC_OPS!r}, got {ops!r}")
-    if not 1 <= digits <= 6:
-        raise ValueError(f"digits must be in 1..6, got {digits}")
     if split not in ("train", "test", None):
         raise ValueError(f"split must be 'train', 'test' or None (whole space), got {split!r}")
 
 
+def _operand_range(digits: int) -> tuple[int, int]:
+    return (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+
+
 def arithmetic_problems(
-    n: int, seed: int = 0, ops: str = ARITHMETIC_OPS, digits: int = 2, split: str | None = "train"
+    n: int,
+    seed: int = 0,
+    ops: str = ARITHMETIC_OPS,
+    digits: int | str | tuple[int, int] = 2,
+    split: str | None = "train",
 ) -> list[Problem]:
     """``n`` distinct problems "What is a op b?" with ``digits``-digit operands, deterministic by seed.
 
+    ``digits`` is one length for both operands or a pair (first, second): ``(2, 1)`` asks "47 - 8".
     ``split="train"`` (default) and ``split="test"`` draw from disjoint parts of the problem space;
     ``split=None`` from all of it. The answer is the exact integer as a string (may be negative).
     """
-    _check_args(n, ops, digits, split)
+    _check_args(n, ops, split)
+    da, db = parse_digits(digits)
     ops = "".join(dict.fromkeys(ops))  # dedupe, keep order
-    lo, hi = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
-    space = (hi - lo + 1) ** 2 * len(ops)
-    rng = random.Random(f"arithmetic/{seed}/{split}/{ops}/{digits}")
+    (lo_a, hi_a), (lo_b, hi_b) = _operand_range(da), _operand_range(db)
+    space = (hi_a - lo_a + 1) * (hi_b - lo_b + 1) * len(ops)
+    tag_digits = str(da) if da == db else f"{da},{db}"  # equal lengths keep their earlier seeds
+    rng = random.Random(f"arithmetic/{seed}/{split}/{ops}/{tag_digits}")
 
     def in_split(a: int, op: str, b: int) -> bool:
         return split is None or is_held_out(a, op, b) == (split == "test")
@@ -73,21 +100,21 @@ def arithmetic_problems(
         pool = [
             (a, op, b)
             for op in ops
-            for a in range(lo, hi + 1)
-            for b in range(lo, hi + 1)
+            for a in range(lo_a, hi_a + 1)
+            for b in range(lo_b, hi_b + 1)
             if in_split(a, op, b)
         ]
         if n > len(pool):
             raise ValueError(
-                f"asked for {n} distinct {digits}-digit problems with ops {ops!r} in split {split!r}, "
-                f"but only {len(pool)} exist; lower n or raise digits"
+                f"asked for {n} distinct problems with {tag_digits}-digit operands and ops {ops!r} in split "
+                f"{split!r}, but only {len(pool)} exist; lower n or raise digits"
             )
         triples = rng.sample(pool, n)
     else:
         seen: set[tuple[int, str, int]] = set()
         triples = []
         while len(triples) < n:
-            t = (rng.randint(lo, hi), rng.choice(ops), rng.randint(lo, hi))
+            t = (rng.randint(lo_a, hi_a), rng.choice(ops), rng.randint(lo_b, hi_b))
             if t not in seen and in_split(*t):
                 seen.add(t)
                 triples.append(t)
@@ -103,8 +130,34 @@ def arithmetic_problems(
     ]
 
 
+def arithmetic_pool_size(
+    ops: str = ARITHMETIC_OPS, digits: int | str | tuple[int, int] = 2, split: str | None = "train"
+) -> int:
+    """How many distinct problems :func:`arithmetic_problems` can draw (exact when the space is
+    enumerable, else the expected count, far above any training size)."""
+    _check_args(0, ops, split)
+    (lo_a, hi_a), (lo_b, hi_b) = (_operand_range(d) for d in parse_digits(digits))
+    ops = "".join(dict.fromkeys(ops))
+    space = (hi_a - lo_a + 1) * (hi_b - lo_b + 1) * len(ops)
+    if split is None:
+        return space
+    if space > _ENUMERATE_LIMIT:
+        share = HELD_OUT_FRACTION if split == "test" else 1 - HELD_OUT_FRACTION
+        return int(space * share)
+    return sum(
+        is_held_out(a, op, b) == (split == "test")
+        for op in ops
+        for a in range(lo_a, hi_a + 1)
+        for b in range(lo_b, hi_b + 1)
+    )
+
+
 def arithmetic_splits(
-    n_train: int, n_test: int, seed: int = 0, ops: str = ARITHMETIC_OPS, digits: int = 2
+    n_train: int,
+    n_test: int,
+    seed: int = 0,
+    ops: str = ARITHMETIC_OPS,
+    digits: int | str | tuple[int, int] = 2,
 ) -> tuple[list[Problem], list[Problem]]:
     """A training set and a held-out set that share no problem (different seeds, disjoint spaces)."""
     train = arithmetic_problems(n_train, seed=seed, ops=ops, digits=digits, split="train")
@@ -196,7 +249,7 @@ def load_procedural(source: str, split: str | None = None) -> list[Problem]:
         n = int(opts.pop("n", 100))
         seed = int(opts.pop("seed", 0))
         ops = str(opts.pop("ops", ARITHMETIC_OPS))
-        digits = int(opts.pop("digits", 2))
+        digits = opts.pop("digits", 2)
         which = opts.pop("split", split or "test")
         if opts:
             raise DataError(
