@@ -107,7 +107,7 @@ def test_arithmetic_digits_reach_both_sets_and_sizes_are_capped_by_the_pool(caps
     # a train_size or eval_size larger than the task is a ceiling: every problem of the split, once
     assert len(train) == arithmetic_pool_size(ops="+-", digits="2,1", split="train")
     assert len(held) == arithmetic_pool_size(ops="+-", digits="2,1", split="test")
-    assert "all 1441 training problems" in capsys.readouterr().out
+    assert "training on all 1441 problems" in capsys.readouterr().out
     # an explicit n= in the source string is a demand, refused when the split is smaller
     with pytest.raises(ValueError, match="only"):
         cli._load_data({**run, "dataset": "arithmetic?n=5000"}, seed=0)

@@ -210,7 +210,7 @@ def _load_data(run: dict[str, Any], seed: int):
         pool = arithmetic_pool_size(ops=ops, digits=digits, split="train")
         if want > pool and "n" not in opts:  # train_size is a ceiling here; an explicit n= is a demand
             typer.echo(
-                f"arithmetic ops={ops} digits={digits}: all {pool} training problems (train_size={want})"
+                f"training on all {pool} problems of arithmetic ops={ops} digits={digits} (train_size={want} is more)"
             )
             want = pool
         train = arithmetic_problems(
