@@ -51,7 +51,8 @@ def test_pathological_answer_times_out_in_pool_without_stalling_the_batch(pool):
     completions[3], answers[3], expected[3] = PATHOLOGICAL, "5", 0.0
     started = time.monotonic()
     result = pool.verify_batch(completions, answers, timeout=0.5)
-    assert time.monotonic() - started < 5.0
+    # a hang guard, not a speed claim (the machine may be loaded): unbounded, sympy never finishes the power tower
+    assert time.monotonic() - started < 60.0
     assert result.scores == expected
     assert result.verdicts[3].reason == "timeout" and result.reasons["timeout"] == 1
 
