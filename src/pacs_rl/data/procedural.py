@@ -72,6 +72,17 @@ def _operand_range(digits: int) -> tuple[int, int]:
     return (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
 
 
+def _space_size(ops: str, digits: tuple[int, int]) -> int:
+    (lo_a, hi_a), (lo_b, hi_b) = (_operand_range(d) for d in digits)
+    return (hi_a - lo_a + 1) * (hi_b - lo_b + 1) * len(ops)
+
+
+def _enumerate(ops: str, digits: tuple[int, int]):
+    """Every (a, op, b) of the space, in a fixed order (op, then a, then b)."""
+    (lo_a, hi_a), (lo_b, hi_b) = (_operand_range(d) for d in digits)
+    return ((a, op, b) for op in ops for a in range(lo_a, hi_a + 1) for b in range(lo_b, hi_b + 1))
+
+
 def arithmetic_problems(
     n: int,
     seed: int = 0,
@@ -89,7 +100,7 @@ def arithmetic_problems(
     da, db = parse_digits(digits)
     ops = "".join(dict.fromkeys(ops))  # dedupe, keep order
     (lo_a, hi_a), (lo_b, hi_b) = _operand_range(da), _operand_range(db)
-    space = (hi_a - lo_a + 1) * (hi_b - lo_b + 1) * len(ops)
+    space = _space_size(ops, (da, db))
     tag_digits = str(da) if da == db else f"{da},{db}"  # equal lengths keep their earlier seeds
     rng = random.Random(f"arithmetic/{seed}/{split}/{ops}/{tag_digits}")
 
@@ -97,13 +108,7 @@ def arithmetic_problems(
         return split is None or is_held_out(a, op, b) == (split == "test")
 
     if space <= _ENUMERATE_LIMIT:
-        pool = [
-            (a, op, b)
-            for op in ops
-            for a in range(lo_a, hi_a + 1)
-            for b in range(lo_b, hi_b + 1)
-            if in_split(a, op, b)
-        ]
+        pool = [t for t in _enumerate(ops, (da, db)) if in_split(*t)]
         if n > len(pool):
             raise ValueError(
                 f"asked for {n} distinct problems with {tag_digits}-digit operands and ops {ops!r} in split "
@@ -136,20 +141,14 @@ def arithmetic_pool_size(
     """How many distinct problems :func:`arithmetic_problems` can draw (exact when the space is
     enumerable, else the expected count, far above any training size)."""
     _check_args(0, ops, split)
-    (lo_a, hi_a), (lo_b, hi_b) = (_operand_range(d) for d in parse_digits(digits))
-    ops = "".join(dict.fromkeys(ops))
-    space = (hi_a - lo_a + 1) * (hi_b - lo_b + 1) * len(ops)
+    ops, digits = "".join(dict.fromkeys(ops)), parse_digits(digits)
+    space = _space_size(ops, digits)
     if split is None:
         return space
     if space > _ENUMERATE_LIMIT:
         share = HELD_OUT_FRACTION if split == "test" else 1 - HELD_OUT_FRACTION
         return int(space * share)
-    return sum(
-        is_held_out(a, op, b) == (split == "test")
-        for op in ops
-        for a in range(lo_a, hi_a + 1)
-        for b in range(lo_b, hi_b + 1)
-    )
+    return sum(is_held_out(*t) == (split == "test") for t in _enumerate(ops, digits))
 
 
 def arithmetic_splits(
