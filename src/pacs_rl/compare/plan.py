@@ -111,7 +111,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # recorded, docs/RESULTS.md: 96 tokens, bf16 autocast, lr 2e-5, T 1.0; the default has since moved to
     # two-digit ± one-digit at T 0.7, which this preset has not been rerun with), PACS against GRPO and
     # PPO, 2 seeds x 12 optimizer steps (6 rollout batches of 4 prompts x G = 8) each, then 7 evaluations
-    # of 64 held-out problems x n = 4. Sized from the measured step time of the CPU default (~25 s with rollout, PPO ~1.5x) for under an hour on 2 free CPU cores.
+    # of 64 held-out problems x n = 4. Sized from the measured step time of the CPU default (~25 s with
+    # rollout, PPO ~1.5x) for under an hour on 2 free CPU cores.
     "cpu-small": {
         "model": "smollm2-135m",
         "methods": ["pacs", "grpo", "ppo"],
