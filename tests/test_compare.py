@@ -127,7 +127,8 @@ def test_only_filter_and_locks_let_processes_share_a_folder(tmp_path):
     """--only selects phases; a phase locked by a live process is left to it, a dead process's lock is taken."""
     import os
 
-    from pacs_rl.compare.execute import FINAL, TRAIN_DONE_FILE, run_comparison
+    from pacs_rl.compare.execute import run_comparison
+    from pacs_rl.compare.plan import FINAL, TRAIN_DONE_FILE
 
     settings = resolve_settings(preset="smoke")
     out = tmp_path / "cmp"

@@ -168,7 +168,7 @@ def _fake_eval(folder, counts, n):
 
 
 def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
-    from pacs_rl.compare.execute import eval_dir_of
+    from pacs_rl.compare.plan import eval_dir_of
     from pacs_rl.compare.report import write_comparison_report
 
     s = resolve_settings(

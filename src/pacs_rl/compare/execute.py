@@ -1,16 +1,6 @@
 """Running a comparison: train every planned run, evaluate every final model and the base model with one
-pass@k protocol, skipping what is finished and resuming what is half done.
-
-Folder layout (``OUT`` = ``--output``)::
-
-    OUT/manifest.json                       the settings and the plan (a rerun must match them)
-    OUT/base_model/                         only for model "tiny": the tiny random model used as base
-    OUT/runs/<variant>/seed<s>/             an ordinary training run folder: checkpoint-N/, metrics.jsonl,
-                                            final/ (the trained model), train_config.yaml, settings.json,
-                                            compare_train_done.json once finished
-    OUT/evals/<variant>/seed<s>/<bench>/    an ordinary `pacs-rl eval` folder (run.json, samples.jsonl, metrics.json)
-    OUT/evals/base/<bench>/                 the base model's evaluation
-    OUT/report.md, OUT/*.png                the report
+pass@k protocol, skipping what is finished and resuming what is half done. The folder layout is in
+:mod:`pacs_rl.compare.plan`.
 """
 
 from __future__ import annotations
@@ -24,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 from pacs_rl.compare.plan import (
+    BASE,
+    FINAL,
     METHODS,
+    TRAIN_CONFIG_FILE,
+    TRAIN_DONE_FILE,
     CompareError,
     RunSpec,
-    bench_slug,
     build_plan,
+    eval_dir_of,
     write_or_check_manifest,
 )
-
-TRAIN_DONE_FILE = "compare_train_done.json"
-TRAIN_CONFIG_FILE = "train_config.yaml"
-FINAL = "final"
-BASE = "base"
+from pacs_rl.compare.report import write_comparison_report
 
 
 def _env_offline() -> None:
@@ -228,12 +218,6 @@ def plan_phases(settings: dict[str, Any], plan: list[RunSpec]) -> list[Phase]:
     return phases
 
 
-def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
-    if spec is None:
-        return out / "evals" / BASE / bench_slug(benchmark)
-    return out / "evals" / spec.folder.removeprefix("runs/") / bench_slug(benchmark)
-
-
 class PhaseLock:
     """An exclusive lock file beside a run or evaluation folder, so several `pacs-rl compare` processes
     can share one comparison folder (e.g. one per method with --only): a phase locked by a live process
@@ -353,8 +337,6 @@ def run_comparison(
             lock.release()
         if status[key] == "skipped":
             console.print("  already done: skipped")
-    from pacs_rl.compare.report import write_comparison_report
-
     report = write_comparison_report(out, settings, plan)
     console.print(f"[green]report: {report}[/green]  ({time.time() - t0:.0f}s)")
     return {"status": status, "report": str(report), "plan": [s.key for s in plan]}

@@ -28,6 +28,19 @@ from typing import Any
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 
+# The comparison folder (OUT = --output), named here beside RunSpec.folder so that the runner and the
+# report read one layout:
+#   OUT/manifest.json                      the settings and the plan (a rerun must match them)
+#   OUT/base_model/                        only for model "tiny": the tiny random model used as base
+#   OUT/runs/<variant>/seed<s>/            a `pacs-rl train` run folder; TRAIN_DONE_FILE once finished
+#   OUT/evals/<variant>/seed<s>/<bench>/   a `pacs-rl eval` folder (run.json, samples.jsonl, metrics.json)
+#   OUT/evals/base/<bench>/                the base model's evaluation
+#   OUT/report.md, OUT/*.png               the report
+TRAIN_DONE_FILE = "compare_train_done.json"
+TRAIN_CONFIG_FILE = "train_config.yaml"
+FINAL = "final"  # the trained model inside a run folder
+BASE = "base"
+
 # name -> config overrides (loss_type='ppo' trains with PPOConfig/PPOTrainer).
 METHODS: dict[str, dict[str, Any]] = {
     "pacs": {"loss_type": "pacs"},
@@ -166,6 +179,13 @@ class RunSpec:
     def folder(self) -> str:
         """Relative folder of the run, a plain name per variant: runs/pacs__pacs_beta=0.1/seed0."""
         return f"runs/{variant_slug(self.variant)}/seed{self.seed}"
+
+
+def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
+    """The evaluation folder of one run (``spec``) or of the base model (None) on one benchmark."""
+    if spec is None:
+        return out / "evals" / BASE / bench_slug(benchmark)
+    return out / "evals" / spec.folder.removeprefix("runs/") / bench_slug(benchmark)
 
 
 def variant_slug(variant: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs_rl.compare.plan import METHOD_LABELS, RunSpec, sweep_table
+from pacs_rl.compare.plan import METHOD_LABELS, TRAIN_DONE_FILE, RunSpec, eval_dir_of, sweep_table
 
 # metrics.jsonl keys for the Figure-4 panels: (title, candidate keys in order of preference)
 DYNAMICS = [
@@ -85,8 +85,6 @@ def passk_of_counts(c: np.ndarray, n: int, ks: list[int]) -> dict[int, float]:
 
 def collect(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, Any]:
     """Everything the report needs: per benchmark, per row (Base + variants), per seed: counts and pass@k."""
-    from pacs_rl.compare.execute import eval_dir_of
-
     variants: dict[str, str] = {}  # variant -> method, in plan order
     for s in plan:
         variants.setdefault(s.variant, s.method)
@@ -303,7 +301,6 @@ def plot_sweep_heatmap(
 # ----------------------------------------------------------------------------------------------- report
 def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> Path:
     """Write ``report.md`` and the PNGs into ``out`` from whatever is finished; return the report path."""
-    from pacs_rl.compare.execute import TRAIN_DONE_FILE
     from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
 
     out = Path(out)
