@@ -31,8 +31,15 @@ def main() -> None:
     p.add_argument("--summary", default=None, help="also copy summary.json here (e.g. docs/benchmarks/...)")
     a = p.parse_args()
 
-    from pacs_rl.training.cli import resolve_settings, run_training
+    from pacs_rl.training.run import (
+        build_config,
+        default_settings,
+        parse_assignments,
+        run_training,
+        split_settings,
+    )
 
+    overrides = parse_assignments(a.sets)
     out = Path(a.out)
     rows = []
     for seed in a.seeds:  # seed-major: a stopped benchmark still holds paired (loss, seed) runs
@@ -41,10 +48,14 @@ def main() -> None:
             done = run_dir / "heldout.json"
             held = json.loads(done.read_text()) if done.is_file() else {}
             if "after" not in held:
-                run, cfg = resolve_settings(None, {"loss_type": loss, "seed": seed}, a.sets)
+                settings, cfg = split_settings(
+                    {**default_settings(), "loss_type": loss, "seed": seed, **overrides}
+                )
                 t = time.time()
-                summary = run_training(run, cfg, str(run_dir), resume=any(run_dir.glob("checkpoint-*")))
-                held = summary["heldout"]
+                result = run_training(
+                    settings, build_config(cfg, run_dir), resume=any(run_dir.glob("checkpoint-*"))
+                )
+                held = dict(result.heldout)
                 held["wall_seconds"] = time.time() - t
             rows.append({"loss": loss, "seed": seed, "before": held["before"]["accuracy"],
                          "after": held["after"]["accuracy"], "n": held["after"]["n"]})  # fmt: skip

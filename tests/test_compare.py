@@ -91,9 +91,10 @@ def test_smoke_interrupt_resume_and_report(tmp_path):
 
 def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
     """A run folder with a complete checkpoint but no final model is continued, not restarted."""
-    import pacs_rl.training.cli as train_cli
+    import pacs_rl.compare.execute as execute
     from pacs_rl.compare.execute import train_run
     from pacs_rl.compare.plan import build_plan
+    from pacs_rl.training.run import TrainResult
 
     settings = resolve_settings(preset="smoke")
     spec = build_plan(settings)[0]
@@ -102,24 +103,18 @@ def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
     (run_dir / "checkpoint-1" / "trainer_state.json").write_text("{}")
     seen = {}
 
-    class _State:
-        global_step = 2
+    def fake_run_training(run, config, resume=False):
+        seen.update(run=run, cfg=config, output_dir=config.output_dir, resume=resume)
+        (Path(config.output_dir) / "final").mkdir()
+        (Path(config.output_dir) / "final" / "config.json").write_text("{}")
+        return TrainResult(Path(config.output_dir), 2, 0.0, {}, "greedy", Path(), Path(), None)
 
-    class _Trainer:
-        state = _State()
-
-    def fake_run_training(run, cfg, output_dir, resume=False):
-        seen.update(run=run, cfg=cfg, output_dir=output_dir, resume=resume)
-        (Path(output_dir) / "final").mkdir()
-        (Path(output_dir) / "final" / "config.json").write_text("{}")
-        return {"trainer": _Trainer()}
-
-    monkeypatch.setattr(train_cli, "run_training", fake_run_training)
+    monkeypatch.setattr(execute, "run_training", fake_run_training)
     assert train_run(settings, spec, run_dir, "base", "test") == "resumed"
     assert seen["resume"] is True and seen["output_dir"] == str(run_dir)
-    assert seen["cfg"]["seed"] == 0 and seen["cfg"]["loss_type"] == "pacs"
-    assert seen["cfg"]["max_steps"] == settings["train"]["max_steps"]
-    assert seen["run"]["dataset"] == settings["train"]["data"] and seen["run"]["eval_size"] == 0
+    assert seen["cfg"].seed == 0 and seen["cfg"].loss_type == "pacs"
+    assert seen["cfg"].max_steps == settings["train"]["max_steps"]
+    assert seen["run"].dataset == settings["train"]["data"] and seen["run"].eval_size == 0
     assert train_run(settings, spec, run_dir, "base", "test") == "skipped"
 
 

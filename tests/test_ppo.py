@@ -18,12 +18,12 @@ from pacs_rl.training.ppo import (
     PPOConfig,
     PPOTrainer,
     build_critic,
-    config_and_trainer_classes,
     critic_values,
     explained_variance,
     ppo_advantages,
     ppo_only_fields,
 )
+from pacs_rl.training.run import config_and_trainer_classes
 from train_helpers import parity_reward, tiny_run_kwargs
 
 

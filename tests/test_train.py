@@ -305,7 +305,7 @@ def test_logits_logprobs_equal_trl_fused_head(tmp_path, tiny_model, tiny_tokeniz
         trainer = _trainer(
             tmp_path / impl, tiny_model, tiny_tokenizer, logprob_impl=impl, temperature=temperature
         )
-        assert trainer._logits_logprobs() == (impl == "logits")
+        assert trainer._completion_only_head() == (impl == "logits")
         tiny_model.zero_grad(set_to_none=True)
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
             tiny_model, ids, attention, 5, batch_size=3, compute_entropy=True

@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import pytest
-import typer
 import yaml
 
 from pacs_rl.data import arithmetic_pool_size
-from pacs_rl.training import cli
+from pacs_rl.training import cli, run
+from pacs_rl.training.run import RunSettings, SettingsError, build_config, load_run_data, run_training
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_cpu_default_yaml_mirrors_the_embedded_defaults():
     shipped = yaml.safe_load((REPO / "configs" / "cpu_default.yaml").read_text())
-    embedded = {**cli.RUN_DEFAULTS, **cli.CPU_DEFAULTS}
+    embedded = run.default_settings()
     assert shipped == {k: embedded[k] for k in shipped}
-    assert set(cli.CPU_DEFAULTS) <= set(shipped)
+    assert set(embedded) <= set(shipped)
 
 
 @pytest.mark.parametrize("name", ["cpu_default.yaml", "paper_qwen2.5-7b_8gpu_vllm.yaml"])
 def test_shipped_configs_use_known_keys(name):
-    data = cli.load_yaml(REPO / "configs" / name)
+    data = run.load_settings_file(REPO / "configs" / name)
     assert data
 
 
@@ -41,19 +43,19 @@ def test_paper_config_matches_appendix_b2(tmp_path):
 def test_layering_and_coercion(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("learning_rate: 1e-5\nmax_steps: 7\nmodel: some/model\n")
-    run, cfg = cli.resolve_settings(
+    settings, cfg = cli.resolve_settings(
         str(f), {"max_steps": 9}, ["learning_rate=3e-4", "pacs_weighted=false", "eval_size=0"]
     )
     assert cfg["learning_rate"] == 3e-4 and isinstance(cfg["learning_rate"], float)
     assert cfg["max_steps"] == 9  # typer option beats the file
-    assert cfg["pacs_weighted"] is False and run["eval_size"] == 0 and run["model"] == "some/model"
+    assert cfg["pacs_weighted"] is False and settings.eval_size == 0 and settings.model == "some/model"
 
 
 def test_unknown_key_lists_close_matches():
-    with pytest.raises(typer.BadParameter, match="Did you mean: learning_rate"):
-        cli.parse_sets(["learning_rat=1e-5"])
-    with pytest.raises(typer.BadParameter, match="expected key=value"):
-        cli.parse_sets(["learning_rate"])
+    with pytest.raises(SettingsError, match="Did you mean: learning_rate"):
+        run.parse_assignments(["learning_rat=1e-5"])
+    with pytest.raises(SettingsError, match="expected key=value"):
+        run.parse_assignments(["learning_rate"])
 
 
 def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
@@ -69,51 +71,56 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
         "eval_batch_size=4",
         "learning_rate=1e-3",
     ]
-    run, cfg = cli.resolve_settings(None, {}, sets)
+    settings, cfg = cli.resolve_settings(None, {}, sets)
     out = tmp_path / "run"
-    summary = cli.run_training(run, cfg, str(out))
+    result = run_training(settings, build_config(cfg, out))
     assert (out / "metrics.jsonl").is_file() and (out / "training_curves.png").is_file()
     held = json.loads((out / "heldout.json").read_text())
     assert held["before"]["n"] == 4 and held["after"]["n"] == 4
-    assert any("held-out accuracy" in line for line in summary["lines"])
+    assert any("held-out accuracy" in line for line in cli.summary_lines(result))
     assert (out / "final" / "config.json").is_file()
-    with pytest.raises(typer.BadParameter, match="--resume"):
-        cli.run_training(run, cfg, str(out))  # refuses to overwrite a run
-    run2, cfg2 = cli.resolve_settings(None, {}, [*sets, "max_steps=3"])
-    cli.run_training(run2, cfg2, str(out), resume=True)
+    with pytest.raises(SettingsError, match="--resume"):
+        run_training(settings, build_config(cfg, out))  # refuses to overwrite a run
+    settings2, cfg2 = cli.resolve_settings(None, {}, [*sets, "max_steps=3"])
+    run_training(settings2, build_config(cfg2, out), resume=True)
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s for s in steps if s <= 3][-1] == 3
 
 
 def test_arithmetic_ops_reach_training_and_held_out_sets():
-    run = {**cli.RUN_DEFAULTS, "train_size": 50, "eval_size": 20}
-    train, held = cli._load_data(run, seed=0)
-    assert run["arithmetic_ops"] == "+-"
+    settings = RunSettings(train_size=50, eval_size=20)
+    train, held = load_run_data(settings, seed=0)
+    assert settings.arithmetic_ops == "+-"
     for p in train + held:
         assert ("+" in p.problem or " - " in p.problem) and "*" not in p.problem, p.problem
     assert not {p.problem for p in train} & {p.problem for p in held}
-    train, held = cli._load_data({**run, "arithmetic_ops": "*"}, seed=0)
+    train, held = load_run_data(dataclasses.replace(settings, arithmetic_ops="*"), seed=0)
     assert all("*" in p.problem for p in train + held)
     # an explicit source string keeps its own operators for the held-out set too
-    train, held = cli._load_data({**run, "dataset": "arithmetic?ops=+&n=30&split=train"}, seed=0)
+    train, held = load_run_data(
+        dataclasses.replace(settings, dataset="arithmetic?ops=+&n=30&split=train"), seed=0
+    )
     assert all("+" in p.problem for p in train + held) and len(held) == 20
 
 
-def test_arithmetic_digits_reach_both_sets_and_sizes_are_capped_by_the_pool(capsys):
-    run = {**cli.RUN_DEFAULTS, "arithmetic_digits": "2,1", "train_size": 5000, "eval_size": 1000}
-    train, held = cli._load_data(run, seed=0)
+def test_arithmetic_digits_reach_both_sets_and_sizes_are_capped_by_the_pool(caplog):
+    settings = RunSettings(arithmetic_digits="2,1", train_size=5000, eval_size=1000)
+    with caplog.at_level(logging.INFO, logger="pacs_rl"):
+        train, held = load_run_data(settings, seed=0)
     for p in train + held:
         assert 10 <= p.extras["a"] <= 99 and 0 <= p.extras["b"] <= 9, p.problem
     # a train_size or eval_size larger than the task is a ceiling: every problem of the split, once
     assert len(train) == arithmetic_pool_size(ops="+-", digits="2,1", split="train")
     assert len(held) == arithmetic_pool_size(ops="+-", digits="2,1", split="test")
-    assert "training on all 1441 problems" in capsys.readouterr().out
+    assert "training on all 1441 problems" in caplog.text
     # an explicit n= in the source string is a demand, refused when the split is smaller
     with pytest.raises(ValueError, match="only"):
-        cli._load_data({**run, "dataset": "arithmetic?n=5000"}, seed=0)
+        load_run_data(dataclasses.replace(settings, dataset="arithmetic?n=5000"), seed=0)
     with pytest.raises(ValueError, match="train split"):
-        cli._load_data({**run, "dataset": "arithmetic?split=test"}, seed=0)
-    train, _ = cli._load_data({**run, "dataset": "arithmetic?digits=1&n=10", "eval_size": 0}, seed=0)
+        load_run_data(dataclasses.replace(settings, dataset="arithmetic?split=test"), seed=0)
+    train, _ = load_run_data(
+        dataclasses.replace(settings, dataset="arithmetic?digits=1&n=10", eval_size=0), seed=0
+    )
     assert len(train) == 10 and all(p.extras["a"] <= 9 for p in train)
 
 
@@ -128,6 +135,6 @@ def test_arithmetic_digits_reach_both_sets_and_sizes_are_capped_by_the_pool(caps
     ],
 )
 def test_bad_data_setting_is_a_clear_error_before_the_model_loads(tmp_path, setting, message):
-    run, cfg = cli.resolve_settings(None, {}, ["model=/no/such/model", setting])
-    with pytest.raises(typer.BadParameter, match=message):
-        cli.run_training(run, cfg, str(tmp_path / "run"))
+    settings, cfg = cli.resolve_settings(None, {}, ["model=/no/such/model", setting])
+    with pytest.raises(SettingsError, match=message):
+        run_training(settings, build_config(cfg, tmp_path / "run"))

@@ -1,9 +1,18 @@
-"""The ``pacs-rl`` command. Each sub-command lives next to the code it drives and imports its heavy
-dependencies (torch, transformers) inside the function, so ``pacs-rl --help`` stays instant."""
+"""The ``pacs-rl`` command. Each sub-command lives next to the code it drives (``<package>/cli.py``) and
+imports the heavy libraries (torch, transformers, TRL) only when it runs, so ``pacs-rl --help`` stays fast."""
 
 from __future__ import annotations
 
+import importlib.metadata as md
+
 import typer
+from typer.core import TyperCommand
+
+from pacs_rl import __version__
+from pacs_rl.compare.cli import compare_command
+from pacs_rl.evaluation.cli import eval_command
+from pacs_rl.models import BUNDLED_MODELS, bundled_gguf_path, cache_dir
+from pacs_rl.training.cli import train_command
 
 app = typer.Typer(
     name="pacs-rl",
@@ -22,11 +31,6 @@ def _root() -> None:
 @app.command()
 def info() -> None:
     """Print versions and the bundled model's status."""
-    import importlib.metadata as md
-
-    from pacs_rl import __version__
-    from pacs_rl.models import BUNDLED_MODELS, bundled_gguf_path, cache_dir
-
     typer.echo(f"pacs-rl {__version__}")
     for dist in ("torch", "transformers", "trl", "accelerate", "math-verify", "vllm", "verl"):
         try:
@@ -41,26 +45,25 @@ def info() -> None:
     typer.echo(f"  cache: {cache_dir()}")
 
 
-def _register() -> None:
-    """Attach the sub-commands that exist. Each module defines a plain function with typer options."""
-    import importlib
+class _RegistryHelp(TyperCommand):
+    """A command whose option help may name the registered losses: ``{losses}`` and ``{methods}`` are filled
+    in from pacs_rl.algorithms when the help is shown, so importing the command (and ``pacs-rl --help``)
+    does not import torch."""
 
-    for name, target in [
-        ("eval", "pacs_rl.evaluation.cli:eval_command"),
-        ("train", "pacs_rl.training.cli:train_command"),
-        ("compare", "pacs_rl.compare:compare_command"),
-    ]:
-        module_name, func_name = target.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name and e.name.startswith("pacs_rl"):
-                continue  # that part of the package is not built yet
-            raise
-        app.command(name)(getattr(module, func_name))
+    def format_help(self, ctx, formatter):
+        from pacs_rl.algorithms import loss_names  # torch: only for this command's --help
+        from pacs_rl.compare.plan import method_names
+
+        names = {"losses": ", ".join(loss_names()), "methods": ", ".join(method_names())}
+        for param in self.params:
+            if getattr(param, "help", None) and "{" in param.help:
+                param.help = param.help.format(**names)
+        return super().format_help(ctx, formatter)
 
 
-_register()
+app.command("eval")(eval_command)
+app.command("train", cls=_RegistryHelp)(train_command)
+app.command("compare", cls=_RegistryHelp)(compare_command)
 
 
 def main() -> None:

@@ -20,9 +20,19 @@ from .baselines import (
 )
 from .masked import finite_groups, masked_mean, masked_sum, masked_var, masked_whiten
 from .pacs import SCORE_METHODS, class_balance_weights, group_scores, pacs_loss, reward_proxy
-from .registry import POLICY_LOSSES, compute_policy_loss, policy_loss_options
+from .registry import (
+    CRITIC_LOSSES,
+    LOSS_LABELS,
+    POLICY_LOSSES,
+    compute_policy_loss,
+    loss_names,
+    policy_loss_options,
+    register_policy_loss,
+)
 
 __all__ = [
+    "CRITIC_LOSSES",
+    "LOSS_LABELS",
     "POLICY_LOSSES",
     "SCORE_METHODS",
     "class_balance_weights",
@@ -36,6 +46,7 @@ __all__ = [
     "group_scores",
     "grpo_loss",
     "k3_kl",
+    "loss_names",
     "masked_mean",
     "masked_sum",
     "masked_var",
@@ -45,6 +56,7 @@ __all__ = [
     "policy_loss_options",
     "ppo_policy_loss",
     "ppo_value_loss",
+    "register_policy_loss",
     "reward_proxy",
     "rloo_loss",
 ]

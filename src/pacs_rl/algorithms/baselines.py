@@ -28,6 +28,7 @@ from .masked import (
     masked_var,
 )
 from .pacs import group_scores
+from .registry import register_policy_loss
 
 __all__ = [
     "clipped_surrogate",
@@ -200,6 +201,7 @@ def _group_clip_loss(
 # ----------------------------------------------------------------------------------------------------
 
 
+@register_policy_loss("grpo", label="GRPO")
 def grpo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -223,6 +225,7 @@ def grpo_loss(
     )
 
 
+@register_policy_loss("dr_grpo", label="Dr. GRPO")
 def dr_grpo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -264,6 +267,7 @@ def dr_grpo_loss(
     )
 
 
+@register_policy_loss("rloo", label="RLOO")
 def rloo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -310,6 +314,7 @@ def covariance_weights(logp: Tensor, advantages: Tensor, mask: Tensor) -> Tensor
     return torch.where(valid, w, torch.zeros_like(w))
 
 
+@register_policy_loss("cw_grpo", label="CW-GRPO")
 def cw_grpo_loss(
     logp: Tensor,
     old_logp: Tensor,
@@ -347,6 +352,7 @@ def cw_grpo_loss(
 # ----------------------------------------------------------------------------------------------------
 
 
+@register_policy_loss("ppo", label="PPO", needs_critic=True)
 def ppo_policy_loss(
     logp: Tensor,
     old_logp: Tensor,

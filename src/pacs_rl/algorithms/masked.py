@@ -8,6 +8,8 @@ gradient.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -23,21 +25,34 @@ def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     return picked.sum() if dim is None else picked.sum(dim=dim)
 
 
-def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+def masked_mean(
+    x: Tensor, mask: Tensor, dim: int | None = None, all_reduce: Callable[[Tensor], Tensor] | None = None
+) -> Tensor:
     """Mean of ``x`` over positions where ``mask`` is nonzero; 0 where nothing is selected.
 
-    x, mask: same shape. dim=None → 0-dim tensor; dim=-1 → (B,) per-row means.
+    x, mask: same shape. dim=None → 0-dim tensor; dim=-1 → (B,) per-row means. ``all_reduce`` (dim=None
+    only) sums a tensor over processes, so the mean is over the selected entries of every process.
     """
+    if all_reduce is not None:
+        if dim is not None:
+            raise ValueError("masked_mean: all_reduce needs dim=None (a mean over every entry).")
+        total = all_reduce(torch.stack([masked_sum(x, mask), mask.bool().sum().to(x.dtype)]))
+        return total[0] / total[1].clamp(min=1)
     count = mask.bool().sum() if dim is None else mask.bool().sum(dim=dim)
     return masked_sum(x, mask, dim) / count.clamp(min=1).to(x.dtype)
 
 
-def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
-    """Variance of the selected entries of ``x`` (0-dim). Bessel-corrected when ``unbiased``; 0 if fewer
-    than two entries are selected."""
-    count = mask.bool().sum()
-    mean = masked_mean(x, mask)
+def masked_var(
+    x: Tensor, mask: Tensor, unbiased: bool = True, all_reduce: Callable[[Tensor], Tensor] | None = None
+) -> Tensor:
+    """Variance of the selected entries of ``x`` (0-dim), in two passes (mean, then squared deviations).
+    Bessel-corrected when ``unbiased``; 0 if fewer than two entries are selected. ``all_reduce`` sums a
+    tensor over processes, making it the variance over every process's selected entries."""
+    mean = masked_mean(x, mask, all_reduce=all_reduce)
     sq = masked_sum((x - mean) ** 2, mask)
+    count = mask.bool().sum()
+    if all_reduce is not None:
+        sq, count = all_reduce(torch.stack([sq, count.to(sq.dtype)]))
     denom = (count - 1) if unbiased else count
     return torch.where(count > 1, sq / denom.clamp(min=1).to(x.dtype), torch.zeros_like(sq))
 

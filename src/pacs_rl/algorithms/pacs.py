@@ -15,10 +15,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masked import check_finite, check_groups, check_rewards, check_token_tensors, masked_sum
+from .registry import register_policy_loss
 
 __all__ = ["SCORE_METHODS", "class_balance_weights", "group_scores", "pacs_loss", "reward_proxy"]
 
-SCORE_METHODS = ("rloo", "grpo", "dr_grpo")
+SCORE_METHODS = ("rloo", "grpo", "dr_grpo")  # how ψ is formed from a group's r̂ (and a baseline's advantage)
 
 
 def reward_proxy(logp: Tensor, ref_logp: Tensor, mask: Tensor, beta: float = 1.0) -> Tensor:
@@ -91,6 +92,7 @@ def class_balance_weights(rewards: Tensor, group_size: int) -> Tensor:
     return torch.where(mixed, w, torch.ones_like(w)).reshape(-1)
 
 
+@register_policy_loss("pacs", label="PACS")
 def pacs_loss(
     logp: Tensor,
     ref_logp: Tensor,

@@ -1,24 +1,64 @@
-"""One call signature for every policy loss, for trainers and the verl plug-in."""
+"""The one list of policy losses: each loss registers itself where it is defined, and everything else
+(the trainer's config check, ``pacs-rl compare``'s methods, the command-line help, the verl plug-in) reads
+the names from here.
+
+    @register_policy_loss("grpo", label="GRPO")
+    def grpo_loss(logp, old_logp, mask, rewards, group_size, clip_eps=0.2, ...): ...
+
+A *group loss* takes ``(logp, old_logp, mask, rewards, group_size, **options)`` and is computed by
+:func:`compute_policy_loss`. A loss registered with ``needs_critic=True`` (PPO) takes token advantages from
+a learned critic instead; it is listed (so trainers and tables know its name) but a trainer with a critic
+calls it directly.
+"""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from torch import Tensor
 
-from .baselines import cw_grpo_loss, dr_grpo_loss, grpo_loss, rloo_loss
-from .pacs import pacs_loss
+__all__ = [
+    "CRITIC_LOSSES",
+    "LOSS_LABELS",
+    "POLICY_LOSSES",
+    "compute_policy_loss",
+    "loss_names",
+    "policy_loss_options",
+    "register_policy_loss",
+]
 
-__all__ = ["POLICY_LOSSES", "compute_policy_loss", "policy_loss_options"]
+LossFn = Callable[..., tuple[Tensor, dict[str, float]]]
 
-POLICY_LOSSES: dict[str, Callable[..., tuple[Tensor, dict[str, float]]]] = {
-    "pacs": pacs_loss,
-    "grpo": grpo_loss,
-    "dr_grpo": dr_grpo_loss,
-    "rloo": rloo_loss,
-    "cw_grpo": cw_grpo_loss,
-}
+POLICY_LOSSES: dict[str, LossFn] = {}  # group losses, computed by compute_policy_loss
+CRITIC_LOSSES: dict[str, LossFn] = {}  # losses on critic advantages (PPO)
+LOSS_LABELS: dict[str, str] = {}  # name -> how the paper's tables write it
+
+
+@dataclass(frozen=True)
+class _Registration:
+    name: str
+    label: str
+    needs_critic: bool
+
+    def __call__(self, fn: LossFn) -> LossFn:
+        if self.name in LOSS_LABELS:
+            raise ValueError(f"a policy loss named {self.name!r} is already registered; choose another name.")
+        (CRITIC_LOSSES if self.needs_critic else POLICY_LOSSES)[self.name] = fn
+        LOSS_LABELS[self.name] = self.label
+        return fn
+
+
+def register_policy_loss(name: str, label: str, needs_critic: bool = False) -> _Registration:
+    """Decorator: register ``fn`` as policy loss ``name``; ``label`` is its row name in results tables."""
+    return _Registration(name, label, needs_critic)
+
+
+def loss_names() -> tuple[str, ...]:
+    """Every registered loss: the group losses, then those that need a critic."""
+    return (*POLICY_LOSSES, *CRITIC_LOSSES)
+
 
 # Arguments compute_policy_loss fills itself; everything else a loss accepts is an "option".
 _BATCH_ARGS = ("logp", "old_logp", "ref_logp", "mask", "rewards", "group_size")
@@ -26,14 +66,18 @@ _BATCH_ARGS = ("logp", "old_logp", "ref_logp", "mask", "rewards", "group_size")
 
 def policy_loss_options(name: str) -> dict[str, object]:
     """The options (keyword arguments beyond the batch tensors) loss ``name`` accepts, with defaults."""
-    fn = _lookup(name)
-    params = inspect.signature(fn).parameters
+    params = inspect.signature(_lookup(name)).parameters
     return {k: p.default for k, p in params.items() if k not in _BATCH_ARGS}
 
 
-def _lookup(name: str) -> Callable[..., tuple[Tensor, dict[str, float]]]:
+def _lookup(name: str) -> LossFn:
     if name not in POLICY_LOSSES:
-        raise ValueError(f"unknown policy loss {name!r}; choose one of {sorted(POLICY_LOSSES)}.")
+        hint = (
+            f" ({name!r} needs a learned critic: train it with pacs_rl.training.ppo.PPOTrainer)"
+            if name in CRITIC_LOSSES
+            else ""
+        )
+        raise ValueError(f"unknown policy loss {name!r}; choose one of {sorted(POLICY_LOSSES)}{hint}.")
     return POLICY_LOSSES[name]
 
 

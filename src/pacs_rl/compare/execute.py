@@ -6,6 +6,7 @@ pass@k protocol, skipping what is finished and resuming what is half done. The f
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import json
 import os
 import time
@@ -13,19 +14,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
+from rich.console import Console
+
 from pacs_rl.compare.plan import (
     BASE,
     FINAL,
-    METHODS,
     TRAIN_CONFIG_FILE,
     TRAIN_DONE_FILE,
     CompareError,
     RunSpec,
     build_plan,
     eval_dir_of,
+    method_overrides,
     write_or_check_manifest,
 )
 from pacs_rl.compare.report import write_comparison_report
+from pacs_rl.evaluation.runner import EvalConfig, run_eval
+from pacs_rl.models import save_tiny_model
+from pacs_rl.training.run import (
+    CPU_DEFAULTS,
+    RunSettings,
+    build_config,
+    config_and_trainer_classes,
+    run_training,
+)
+from pacs_rl.training.trainer import last_complete_checkpoint
 
 
 def _env_offline() -> None:
@@ -40,8 +54,6 @@ def resolve_base_model(settings: dict[str, Any], out: Path) -> str:
         return model
     folder = out / "base_model"
     if not (folder / "config.json").is_file():
-        from pacs_rl.models import save_tiny_model
-
         save_tiny_model(folder, seed=0)
     return str(folder)
 
@@ -67,14 +79,14 @@ def train_config_dict(settings: dict[str, Any], spec: RunSpec, run_dir: Path) ->
 
 def check_methods_buildable(settings: dict[str, Any]) -> None:
     """Build each method's config once (no model) so an unsupported one fails before any training."""
-    from pacs_rl.training.cli import config_and_trainer_classes
-
     for m in settings["methods"]:
-        kw = train_config_dict(settings, RunSpec(m, m, 0, METHODS[m]), Path("/nonexistent-compare-check"))
+        kw = train_config_dict(
+            settings, RunSpec(m, m, 0, method_overrides(m)), Path("/nonexistent-compare-check")
+        )
         try:
-            config_cls, _ = config_and_trainer_classes(kw.get("loss_type", "pacs"))
+            config_cls, _ = config_and_trainer_classes(kw.get("loss_type", "pacs"), kw)
             config_cls(**kw)
-        except (NotImplementedError, ValueError, TypeError) as e:
+        except (ValueError, TypeError) as e:
             raise CompareError(f"method {m!r} cannot be trained with these settings: {e}") from None
 
 
@@ -83,22 +95,19 @@ def is_trained(run_dir: Path) -> bool:
 
 
 def training_settings(
-    settings: dict[str, Any], spec: RunSpec, run_dir: Path, base_model: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(run keys, PACSConfig kwargs) of one run in the form `pacs-rl train` takes them.
+    settings: dict[str, Any], spec: RunSpec, base_model: str
+) -> tuple[RunSettings, dict[str, Any]]:
+    """(RunSettings, config keyword arguments) of one run, as `pacs-rl train` takes them.
 
-    Starts from `pacs-rl train`'s CPU defaults, so the run folder's ``train_config.yaml`` reproduces the run
-    with ``pacs-rl train --config RUN/train_config.yaml --output-dir RUN [--resume]``."""
-    from pacs_rl.training.cli import CPU_DEFAULTS, RUN_DEFAULTS
-
-    run = {
-        **RUN_DEFAULTS,
-        "model": base_model,
-        "dataset": settings["train"]["data"],
-        "train_size": 0,
-        "eval_size": 0,  # the comparison evaluates every model itself, with one protocol
-    }
-    cfg = {**CPU_DEFAULTS, **train_config_dict(settings, spec, run_dir)}
+    The config starts from `pacs-rl train`'s CPU defaults, so the run folder's ``train_config.yaml`` reproduces
+    the run with ``pacs-rl train --config RUN/train_config.yaml --output-dir RUN [--resume]``."""
+    run = RunSettings(
+        model=base_model,
+        dataset=settings["train"]["data"],
+        train_size=0,
+        eval_size=0,  # the comparison evaluates every model itself, with one protocol
+    )
+    cfg = {**CPU_DEFAULTS, **train_config_dict(settings, spec, Path("."))}
     cfg.pop("output_dir", None)
     cfg.pop("disable_tqdm", None)
     return run, cfg
@@ -112,23 +121,19 @@ def train_run(
     if is_trained(run_dir):
         return "skipped"
     _env_offline()
-    import yaml
-
-    from pacs_rl.training.cli import run_training
-    from pacs_rl.training.trainer import last_complete_checkpoint
-
-    run, cfg = training_settings(settings, spec, run_dir, base_model)
+    run, cfg = training_settings(settings, spec, base_model)
     run_dir.mkdir(parents=True, exist_ok=True)
     header = f"# {description}: written by `pacs-rl compare`; rerun with\n"
     header += f"#   pacs-rl train --config {run_dir / TRAIN_CONFIG_FILE} --output-dir {run_dir} --resume\n"
-    (run_dir / TRAIN_CONFIG_FILE).write_text(header + yaml.safe_dump({**run, **cfg}, sort_keys=False))
+    flat = {**dataclasses.asdict(run), **cfg}
+    (run_dir / TRAIN_CONFIG_FILE).write_text(header + yaml.safe_dump(flat, sort_keys=False))
     ckpt = last_complete_checkpoint(run_dir)
     t0 = time.time()
-    summary = run_training(run, cfg, str(run_dir), resume=ckpt is not None)
+    result = run_training(run, build_config(cfg, run_dir), resume=ckpt is not None)
     (run_dir / TRAIN_DONE_FILE).write_text(
         json.dumps(
             {
-                "global_step": summary["trainer"].state.global_step,
+                "global_step": result.global_step,
                 "resumed_from": ckpt,
                 "seconds_this_session": round(time.time() - t0, 2),
                 "variant": spec.variant,
@@ -143,8 +148,6 @@ def train_run(
 # ----------------------------------------------------------------------------------------------- evaluation
 def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: Path, label: str):
     """The one evaluation protocol of a comparison (same problems, n, k, temperature, top-p, seed)."""
-    from pacs_rl.evaluation.runner import EvalConfig
-
     ev = settings["eval"]
     return EvalConfig(
         model=model,
@@ -182,8 +185,6 @@ def is_evaluated(eval_dir: Path, config) -> bool:
 def eval_run(settings: dict[str, Any], model: str, benchmark: str, eval_dir: Path, label: str) -> str:
     """Evaluate (or resume evaluating) one model on one benchmark; return "evaluated" or "skipped"."""
     _env_offline()
-    from pacs_rl.evaluation.runner import run_eval
-
     config = eval_config(settings, model, benchmark, eval_dir, label)
     if is_evaluated(eval_dir, config):
         return "skipped"
@@ -268,8 +269,6 @@ def _alive(lock: Path) -> bool:
 
 
 def _selected(key: str, only: list[str] | None) -> bool:
-    import fnmatch
-
     return only is None or any(fnmatch.fnmatchcase(key, pat) for pat in only)
 
 
@@ -289,8 +288,6 @@ def run_comparison(
     process holds are skipped ("busy"), as are evaluations of runs not trained yet ("waiting").
     ``train_fn`` / ``eval_fn`` are injectable for tests; they get the same arguments as
     :func:`train_run` / :func:`eval_run`."""
-    from rich.console import Console
-
     console = console or Console(stderr=True)
     out = Path(out)
     plan = build_plan(settings)

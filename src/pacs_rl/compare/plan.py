@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
@@ -41,26 +45,47 @@ TRAIN_CONFIG_FILE = "train_config.yaml"
 FINAL = "final"  # the trained model inside a run folder
 BASE = "base"
 
-# name -> config overrides (loss_type='ppo' trains with PPOConfig/PPOTrainer).
-METHODS: dict[str, dict[str, Any]] = {
-    "pacs": {"loss_type": "pacs"},
-    "pacs_no_weight": {"loss_type": "pacs", "pacs_weighted": False},
-    "grpo": {"loss_type": "grpo"},
-    "dr_grpo": {"loss_type": "dr_grpo"},
-    "rloo": {"loss_type": "rloo"},
-    "cw_grpo": {"loss_type": "cw_grpo"},
-    "ppo": {"loss_type": "ppo"},
+# Variants a comparison adds to the registered losses: name -> (config overrides, row name in the tables).
+EXTRA_METHODS: dict[str, tuple[dict[str, Any], str]] = {
+    "pacs_no_weight": ({"loss_type": "pacs", "pacs_weighted": False}, "PACS w/o weight"),
 }
-# Row names in the tables, as in the paper.
-METHOD_LABELS = {
-    "pacs": "PACS",
-    "pacs_no_weight": "PACS w/o weight",
-    "grpo": "GRPO",
-    "dr_grpo": "Dr. GRPO",
-    "rloo": "RLOO",
-    "cw_grpo": "CW-GRPO",
-    "ppo": "PPO",
-}
+
+
+@functools.cache
+def _training():
+    """The training library (torch, TRL), imported on first use so that `pacs-rl --help` stays fast."""
+    from pacs_rl.training import run
+
+    return run
+
+
+@functools.cache
+def _methods() -> dict[str, tuple[dict[str, Any], str]]:
+    """name -> (config overrides, row label): every registered loss (pacs_rl.algorithms, in registry order,
+    the paper's label), with each extra variant after the loss it modifies."""
+    from pacs_rl.algorithms import LOSS_LABELS  # torch: see _training
+
+    out: dict[str, tuple[dict[str, Any], str]] = {}
+    for name, label in LOSS_LABELS.items():
+        out[name] = ({"loss_type": name}, label)
+        out.update({k: v for k, v in EXTRA_METHODS.items() if v[0]["loss_type"] == name})
+    return out
+
+
+def method_names() -> list[str]:
+    return list(_methods())
+
+
+def method_overrides(method: str) -> dict[str, Any]:
+    """The config overrides of ``method`` (a copy)."""
+    return dict(_methods()[method][0])
+
+
+def method_label(method: str) -> str:
+    """Row name of ``method`` in the tables, as the paper writes it."""
+    entry = _methods().get(method)
+    return entry[1] if entry else method
+
 
 # Fields a comparison sets for every run itself (they must not differ between methods).
 RESERVED_TRAIN_KEYS = ("output_dir", "seed", "data_seed", "loss_type")
@@ -120,12 +145,10 @@ PRESETS: dict[str, dict[str, Any]] = {
             "batch_size": 16,
         },
     },
-    # SmolLM2-135M on two-digit + and - (the `pacs-rl train` default task and settings when this preset was
-    # recorded, docs/RESULTS.md: 96 tokens, bf16 autocast, lr 2e-5, T 1.0; the default has since moved to
-    # two-digit ± one-digit at T 0.7, which this preset has not been rerun with), PACS against GRPO and
-    # PPO, 2 seeds x 12 optimizer steps (6 rollout batches of 4 prompts x G = 8) each, then 7 evaluations
-    # of 64 held-out problems x n = 4. Sized from the measured step time of the CPU default (~25 s with
-    # rollout, PPO ~1.5x) for under an hour on 2 free CPU cores.
+    # The bundled model on two-digit + and -, PACS against GRPO and PPO: 2 seeds x 12 optimizer steps (6 rollout
+    # batches of 4 prompts x G = 8) each, then 64 held-out problems x n = 4 per model; sized to finish in
+    # under an hour on 2 CPU cores. What it was recorded with, and how it differs from today's
+    # `pacs-rl train` default: docs/RESULTS.md.
     "cpu-small": {
         "model": "smollm2-135m",
         "methods": ["pacs", "grpo", "ppo"],
@@ -218,8 +241,6 @@ def load_settings_file(path: str | Path) -> dict[str, Any]:
     if p.suffix == ".json":
         data = json.loads(text)
     else:
-        import yaml
-
         data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise CompareError(f"--config {p}: expected a mapping at the top, got {type(data).__name__}.")
@@ -266,9 +287,8 @@ def resolve_settings(
 
 
 def _pacs_fields() -> dict[str, dataclasses.Field]:
-    from pacs_rl.training.config import PACSConfig
-
-    return {f.name: f for f in dataclasses.fields(PACSConfig)}
+    """The trainer config fields every method shares (PACSConfig's: a PPO critic field is per method)."""
+    return _training().config_fields("pacs")
 
 
 def _field_default(f: dataclasses.Field) -> Any:
@@ -286,9 +306,9 @@ def check_settings(settings: dict[str, Any]) -> None:
         methods = settings["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
     if not methods:
         raise CompareError("--methods is empty; give e.g. --methods pacs,grpo.")
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in method_names()]
     if unknown:
-        raise CompareError(f"--methods: unknown method(s) {unknown}; known: {', '.join(METHODS)}.")
+        raise CompareError(f"--methods: unknown method(s) {unknown}; known: {', '.join(method_names())}.")
     if len(set(methods)) != len(methods):
         raise CompareError(f"--methods lists a method twice: {methods}.")
     seeds = settings["seeds"]
@@ -331,38 +351,22 @@ def check_settings(settings: dict[str, Any]) -> None:
 
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
-    """``"pacs_beta=0.1,0.5,1"`` -> ``("pacs_beta", [0.1, 0.5, 1.0])``, typed by the field's default."""
+    """``"pacs_beta=0.1,0.5,1"`` -> ``("pacs_beta", [0.1, 0.5, 1.0])``, each value typed as the field is."""
     if "=" not in text:
         raise CompareError(f"--sweep {text!r}: expected FIELD=V1,V2,... e.g. --sweep pacs_beta=0.1,1,10.")
     name, _, raw = text.partition("=")
     name = name.strip()
-    fields = _pacs_fields()
-    if name not in fields:
+    if name not in _pacs_fields():
         raise CompareError(
             f"--sweep {text!r}: {name!r} is not a PACSConfig field (e.g. pacs_beta, pacs_score)."
         )
-    default = _field_default(fields[name])
     values = [v.strip() for v in raw.split(",") if v.strip()]
     if not values:
         raise CompareError(f"--sweep {text!r}: no values after '='.")
-    out = []
-    for v in values:
-        try:
-            if isinstance(default, bool):
-                if v.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(v)
-                out.append(v.lower() in ("true", "1"))
-            elif isinstance(default, int):
-                out.append(int(v))
-            elif isinstance(default, float):
-                out.append(float(v))
-            else:
-                out.append(v)
-        except ValueError:
-            raise CompareError(
-                f"--sweep {name}: value {v!r} is not a {type(default).__name__} (the type of {name})."
-            ) from None
-    return name, out
+    try:
+        return name, [_training().coerce_setting(name, v) for v in values]
+    except ValueError as e:
+        raise CompareError(f"--sweep {text!r}: {e}.") from None
 
 
 # ----------------------------------------------------------------------------------------------- plan
@@ -391,13 +395,13 @@ def build_plan(settings: dict[str, Any]) -> list[RunSpec]:
 
     variants: list[tuple[str, str, dict[str, Any], tuple[str, Any] | None]] = []
     for m in settings["methods"]:
-        variants.append((m, m, dict(METHODS[m]), None))
+        variants.append((m, m, method_overrides(m), None))
     for name, values in settings.get("sweeps", {}).items():
         for m in settings["methods"]:
-            if name.startswith("pacs_") and METHODS[m]["loss_type"] != "pacs":
+            if name.startswith("pacs_") and method_overrides(m)["loss_type"] != "pacs":
                 continue
             for v in values:
-                variants.append((f"{m}[{name}={_fmt(v)}]", m, {**METHODS[m], name: v}, (name, v)))
+                variants.append((f"{m}[{name}={_fmt(v)}]", m, {**method_overrides(m), name: v}, (name, v)))
     for variant, method, overrides, sweep in variants:
         eff = effective(overrides)
         if eff in seen:
@@ -417,9 +421,9 @@ def sweep_table(settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, dict
     out: dict[str, dict[str, dict[Any, str]]] = {}
     for name, values in settings.get("sweeps", {}).items():
         for m in settings["methods"]:
-            if name.startswith("pacs_") and METHODS[m]["loss_type"] != "pacs":
+            if name.startswith("pacs_") and method_overrides(m)["loss_type"] != "pacs":
                 continue
-            own = METHODS[m].get(name, settings["train"].get(name, _field_default(fields[name])))
+            own = method_overrides(m).get(name, settings["train"].get(name, _field_default(fields[name])))
             for v in values:
                 variant = f"{m}[{name}={_fmt(v)}]"
                 if variant not in variants and v == own:
@@ -456,8 +460,6 @@ def write_or_check_manifest(out: Path, settings: dict[str, Any], plan: list[RunS
                 "Rerun with the same settings to resume it, or choose another --output folder."
             )
         return old
-    import time
-
     manifest = {
         "version": MANIFEST_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from pacs_rl.compare.plan import METHOD_LABELS, TRAIN_DONE_FILE, RunSpec, eval_dir_of, sweep_table
+from pacs_rl.compare.plan import TRAIN_DONE_FILE, RunSpec, eval_dir_of, method_label, sweep_table
 
 # metrics.jsonl keys for the Figure-4 panels: (title, candidate keys in order of preference)
 DYNAMICS = [
@@ -37,7 +37,7 @@ CRITIC = [
 
 
 def variant_label(variant: str, method: str) -> str:
-    base = METHOD_LABELS.get(method, method)
+    base = method_label(method)
     return base + variant[len(method) :] if variant.startswith(method) else variant
 
 
@@ -429,7 +429,7 @@ def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunS
                     plot_sweep_heatmap(field, values, grid, ks, out / name, b)
                     n_runs = [len(rows[value_to_variant[v]]) for v in values]
                     md += [
-                        passk_table(srows, ks, f"### {METHOD_LABELS.get(method, method)}: {field} on {b}"),
+                        passk_table(srows, ks, f"### {method_label(method)}: {field} on {b}"),
                         "",
                         f"Seeds per value: {n_runs}; {ev['n']} samples on each of the same problems.",
                         "",

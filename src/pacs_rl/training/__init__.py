@@ -1,24 +1,35 @@
-"""Training on TRL: `PACSConfig` / `PACSTrainer` (one trainer, one rollout path, every loss).
+"""Training on TRL: `PACSConfig` / `PACSTrainer` (one trainer, one rollout path, every group loss),
+`PPOConfig` / `PPOTrainer` (the same with a learned critic), and a whole run as one call:
 
-Attributes load lazily so `pacs-rl --help` (which imports pacs_rl.training.cli) does not import TRL.
+    from pacs_rl.training import RunSettings, build_config, run_training
+    result = run_training(RunSettings(), build_config({"max_steps": 4}, "runs/x"))
+
+Names load lazily so that `pacs-rl --help` (which imports pacs_rl.training.cli) does not import TRL.
 """
 
 from __future__ import annotations
 
-__all__ = ["LOSS_TYPES", "PACSConfig", "PACSTrainer", "PPOConfig", "PPOTrainer", "last_complete_checkpoint"]
+import importlib
+
+_EXPORTS = {
+    "PACSConfig": "pacs_rl.training.config",
+    "PACSTrainer": "pacs_rl.training.trainer",
+    "last_complete_checkpoint": "pacs_rl.training.trainer",
+    "PPOConfig": "pacs_rl.training.ppo",
+    "PPOTrainer": "pacs_rl.training.ppo",
+    "CPU_DEFAULTS": "pacs_rl.training.run",
+    "RunSettings": "pacs_rl.training.run",
+    "SettingsError": "pacs_rl.training.run",
+    "TrainResult": "pacs_rl.training.run",
+    "build_config": "pacs_rl.training.run",
+    "config_and_trainer_classes": "pacs_rl.training.run",
+    "run_training": "pacs_rl.training.run",
+}
+
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str):
-    if name in ("LOSS_TYPES", "PACSConfig"):
-        from pacs_rl.training import config
-
-        return getattr(config, name)
-    if name in ("PACSTrainer", "last_complete_checkpoint"):
-        from pacs_rl.training import trainer
-
-        return getattr(trainer, name)
-    if name in ("PPOConfig", "PPOTrainer"):
-        from pacs_rl.training import ppo
-
-        return getattr(ppo, name)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'pacs_rl.training' has no attribute {name!r}")

@@ -8,6 +8,14 @@ import os
 import time
 from pathlib import Path
 
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from transformers import TrainerCallback
 
 METRICS_FILE = "metrics.jsonl"
@@ -112,14 +120,6 @@ class RichProgressCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
             return control
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
 
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),

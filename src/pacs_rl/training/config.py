@@ -16,16 +16,27 @@ setting that would split a group and names the setting to change.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+import torch
 from trl import GRPOConfig
 
-# Loss names served by pacs_rl.algorithms.compute_policy_loss through this trainer.
-LOSS_TYPES = ("pacs", "grpo", "dr_grpo", "rloo", "cw_grpo")
-# Served by pacs_rl.training.ppo.PPOConfig / PPOTrainer (PPO needs a critic).
-RESERVED_LOSS_TYPES = ("ppo",)
-PACS_SCORES = ("rloo", "grpo", "dr_grpo")
+from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names
+
 REFERENCES = ("old", "frozen")
+LOGPROB_IMPLS = ("auto", "trl", "logits")
+
+
+def _config_classes() -> list[type]:
+    """PACSConfig and every loaded subclass of it (each serves its own loss types)."""
+    out, todo = [], [PACSConfig]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
 
 
 @dataclass
@@ -39,11 +50,11 @@ class PACSConfig(GRPOConfig):
     loss_type: str = field(
         default="pacs",
         metadata={
-            "help": "Policy loss, computed by pacs_rl.algorithms.compute_policy_loss on the same rollouts for every "
-            "method: 'pacs' (default; BCE between σ(ψ) and the 0/1 reward, PACS paper eq. 9), 'grpo' (clipped ratio, "
-            "std-normalised group advantage), 'dr_grpo' (no std, no length normalisation), 'rloo' (leave-one-out "
-            "baseline), 'cw_grpo' (covariance-weighted GRPO). 'ppo' (learned critic) is served by PPOConfig.",
-            "choices": list(LOSS_TYPES),
+            "help": "Policy loss: a name registered in pacs_rl.algorithms (pacs_rl.algorithms.loss_names()), "
+            "computed by compute_policy_loss on the same rollouts for every method; 'pacs' (default) is the BCE "
+            "between σ(ψ) and the 0/1 reward (PACS paper eq. 9). A loss that needs a learned critic is served by "
+            "its own config class (see the choices of `pacs-rl train --help`).",
+            "choices": list(POLICY_LOSSES),
         },
     )
     loss_options: dict | str | None = field(
@@ -68,7 +79,7 @@ class PACSConfig(GRPOConfig):
         metadata={
             "help": "How ψ is formed from the r̂ of a group: 'rloo' (default, eq. 7: r̂_i minus the mean of the others), "
             "'grpo' (standardised within the group), 'dr_grpo' (minus the group mean).",
-            "choices": list(PACS_SCORES),
+            "choices": list(SCORE_METHODS),
         },
     )
     pacs_weighted: bool = field(
@@ -168,57 +179,73 @@ class PACSConfig(GRPOConfig):
         },
     )
 
-    def __post_init__(self):
-        import torch
+    # The loss types this config class (and its trainer) serves; subclasses serve others (PPOConfig: 'ppo').
+    served_loss_types: ClassVar[tuple[str, ...]] = tuple(POLICY_LOSSES)
 
-        if self.loss_type in RESERVED_LOSS_TYPES:
-            raise NotImplementedError(
-                f"loss_type={self.loss_type!r} is reserved for pacs_rl.training.ppo.PPOConfig / PPOTrainer (it needs "
-                f"a critic); PACSConfig serves {LOSS_TYPES}. `pacs-rl train --loss-type ppo` picks PPO's classes."
-            )
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(
-                f"loss_type={self.loss_type!r} is not supported by PACSTrainer; use one of {LOSS_TYPES}."
-            )
-        if self.pacs_score not in PACS_SCORES:
-            raise ValueError(f"pacs_score={self.pacs_score!r}; use one of {PACS_SCORES}.")
-        if self.reference not in REFERENCES:
-            raise ValueError(f"reference={self.reference!r}; use one of {REFERENCES}.")
-        if self.logprob_impl not in ("auto", "trl", "logits"):
-            raise ValueError(f"logprob_impl={self.logprob_impl!r}; use 'auto', 'trl' or 'logits'.")
+    def __post_init__(self):
+        self._check_choices()
         if self.bf16 is None:
             self.bf16 = torch.cuda.is_available()
         if isinstance(self.loss_options, str):
-            import json
-
             self.loss_options = json.loads(self.loss_options)
         self.loss_options = dict(self.loss_options or {})
-
-        # The paper's schedule: mini_batches_per_rollout optimizer steps per rollout batch.
-        ga = self.gradient_accumulation_steps
-        if self.mini_batches_per_rollout is not None:
-            if self.mini_batches_per_rollout < 1:
-                raise ValueError(
-                    f"mini_batches_per_rollout={self.mini_batches_per_rollout}; it must be >= 1."
-                )
-            wanted = self.mini_batches_per_rollout * ga
-            if self.generation_batch_size is not None:
-                raise ValueError(
-                    "Set either mini_batches_per_rollout or generation_batch_size, not both "
-                    f"(got {self.mini_batches_per_rollout} and {self.generation_batch_size})."
-                )
-            if self.steps_per_generation is not None and self.steps_per_generation != wanted:
-                raise ValueError(
-                    f"steps_per_generation={self.steps_per_generation} disagrees with mini_batches_per_rollout="
-                    f"{self.mini_batches_per_rollout} × gradient_accumulation_steps={ga} = {wanted}. Set only one."
-                )
-            self.steps_per_generation = wanted
-        elif self.steps_per_generation is None and self.generation_batch_size is None:
-            self.mini_batches_per_rollout = 4
-            self.steps_per_generation = 4 * ga
-
+        self._set_schedule()
         super().__post_init__()  # derives generation_batch_size / steps_per_generation, checks TRL's own rules
+        self._check_schedule()
+        self._check_groups_whole()
+        self._check_reference()
+        self._check_fast_sampler()
 
+    def _check_choices(self) -> None:
+        """Names that must come from a fixed list: the loss (from the registry), the score, the reference."""
+        if self.loss_type not in self.served_loss_types:
+            if self.loss_type not in loss_names():
+                raise ValueError(
+                    f"loss_type={self.loss_type!r} is not supported by PACSTrainer: it is not a registered policy "
+                    f"loss (pacs_rl.algorithms.register_policy_loss); use one of {list(loss_names())}."
+                )
+            serving = next(
+                (c.__name__ for c in _config_classes() if self.loss_type in c.served_loss_types),
+                "the config class of pacs_rl.training.ppo",  # a critic loss, its module not imported yet
+            )
+            raise ValueError(
+                f"loss_type={self.loss_type!r} is reserved for {serving} and its trainer; {type(self).__name__} "
+                f"serves {list(self.served_loss_types)}. `pacs-rl train --loss-type {self.loss_type}` (or "
+                f"pacs_rl.training.config_and_trainer_classes({self.loss_type!r})) picks the right classes."
+            )
+        if self.pacs_score not in SCORE_METHODS:
+            raise ValueError(f"pacs_score={self.pacs_score!r}; use one of {list(SCORE_METHODS)}.")
+        if self.reference not in REFERENCES:
+            raise ValueError(f"reference={self.reference!r}; use one of {list(REFERENCES)}.")
+        if self.logprob_impl not in LOGPROB_IMPLS:
+            raise ValueError(f"logprob_impl={self.logprob_impl!r}; use one of {list(LOGPROB_IMPLS)}.")
+
+    def _set_schedule(self) -> None:
+        """The paper's schedule: mini_batches_per_rollout optimizer steps per rollout batch, expressed as TRL's
+        steps_per_generation before TRL derives the rest from it."""
+        ga = self.gradient_accumulation_steps
+        if self.mini_batches_per_rollout is None:
+            if self.steps_per_generation is None and self.generation_batch_size is None:
+                self.mini_batches_per_rollout = 4
+                self.steps_per_generation = 4 * ga
+            return
+        if self.mini_batches_per_rollout < 1:
+            raise ValueError(f"mini_batches_per_rollout={self.mini_batches_per_rollout}; it must be >= 1.")
+        wanted = self.mini_batches_per_rollout * ga
+        if self.generation_batch_size is not None:
+            raise ValueError(
+                "Set either mini_batches_per_rollout or generation_batch_size, not both "
+                f"(got {self.mini_batches_per_rollout} and {self.generation_batch_size})."
+            )
+        if self.steps_per_generation is not None and self.steps_per_generation != wanted:
+            raise ValueError(
+                f"steps_per_generation={self.steps_per_generation} disagrees with mini_batches_per_rollout="
+                f"{self.mini_batches_per_rollout} × gradient_accumulation_steps={ga} = {wanted}. Set only one."
+            )
+        self.steps_per_generation = wanted
+
+    def _check_schedule(self) -> None:
+        ga = self.gradient_accumulation_steps
         if self.steps_per_generation % ga != 0:
             raise ValueError(
                 f"steps_per_generation={self.steps_per_generation} is not a multiple of gradient_accumulation_steps="
@@ -226,32 +253,37 @@ class PACSConfig(GRPOConfig):
                 "instead of steps_per_generation."
             )
         self.mini_batches_per_rollout = self.steps_per_generation // ga
-        self._check_groups_whole()
 
+    def _check_reference(self) -> None:
+        """No TRL KL term; a frozen reference changes only between rollout batches."""
         if self.beta != 0.0:
             raise ValueError(
                 f"beta={self.beta}: TRL's KL term is not used by PACSTrainer (the paper uses no KL). For PACS's β "
                 "set pacs_beta; for a KL penalty in a baseline pass loss_options={'kl_coef': ...}."
             )
+        if self.ref_reset_steps < 0:
+            raise ValueError(f"ref_reset_steps={self.ref_reset_steps}; it must be >= 0 (0 = never reset).")
         if self.reference == "frozen" and self.ref_reset_steps % self.mini_batches_per_rollout != 0:
             raise ValueError(
                 f"ref_reset_steps={self.ref_reset_steps} is not a multiple of mini_batches_per_rollout="
                 f"{self.mini_batches_per_rollout}: the reference must only change between rollout batches."
             )
-        if self.fast_sampler and not self.use_vllm:
-            unsupported = {
-                "top_k": (self.top_k, (0, None)),
-                "min_p": (self.min_p, (None, 0.0)),
-                "repetition_penalty": (self.repetition_penalty, (1.0,)),
-                "generation_kwargs": (self.generation_kwargs, (None, {})),
-            }
-            for name, (value, allowed) in unsupported.items():
-                if value not in allowed:
-                    raise ValueError(
-                        f"fast_sampler=True does not implement {name}={value!r}; set fast_sampler=False."
-                    )
-        if self.ref_reset_steps < 0:
-            raise ValueError(f"ref_reset_steps={self.ref_reset_steps}; it must be >= 0 (0 = never reset).")
+
+    def _check_fast_sampler(self) -> None:
+        """The fast sampler implements temperature and top-p only: refuse the generation options it lacks."""
+        if not self.fast_sampler or self.use_vllm:
+            return
+        unsupported = {
+            "top_k": (self.top_k, (0, None)),
+            "min_p": (self.min_p, (None, 0.0)),
+            "repetition_penalty": (self.repetition_penalty, (1.0,)),
+            "generation_kwargs": (self.generation_kwargs, (None, {})),
+        }
+        for name, (value, allowed) in unsupported.items():
+            if value not in allowed:
+                raise ValueError(
+                    f"fast_sampler=True does not implement {name}={value!r}; set fast_sampler=False."
+                )
 
     def _check_groups_whole(self) -> None:
         """Refuse settings that would put the rows of one group in different micro-batches or processes."""

@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from pacs_rl.data import format_prompt
+from pacs_rl.rewards import math_reward_func
+from pacs_rl.sampling import SamplingParams, TransformersSampler
+from pacs_rl.training.callbacks import read_metrics
+
 
 def heldout_accuracy(
     model,
@@ -28,12 +36,6 @@ def heldout_accuracy(
     "correct", "mean_length"}. The global torch RNG is saved and restored, so calling this does not
     change a training run's random stream.
     """
-    import torch
-
-    from pacs_rl.data import format_prompt
-    from pacs_rl.rewards import math_reward_func
-    from pacs_rl.sampling import SamplingParams, TransformersSampler
-
     reward_func = reward_func or math_reward_func
     rng_state = torch.get_rng_state()
     sampler = TransformersSampler(model, tokenizer, batch_size=batch_size)  # restores train/eval mode itself
@@ -78,8 +80,6 @@ def heldout_accuracy(
 def _progress(enabled: bool, description: str, total: int):
     if not enabled:
         return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     p = Progress(TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     p.start()
     return p, p.add_task(description, total=total)
@@ -100,12 +100,10 @@ CURVES = [
 
 def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path | None:
     """Plot the main training curves of a metrics.jsonl into a PNG; None when there is nothing to plot."""
-    import matplotlib
+    import matplotlib  # only when plotting: selecting the Agg backend is a process-wide side effect
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from pacs_rl.training.callbacks import read_metrics
 
     rows = read_metrics(metrics_path)
     curves = [(k, label) for k, label in CURVES if any(r.get(k) is not None for r in rows)]

@@ -29,17 +29,23 @@ The value head is zero-initialised, so V ≡ 0 at the start and the first advant
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 import torch
+from safetensors.torch import load_file
 from torch import Tensor
+from transformers import AutoConfig, AutoModelForTokenClassification, get_scheduler
 
 from pacs_rl.algorithms import (
+    CRITIC_LOSSES,
     compute_gae,
-    masked_sum,
+    masked_mean,
+    masked_var,
     outcome_token_rewards,
     ppo_policy_loss,
     ppo_value_loss,
@@ -66,12 +72,14 @@ class PPOConfig(PACSConfig):
     `learning_rate` (1e-6 in the paper); the critic's is `critic_learning_rate` (1e-5 in the paper).
     """
 
+    served_loss_types: ClassVar[tuple[str, ...]] = tuple(CRITIC_LOSSES)
+
     loss_type: str = field(
         default="ppo",
         metadata={
             "help": "Always 'ppo' here: the clipped policy loss of PACS paper Appendix A.1 with GAE advantages from a "
             "learned critic. The other losses are served by PACSConfig / PACSTrainer.",
-            "choices": ["ppo"],
+            "choices": list(CRITIC_LOSSES),
         },
     )
     critic_model_name_or_path: str | None = field(
@@ -133,9 +141,10 @@ class PPOConfig(PACSConfig):
     )
 
     def __post_init__(self):
-        if self.loss_type != "ppo":
+        if self.loss_type not in self.served_loss_types:
+            served = " or ".join(repr(t) for t in self.served_loss_types)
             raise ValueError(
-                f"PPOConfig is for loss_type='ppo', got {self.loss_type!r}; use PACSConfig for the other losses."
+                f"PPOConfig is for loss_type={served}, got {self.loss_type!r}; use PACSConfig for the other losses."
             )
         for name, value in (("gae_gamma", self.gae_gamma), ("gae_lambda", self.gae_lambda)):
             if not 0.0 <= value <= 1.0:
@@ -173,18 +182,10 @@ class PPOConfig(PACSConfig):
                 f"loss_options {unknown} are not accepted by the PPO policy loss; it accepts {list(PPO_OPTIONS)} "
                 "(the critic has its own fields: value_clip_eps, critic_learning_rate, gae_gamma, gae_lambda)."
             )
-        # PACSConfig validates every shared field (batch shapes, whole groups, schedule). Its list of losses
-        # predates 'ppo', so it is shown a loss it knows while it checks, and 'ppo' is restored after.
-        self.loss_type = "grpo"
-        try:
-            super().__post_init__()
-        finally:
-            self.loss_type = "ppo"
+        super().__post_init__()  # every shared field: batch shapes, whole groups, schedule
 
     def _options_dict(self) -> dict:
         if isinstance(self.loss_options, str):
-            import json
-
             return json.loads(self.loss_options)
         return dict(self.loss_options or {})
 
@@ -192,23 +193,6 @@ class PPOConfig(PACSConfig):
 # ----------------------------------------------------------------------------------------------------
 # pure pieces
 # ----------------------------------------------------------------------------------------------------
-
-
-def _identity(x: Tensor) -> Tensor:
-    return x
-
-
-def global_masked_mean(x: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] = _identity) -> Tensor:
-    """Mean of x over mask across processes. x, mask: (B, T) → 0-dim. all_reduce sums a tensor over processes."""
-    total = all_reduce(torch.stack([masked_sum(x, mask), mask.bool().sum().to(x.dtype)]))
-    return total[0] / total[1].clamp(min=1)
-
-
-def global_masked_var(x: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] = _identity) -> Tensor:
-    """Unbiased variance of x over mask across processes (two passes, like masked_var). → 0-dim."""
-    mean = global_masked_mean(x, mask, all_reduce)
-    total = all_reduce(torch.stack([masked_sum((x - mean) ** 2, mask), mask.bool().sum().to(x.dtype)]))
-    return torch.where(total[1] > 1, total[0] / (total[1] - 1).clamp(min=1), torch.zeros_like(total[0]))
 
 
 @torch.no_grad()
@@ -219,7 +203,7 @@ def ppo_advantages(
     gamma: float = 1.0,
     lam: float = 1.0,
     whiten: bool = True,
-    all_reduce: Callable[[Tensor], Tensor] = _identity,
+    all_reduce: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Advantages and value targets of a rollout batch, eq. (1)-(3).
 
@@ -229,8 +213,8 @@ def ppo_advantages(
     token_rewards = outcome_token_rewards(rewards.to(old_values.dtype), mask)  # (B, T), R on the last token
     advantages, returns = compute_gae(token_rewards, old_values, mask, gamma=gamma, lam=lam)  # (1), (2)
     if whiten:  # (3), masked_whiten's formula with global statistics
-        mean = global_masked_mean(advantages, mask, all_reduce)
-        var = global_masked_var(advantages, mask, all_reduce)
+        mean = masked_mean(advantages, mask, all_reduce=all_reduce)
+        var = masked_var(advantages, mask, all_reduce=all_reduce)
         advantages = (advantages - mean) * torch.rsqrt(var + 1e-8)
         advantages = torch.where(mask.bool(), advantages, torch.zeros_like(advantages))
     return advantages, returns
@@ -238,15 +222,15 @@ def ppo_advantages(
 
 @torch.no_grad()
 def explained_variance(
-    values: Tensor, returns: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] = _identity
+    values: Tensor, returns: Tensor, mask: Tensor, all_reduce: Callable[[Tensor], Tensor] | None = None
 ) -> float:
     """1 − Var(G − V) / Var(G) over response tokens (1: perfect critic, 0: no better than the mean, < 0 worse).
 
     values, returns, mask: (B, T). NaN when the returns barely vary (variance < 1e-8, e.g. every reward equal:
     the ratio would only measure rounding noise).
     """
-    var_returns = global_masked_var(returns, mask, all_reduce)
-    var_error = global_masked_var(returns - values, mask, all_reduce)
+    var_returns = masked_var(returns, mask, all_reduce=all_reduce)
+    var_error = masked_var(returns - values, mask, all_reduce=all_reduce)
     if var_returns.item() < 1e-8:
         return float("nan")
     return (1.0 - var_error / var_returns).item()
@@ -281,8 +265,6 @@ def build_critic(source, dtype=None):
     source: a causal-LM model object (its backbone weights are copied), or a path / Hub id. A saved critic keeps
     its head; a new head starts at zero (V ≡ 0). Dropout in the head is 0.
     """
-    from transformers import AutoConfig, AutoModelForTokenClassification
-
     if isinstance(source, (str, os.PathLike)):
         config = AutoConfig.from_pretrained(source)
         fresh_head = not _is_value_model(config)
@@ -383,8 +365,6 @@ class PPOTrainer(PACSTrainer):
         return optimizer
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
-        from transformers import get_scheduler
-
         scheduler = super().create_scheduler(num_training_steps, optimizer)
         if self.critic_lr_scheduler is None:
             self.critic_lr_scheduler = get_scheduler(
@@ -403,12 +383,8 @@ class PPOTrainer(PACSTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)  # + raw rewards (B_local,)
         mode = "train" if self.model.training else "eval"
-        mask = output["completion_mask"]
-        if "tool_mask" in output:
-            mask = mask * output["tool_mask"]
-        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        T = output["completion_ids"].size(1)
+        input_ids, attention_mask, mask = sequence_tensors(output)
+        T = mask.size(1)
         chunk = self.args.per_device_train_batch_size
         self.critic.eval()
         with torch.no_grad(), self.accelerator.autocast():
@@ -437,10 +413,10 @@ class PPOTrainer(PACSTrainer):
             explained_variance(old_values, returns, mask, all_reduce=self._all_reduce_sum)
         )
         metrics["ppo/rollout_value_mean"].append(
-            global_masked_mean(old_values, mask, self._all_reduce_sum).item()
+            masked_mean(old_values, mask, all_reduce=self._all_reduce_sum).item()
         )
         metrics["ppo/rollout_return_mean"].append(
-            global_masked_mean(returns, mask, self._all_reduce_sum).item()
+            masked_mean(returns, mask, all_reduce=self._all_reduce_sum).item()
         )
         return output
 
@@ -550,8 +526,6 @@ class PPOTrainer(PACSTrainer):
                 f"{folder} holds no critic weights: {checkpoint} was not written by a loss_type='ppo' run (or its save "
                 "was cut). Resume from a PPO checkpoint, or start a new run."
             )
-        from safetensors.torch import load_file
-
         state = {}
         for f in sorted(files):
             state.update(load_file(os.path.join(folder, f)))
@@ -576,35 +550,16 @@ class PPOTrainer(PACSTrainer):
 
 def ppo_only_fields() -> tuple[str, ...]:
     """Names of the fields PPOConfig adds to PACSConfig (the critic's and GAE's)."""
-    from dataclasses import fields
-
     base = {f.name for f in fields(PACSConfig)}
     return tuple(f.name for f in fields(PPOConfig) if f.init and f.name not in base)
-
-
-def config_and_trainer_classes(loss_type: str, settings: dict | None = None) -> tuple[type, type]:
-    """(config class, trainer class) serving `loss_type`: PPOConfig/PPOTrainer for 'ppo', else PACS's.
-
-    settings: the config keyword arguments about to be passed; a critic/GAE field with another loss is refused
-    (it would otherwise be a TypeError from the dataclass, or silently ignored).
-    """
-    if loss_type == "ppo":
-        return PPOConfig, PPOTrainer
-    stray = sorted(set(settings or ()) & set(ppo_only_fields()))
-    if stray:
-        raise ValueError(f"{', '.join(stray)} only apply to loss_type='ppo' (got loss_type={loss_type!r}).")
-    return PACSConfig, PACSTrainer
 
 
 __all__ = [
     "PPOConfig",
     "PPOTrainer",
     "build_critic",
-    "config_and_trainer_classes",
     "critic_values",
     "explained_variance",
-    "global_masked_mean",
-    "global_masked_var",
     "ppo_advantages",
     "ppo_only_fields",
 ]

@@ -7,7 +7,10 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
   log-probs when `reference="frozen"`, log rollout-level metrics.
 - `_prepare_inputs`: TRL shuffles *rows* of a rollout batch before cutting it into micro-batches; we
   shuffle *groups*, so every micro-batch holds whole groups (ψ_i of PACS needs all r̂_j of its group).
-- `_compute_loss`: log-probs from TRL's fused LM head, then `pacs_rl.algorithms.compute_policy_loss`.
+- `_compute_loss`: per-token log-probs, then `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`.
+- `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
+  completion positions only; otherwise TRL's fused head.
+- `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: also save the buffered rollout batch, TRL's
   micro-step counter and the frozen reference, so a resumed run continues exactly.
 
@@ -18,13 +21,28 @@ from __future__ import annotations
 
 import copy
 import os
+import warnings
 from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import is_peft_available
 from trl import GRPOTrainer
-from trl.trainer.utils import split_pixel_values_by_grid, split_tensor_dict, unsplit_pixel_values_by_grid
+from trl.trainer.utils import (
+    add_fused_lm_head,
+    split_pixel_values_by_grid,
+    split_tensor_dict,
+    unsplit_pixel_values_by_grid,
+)
 
+from pacs_rl.algorithms import compute_policy_loss, policy_loss_options
+from pacs_rl.sampling import SamplingParams, TransformersSampler
+from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
+
+if is_peft_available():
+    from peft import PeftModel
 
 PACS_STATE_FILE = "pacs_trainer_state_rank{rank}.pt"
 
@@ -85,23 +103,17 @@ class PACSTrainer(GRPOTrainer):
                     "reference='frozen' with a PEFT adapter is not supported; use reference='old'."
                 )
             if isinstance(model, str):
-                from transformers import AutoModelForCausalLM
-
                 model = AutoModelForCausalLM.from_pretrained(model, **(args.model_init_kwargs or {}))
             # Copy before TRL patches the forward (its fused LM head closes over the original module).
             ref_policy = copy.deepcopy(model)
         super().__init__(model, reward_funcs, args, *pos, **kw)
         self.ref_policy = None
         if ref_policy is not None:
-            from trl.trainer.utils import add_fused_lm_head
-
             add_fused_lm_head(
                 ref_policy, temperature=self.temperature, cast_lm_head_to_fp32=args.cast_lm_head_to_fp32
             )
             ref_policy.requires_grad_(False).eval()
             self.ref_policy = ref_policy.to(self.accelerator.device)
-            from pacs_rl.training.callbacks import ReferenceResetCallback
-
             if args.ref_reset_steps > 0:
                 self.add_callback(ReferenceResetCallback(self))
         self._last_rewards_per_func: torch.Tensor | None = None
@@ -128,8 +140,6 @@ class PACSTrainer(GRPOTrainer):
 
     def _fast_generate(self, prompt_ids: list[list[int]], G: int) -> list[list[int]]:
         """Sample with pacs_rl.sampling: each prompt once with n=G (TRL repeats every prompt G times)."""
-        from pacs_rl.sampling import SamplingParams, TransformersSampler
-
         unique = prompt_ids[::G]
         if [p for p in unique for _ in range(G)] != list(prompt_ids):
             raise RuntimeError(
@@ -169,10 +179,14 @@ class PACSTrainer(GRPOTrainer):
         With ``logprob_impl='logits'`` (the CPU default) the model's own forward computes the LM head on the
         completion positions only (``logits_to_keep``), at the sampling temperature, followed by a log-softmax;
         TRL's fused head would score every prompt position too and, without Triton, in Python-level tiles
-        (measured: ~35% of a CPU training step). Same values as TRL's path (tested); entropies carry no
+        (docs/TRAINING.md has the measured cost). Same values as TRL's path (tested); entropies carry no
         gradient (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
         """
-        if compute_aux_loss or any(v is not None for v in multimodal.values()) or not self._logits_logprobs():
+        if (
+            compute_aux_loss
+            or any(v is not None for v in multimodal.values())
+            or not self._completion_only_head()
+        ):
             return super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
@@ -205,7 +219,8 @@ class PACSTrainer(GRPOTrainer):
         logps = torch.cat(all_logps)
         return logps, (torch.cat(all_entropies) if compute_entropy else None), None
 
-    def _logits_logprobs(self) -> bool:
+    def _completion_only_head(self) -> bool:
+        """Whether log-probs come from the model's own forward on the completion positions only."""
         impl = self.args.logprob_impl
         return impl == "logits" or (impl == "auto" and self.accelerator.device.type == "cpu")
 
@@ -229,14 +244,13 @@ class PACSTrainer(GRPOTrainer):
         metrics["groups/mixed_frac"].append(group_mixed_fraction(rewards, G))
 
         if self.ref_policy is not None:
-            input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
-            attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+            input_ids, attention_mask, mask = sequence_tensors(output)
             with torch.no_grad():
                 ref_logps, _, _ = self._get_per_token_logps_and_entropies(
                     self.ref_policy,
                     input_ids,
                     attention_mask,
-                    output["completion_ids"].size(1),
+                    mask.size(1),
                     batch_size=self.args.per_device_train_batch_size,
                 )
             output["pacs_ref_per_token_logps"] = ref_logps
@@ -279,8 +293,6 @@ class PACSTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ loss
     def _compute_loss(self, model, inputs):
-        from pacs_rl.algorithms import compute_policy_loss, policy_loss_options
-
         mode = "train" if self.model.training else "eval"
         input_ids, attention_mask, mask = sequence_tensors(inputs)
         logp, entropies, _ = self._get_per_token_logps_and_entropies(
@@ -356,8 +368,6 @@ class PACSTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ exact resume
     def _save_checkpoint(self, model, trial):
-        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-
         folder = os.path.join(
             self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         )
@@ -380,8 +390,6 @@ class PACSTrainer(GRPOTrainer):
             return
         path = os.path.join(checkpoint, PACS_STATE_FILE.format(rank=self.accelerator.process_index))
         if not os.path.isfile(path):
-            import warnings
-
             warnings.warn(
                 f"{path} is missing: the rollout batch in progress at this checkpoint is regenerated, so the resumed "
                 "run will not match an uninterrupted one exactly.",
@@ -413,11 +421,7 @@ def _to_device(obj, device):
 
 
 def _is_peft(model) -> bool:
-    try:
-        from peft import PeftModel
-    except ImportError:
-        return False
-    return isinstance(model, PeftModel)
+    return is_peft_available() and isinstance(model, PeftModel)
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+
+import hydra
+from verl.trainer import main_ppo
+
+from . import core
+from .guard import check_verl_config, data_parallel_size
 
 
 def main() -> None:
-    from pathlib import Path
-
-    import hydra
-    from verl.trainer import main_ppo
-
-    from . import core
-    from .guard import check_verl_config, data_parallel_size
-
     core.register()
     config_dir = str(Path(main_ppo.__file__).resolve().parent / "config")
 

@@ -11,13 +11,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pacs_rl.data import load_problems
+from pacs_rl.data.prompts import build_messages
+
 __all__ = ["to_verl_rows", "write_verl_parquet"]
 
 
 def to_verl_rows(problems, data_source: str) -> list[dict[str, Any]]:
     """``Problem`` objects (id, problem, answer) → rows in verl's RLHFDataset layout."""
-    from pacs_rl.data.prompts import build_messages
-
     return [
         {
             "data_source": data_source,
@@ -34,11 +38,6 @@ def write_verl_parquet(
     source: str, out: str | Path, limit: int | None = None, data_source: str | None = None
 ) -> int:
     """Load ``source`` (bad rows skipped and reported), write ``out`` as parquet; returns the row count."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from pacs_rl.data import load_problems
-
     problems = load_problems(source, limit=limit, on_error="skip")
     if problems.skipped:
         print(f"skipped {problems.skipped} bad row(s) of {source}: {problems.skip_messages[:3]}")

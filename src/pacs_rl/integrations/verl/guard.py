@@ -26,10 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pacs_rl.algorithms import SCORE_METHODS
+
 __all__ = ["PACS_NAME", "SCORE_METHODS", "VerlConfigError", "check_verl_config", "verl_config_problems"]
 
 PACS_NAME = "pacs"  # the name registered in verl's advantage-estimator and policy-loss registries
-SCORE_METHODS = ("rloo", "grpo", "dr_grpo")  # mirrors pacs_rl.algorithms.SCORE_METHODS
 
 _MISSING = object()
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pacs_rl.rewards import math_reward
+
 __all__ = ["compute_score"]
 
 
@@ -18,6 +20,4 @@ def compute_score(
     data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **kwargs: Any
 ) -> float:
     """verl's reward signature → 1.0 or 0.0. ``ground_truth`` is the reference answer of the row."""
-    from pacs_rl.rewards import math_reward
-
     return float(math_reward(solution_str, "" if ground_truth is None else str(ground_truth)))
