@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI step for the verl integration: its own venv (verl pins transformers<5.11, which the main venv does
 # not use), a CPU torch first (a bare torch requirement would pull a multi-GB CUDA build), then
-# pacs-rl with its verl extra, then only the tests marked `verl`. Measured here (2 shared cores, warm pip cache): install 253-314 s, tests 147-197 s, total 7.7-7.9 min.
+# pacs-rl with its verl extra, then only the tests marked `verl`. Run from the repository root or anywhere
+# (it changes to the root); how long it took is in docs/VERL.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false

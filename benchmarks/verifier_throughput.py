@@ -1,7 +1,8 @@
 """Verifier throughput: one process vs. a RewardPool, on 10,000 (completion, answer) pairs built from real data.
 
-The pairs come from the worked solutions shipped with the shared data (MATH-500, Minerva-Math, AIME 2024,
-AIME 1983-2023 training set: 1,769 solutions, each ending in a boxed answer), in six variants each:
+The pairs come from the worked solutions in the shared data folder (--data: ../shared/data beside the
+project, or $PACS_RL_SHARED_DATA; MATH-500, Minerva-Math, AIME 2024, AIME 1983-2023 training set: 1,769
+solutions, each ending in a boxed answer), in six variants each:
 
     boxed_gold        the solution as written, with its own gold answer            (expected: correct)
     boxed_mismatch    the solution, with the gold answer of another problem        (expected: wrong)
@@ -23,7 +24,7 @@ figures show whether the pool was slowed by the machine or by its own overhead.
 
     python benchmarks/verifier_throughput.py [--data ../shared/data] [--pairs 10000] [--workers 2]
 
-Writes docs/verifier_throughput.json.
+Writes docs/verifier_throughput.json; the recorded runs are in docs/EVALUATION.md ("Verifier", "Measured").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install pacs-rl and its test tools into the active Python environment.
+# Install pacs-rl from this clone (editable) with its test tools into the active Python environment.
+# The dev extra includes reasoning-gym (the gym extra), which the tests and reasoning_gym:<task> sources use.
 # torch first: on a CPU-only machine torch==2.13.0 is the CPU build; asking for "torch" alone may pull
 # a multi-GB CUDA build. Set PACS_RL_TORCH to choose another (e.g. PACS_RL_TORCH="torch==2.9.1").
 set -euo pipefail

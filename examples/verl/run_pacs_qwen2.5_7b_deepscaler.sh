@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # PACS, the paper's recipe (Appendix B.2): Qwen2.5-7B on DeepScaleR, 8 nodes x 8 GPUs, 300 steps.
 # Run on the head node of a Ray cluster that spans the 8 nodes (`ray start --head` here,
-# `ray start --address=<head>:6379` on the others), in an environment with
-#   pip install torch==<your CUDA build> "pacs-rl[verl]" "verl[vllm]==0.9.1"
-# on every node. Extra arguments are hydra overrides, e.g. trainer.total_training_steps=10.
+# `ray start --address=<head>:6379` on the others), in an environment made on every node, from the root
+# of a clone of this repository, with
+#   pip install torch==<your CUDA build> && pip install -e ".[verl]" "verl[vllm]==0.9.1"
+# Extra arguments are hydra overrides, e.g. trainer.total_training_steps=10.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA_DIR=${DATA_DIR:-$HOME/data/pacs}
