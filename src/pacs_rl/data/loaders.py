@@ -178,7 +178,7 @@ class _RowReader:
 def _read_local(path: Path, reader: _RowReader) -> None:
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # slow to import; only for parquet files
 
         for i, row in enumerate(pq.read_table(path).to_pylist()):
             if reader.full:
@@ -226,7 +226,7 @@ def _offline() -> bool:
 
 def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: str) -> None:
     try:
-        import datasets
+        import datasets  # slow to import; only for the Hub
 
         if split is None:
             dd = datasets.load_dataset(hub_id)
