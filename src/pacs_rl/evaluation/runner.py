@@ -201,7 +201,7 @@ def compute_metrics(
 
 
 @dataclass
-class _Timing:
+class RunTiming:
     """What this invocation of :func:`run_eval` did and how long it took: metrics.json's ``timing``."""
 
     started: float = field(default_factory=time.perf_counter)
@@ -232,7 +232,7 @@ class _Timing:
 
 
 def assemble_metrics(
-    config: EvalConfig, problems: ProblemSet, rows: list[dict[str, Any]], ks: list[int], timing: _Timing
+    config: EvalConfig, problems: ProblemSet, rows: list[dict[str, Any]], ks: list[int], timing: RunTiming
 ) -> dict[str, Any]:
     """The content of metrics.json, from every row of the samples file (complete for ``problems``)."""
     pass_at_k, correct = compute_metrics(rows, [p.id for p in problems], config.n, ks)
@@ -482,7 +482,7 @@ def sample_missing(
     sampler,
     tokenizer,
     samples_file: IO[str],
-    timing: _Timing,
+    timing: RunTiming,
     bar: _Progress,
 ) -> list[dict[str, Any]]:
     """Sample, verify and append to ``samples_file`` every missing sample of ``todo``, chunk by chunk, so
@@ -518,7 +518,7 @@ def run_eval(config: EvalConfig, sampler=None, tokenizer=None, problems=None) ->
     ``sampler``/``tokenizer`` may be passed in (already loaded); otherwise they are built from
     ``config.model`` and ``config.backend``. ``problems`` overrides loading ``config.benchmark``.
     """
-    timing = _Timing()
+    timing = RunTiming()
     ks = config.resolved_ks()
     if config.n < 1:
         raise ValueError(f"n must be >= 1, got {config.n}")
