@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 import pytest
 
@@ -220,7 +221,7 @@ def test_arithmetic_operands_of_different_lengths():
 
 
 def test_reasoning_gym_source_and_disjoint_split():
-    import reasoning_gym
+    reasoning_gym = pytest.importorskip("reasoning_gym")  # an optional extra: pacs-rl[gym]
 
     probs = load_problems("reasoning_gym:basic_arithmetic?size=20&seed=1")
     ref = list(reasoning_gym.create_dataset("basic_arithmetic", size=20, seed=1))
@@ -233,3 +234,12 @@ def test_reasoning_gym_source_and_disjoint_split():
     assert len({p.problem for p in kept}) == len(kept)
     with pytest.raises(DataError, match="reasoning_gym task"):
         load_problems("reasoning_gym:no_such_task?size=2")
+
+
+def test_reasoning_gym_missing_names_source_and_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # makes `import reasoning_gym` raise ImportError
+    with pytest.raises(DataError) as info:
+        load_problems("reasoning_gym:basic_arithmetic?size=5&seed=1")
+    message = str(info.value)
+    assert "'reasoning_gym:basic_arithmetic?size=5&seed=1'" in message
+    assert 'pip install "pacs-rl[gym]"' in message

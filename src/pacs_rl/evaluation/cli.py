@@ -1,11 +1,14 @@
 """``pacs-rl eval``: pass@k of one or more models on a benchmark, or a merged table of finished runs.
 
-Heavy libraries (torch, transformers) are imported inside the command so ``pacs-rl --help`` is fast.
+The command parses its options, builds an :class:`EvalConfig`, calls the library and prints.
 """
 
 from __future__ import annotations
 
 import typer
+from rich.console import Console
+
+from pacs_rl.evaluation.report import load_metrics, results_table, write_report
 
 
 def _parse_ks(text: str | None) -> list[int] | None:
@@ -76,29 +79,17 @@ def eval_command(
 
     Writes samples.jsonl, metrics.json, results.md and passk.png into --output; rerun the same command to resume after a crash. Several --model options evaluate each into --output/<model> and merge the table; --merge DIR... merges finished runs.
     """
-    from rich.console import Console
-
     console = Console(stderr=True)
     if merge:
-        from pacs_rl.evaluation.report import load_metrics, results_table, write_report
-
-        if not run_dirs:
-            raise typer.BadParameter("--merge needs run folders: pacs-rl eval --merge DIR1 DIR2 --output OUT")
-        try:
-            runs = load_metrics(run_dirs)
-        except FileNotFoundError as e:
-            raise typer.BadParameter(str(e)) from None
-        md, png = write_report(runs, output)
-        typer.echo(results_table(runs))
-        console.print(f"wrote {md} and {png}")
+        _merge(run_dirs, output, console)
         return
     if run_dirs:
         raise typer.BadParameter(f"unexpected arguments {run_dirs}; to merge finished runs add --merge")
     if not model:
         raise typer.BadParameter("give --model (several allowed), or --merge with run folders")
-
+    # The runner imports numpy and the data loaders (torch and the verifier load when sampling starts):
+    # imported here, when a run starts, so that `pacs-rl --help` does not pay for them.
     from pacs_rl.data import DataError
-    from pacs_rl.evaluation.report import results_table
     from pacs_rl.evaluation.runner import EvalConfig, ResumeMismatch, run_evals
 
     config = EvalConfig(
@@ -134,16 +125,35 @@ def eval_command(
         raise typer.Exit(2) from None
     typer.echo(results_table(results))
     for r in results:
-        t = r["timing"]
-        if r["skipped_rows"]:
-            console.print(
-                f"[yellow]{r['label']}: skipped {r['skipped_rows']} bad data row(s)[/yellow], e.g. {r['skipped_examples'][0]}"
-            )
-        frac = t["harness_overhead_fraction"]
-        console.print(
-            f"{r['label']}: {r['num_problems']} problems x n={r['n']}; reasons {r['reasons']}; "
-            f"generated {t['samples_generated_this_run']} samples in {t['generation_seconds']:.1f}s "
-            f"(reused {t['samples_reused_from_earlier_runs']}); verification {t['verification_seconds']:.2f}s; "
-            f"harness overhead {'n/a' if frac is None else f'{100 * frac:.2f}%'} of generation time"
-        )
+        _print_run_summary(r, console)
     console.print(f"results in {output}")
+
+
+def _merge(run_dirs: list[str] | None, output: str, console: Console) -> None:
+    """``--merge``: one table and plot from the metrics of finished runs."""
+    if not run_dirs:
+        raise typer.BadParameter("--merge needs run folders: pacs-rl eval --merge DIR1 DIR2 --output OUT")
+    try:
+        runs = load_metrics(run_dirs)
+    except FileNotFoundError as e:
+        raise typer.BadParameter(str(e)) from None
+    md, png = write_report(runs, output)
+    typer.echo(results_table(runs))
+    console.print(f"wrote {md} and {png}")
+
+
+def _print_run_summary(run: dict, console: Console) -> None:
+    """Skipped data rows, verdict reasons and where the time went, from one run's metrics."""
+    t = run["timing"]
+    if run["skipped_rows"]:
+        console.print(
+            f"[yellow]{run['label']}: skipped {run['skipped_rows']} bad data row(s)[/yellow], "
+            f"e.g. {run['skipped_examples'][0]}"
+        )
+    frac = t["harness_overhead_fraction"]
+    console.print(
+        f"{run['label']}: {run['num_problems']} problems x n={run['n']}; reasons {run['reasons']}; "
+        f"generated {t['samples_generated_this_run']} samples in {t['generation_seconds']:.1f}s "
+        f"(reused {t['samples_reused_from_earlier_runs']}); verification {t['verification_seconds']:.2f}s; "
+        f"harness overhead {'n/a' if frac is None else f'{100 * frac:.2f}%'} of generation time"
+    )

@@ -16,20 +16,35 @@ it restarts at a chunk boundary (each chunk's seed derives from the run seed and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from pacs_rl.data import Problem, ProblemSet, format_prompt, load_problems
+from pacs_rl.data.prompts import INSTRUCTION
+from pacs_rl.evaluation.passk import mean_pass_at_k
+from pacs_rl.evaluation.report import METRICS_FILE, write_report
+from pacs_rl.evaluation.samples import (
+    SAMPLES_FILE,
+    append_samples,
+    count_correct,
+    read_samples,
+    rewrite_samples,
+)
+from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
+
+# pacs_rl.sampling (torch) and pacs_rl.rewards (math-verify, sympy) are imported where they are used:
+# `pacs-rl --help` imports this module through the eval command.
 
 RUN_FILE = "run.json"
-SAMPLES_FILE = "samples.jsonl"
-METRICS_FILE = "metrics.json"
 
 # Settings that change what is sampled or how it is scored: a resume must match them exactly.
 LOCKED_SETTINGS = (
@@ -119,8 +134,6 @@ class EvalConfig:
         return sorted(set(self.ks))
 
     def locked(self) -> dict[str, Any]:
-        from pacs_rl.data.prompts import INSTRUCTION
-
         d = dataclasses.asdict(self)
         d["instruction"] = INSTRUCTION
         return {k: d[k] for k in LOCKED_SETTINGS}
@@ -131,40 +144,7 @@ class ResumeMismatch(RuntimeError):
 
 
 # --------------------------------------------------------------------------------------------------
-# The samples file
-
-
-def read_samples(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Rows of a samples file, first occurrence of each (problem_id, sample_index) kept.
-
-    Returns the rows and the number of lines dropped (a line cut by a crash, duplicates)."""
-    rows, seen, dropped = [], set(), 0
-    if not path.exists():
-        return rows, 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            key = (str(row["problem_id"]), int(row["sample_index"]))
-            float(row["score"])
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            dropped += 1
-            continue
-        if key in seen:
-            dropped += 1
-            continue
-        seen.add(key)
-        rows.append(row)
-    return rows, dropped
-
-
-def _rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+# The run folder
 
 
 def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]], int]:
@@ -181,21 +161,23 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
             "Use another --output folder."
         )
     if rows:
-        old = json.loads(run_file.read_text()).get("settings", {})
-        diff = {k: (old.get(k), v) for k, v in locked.items() if old.get(k) != v}
-        if diff:
-            lines = "\n".join(
-                f"  {k}: samples have {a!r}, this command has {b!r}" for k, (a, b) in diff.items()
-            )
-            raise ResumeMismatch(
-                f"{out} holds samples drawn with other settings:\n{lines}\n"
-                "Use another --output folder, or rerun with the settings above to resume."
-            )
+        _check_settings(out, json.loads(run_file.read_text()).get("settings", {}), locked)
     else:  # a new run, or one that stopped before its first sample was written
         run_file.write_text(json.dumps({"settings": locked, "created": time.time()}, indent=2))
     if dropped or (samples.exists() and samples.stat().st_size and not samples.read_bytes().endswith(b"\n")):
-        _rewrite(samples, rows)  # drop a line cut by a crash so appends start on a clean line
+        rewrite_samples(samples, rows)  # drop a line cut by a crash so appends start on a clean line
     return rows, dropped
+
+
+def _check_settings(out: Path, old: dict[str, Any], locked: dict[str, Any]) -> None:
+    """Raise ResumeMismatch listing every locked setting of ``out`` (``old``) that ``locked`` changes."""
+    diff = {k: (old.get(k), v) for k, v in locked.items() if old.get(k) != v}
+    if diff:
+        lines = "\n".join(f"  {k}: samples have {a!r}, this command has {b!r}" for k, (a, b) in diff.items())
+        raise ResumeMismatch(
+            f"{out} holds samples drawn with other settings:\n{lines}\n"
+            "Use another --output folder, or rerun with the settings above to resume."
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -207,28 +189,123 @@ def compute_metrics(
 ) -> tuple[dict[str, float], list[int]]:
     """pass@k (eq. 10) over ``problem_ids`` from their first ``n`` samples. Returns pass@k by k (as
     str keys, for JSON) and the number of correct samples per problem."""
-    from pacs_rl.evaluation.passk import mean_pass_at_k
-
-    correct = Counter()
-    count = Counter()
-    wanted = set(problem_ids)
-    for r in rows:
-        pid = str(r["problem_id"])
-        if pid in wanted and int(r["sample_index"]) < n:
-            count[pid] += 1
-            correct[pid] += float(r["score"]) >= 0.5
-    missing = [pid for pid in problem_ids if count[pid] != n]
+    counts = count_correct(rows, n)
+    missing = [pid for pid in problem_ids if pid not in counts or counts[pid].samples != n]
     if missing:
         raise RuntimeError(
             f"{len(missing)} problem(s) lack samples (first: {missing[0]!r}); rerun to complete"
         )
-    cs = [int(correct[pid]) for pid in problem_ids]
+    cs = [counts[pid].correct for pid in problem_ids]
     scores = mean_pass_at_k([n] * len(cs), cs, ks)
     return {str(k): float(v) for k, v in sorted(scores.items())}, cs
 
 
+@dataclass
+class RunTiming:
+    """What this invocation of :func:`run_eval` did and how long it took: metrics.json's ``timing``."""
+
+    started: float = field(default_factory=time.perf_counter)
+    reused: int = 0  # samples of this evaluation found in samples.jsonl
+    dropped_lines: int = 0
+    generated: int = 0
+    tokens: int = 0
+    load_seconds: float = 0.0
+    generation_seconds: float = 0.0
+    verification_seconds: float = 0.0
+
+    def as_metrics(self) -> dict[str, Any]:
+        gen = self.generation_seconds
+        harness = time.perf_counter() - self.started - self.load_seconds - gen
+        return {
+            "samples_generated_this_run": self.generated,
+            "samples_reused_from_earlier_runs": self.reused,
+            "broken_lines_dropped": self.dropped_lines,
+            "model_load_seconds": round(self.load_seconds, 3),
+            "generation_seconds": round(gen, 3),
+            "verification_seconds": round(self.verification_seconds, 3),
+            "harness_seconds": round(harness, 3),
+            "harness_overhead_fraction": round(harness / gen, 5) if gen > 0 else None,
+            "generated_tokens": self.tokens,
+            "tokens_per_second": round(self.tokens / gen, 2) if gen > 0 else None,
+            "samples_per_second": round(self.generated / gen, 3) if gen > 0 else None,
+        }
+
+
+def assemble_metrics(
+    config: EvalConfig, problems: ProblemSet, rows: list[dict[str, Any]], ks: list[int], timing: RunTiming
+) -> dict[str, Any]:
+    """The content of metrics.json, from every row of the samples file (complete for ``problems``)."""
+    pass_at_k, correct = compute_metrics(rows, [p.id for p in problems], config.n, ks)
+    used = rows_of(rows, problems, config.n)
+    return {
+        "label": config.label or config.model,
+        "model": config.model,
+        "benchmark": config.benchmark,
+        "n": config.n,
+        "ks": ks,
+        "num_problems": len(problems),
+        "pass_at_k": pass_at_k,
+        "mean_score": sum(float(r["score"]) for r in used) / len(used),
+        "problems_solved_at_n": sum(c > 0 for c in correct),
+        "reasons": dict(Counter(r["reason"] for r in used).most_common()),
+        "finish_reasons": dict(Counter(str(r.get("finish_reason")) for r in used).most_common()),
+        "mean_completion_tokens": sum(int(r.get("num_tokens", 0)) for r in used) / len(used),
+        "skipped_rows": problems.skipped,
+        "skipped_examples": problems.skip_messages[:5],
+        "sampling": {
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "max_new_tokens": config.max_new_tokens,
+            "seed": config.seed,
+            "backend": config.backend,
+            "dtype": config.dtype,
+            "batch_size": config.batch_size,
+            "strict": config.strict,
+        },
+        "settings": dataclasses.asdict(config),
+        "timing": timing.as_metrics(),
+    }
+
+
 # --------------------------------------------------------------------------------------------------
-# Running
+# What to sample
+
+
+def eval_problems(config: EvalConfig, problems: list[Problem] | None = None) -> ProblemSet:
+    """The problems to evaluate: ``problems`` cut to ``config.limit``, else ``config.benchmark`` loaded.
+
+    Raises DataError for a bad source, ValueError when there is no problem."""
+    if problems is None:
+        problems = load_problems(
+            config.benchmark,
+            problem_field=config.problem_field,
+            answer_field=config.answer_field,
+            split=config.split,
+            limit=config.limit,
+            on_error=config.on_error,
+        )
+    else:  # given by the caller: no rows were skipped here
+        problems = ProblemSet(problems[: config.limit] if config.limit else problems, source=config.benchmark)
+    if not problems:
+        raise ValueError(f"no problems to evaluate in {config.benchmark!r}")
+    return problems
+
+
+def rows_of(rows: list[dict[str, Any]], problems: list[Problem], n: int) -> list[dict[str, Any]]:
+    """The rows that belong to this evaluation: a problem of ``problems``, a sample index below ``n``."""
+    ids = {p.id for p in problems}
+    return [r for r in rows if str(r["problem_id"]) in ids and int(r["sample_index"]) < n]
+
+
+def missing_samples(
+    problems: list[Problem], rows: list[dict[str, Any]], n: int
+) -> list[tuple[Problem, list[int]]]:
+    """Per problem, the sample indices of 0..n-1 that ``rows`` lacks; problems lacking none are left out."""
+    have: dict[str, set[int]] = {}
+    for r in rows:
+        have.setdefault(str(r["problem_id"]), set()).add(int(r["sample_index"]))
+    todo = [(p, [i for i in range(n) if i not in have.get(p.id, set())]) for p in problems]
+    return [(p, missing) for p, missing in todo if missing]
 
 
 def _chunk_seed(seed: int, first_id: str, first_index: int) -> int:
@@ -259,13 +336,16 @@ def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", base) or "model"
 
 
+# --------------------------------------------------------------------------------------------------
+# Sampling and verification
+
+
 def build_sampler(config: EvalConfig):
     """Load the model and its sampling engine. Returns (sampler, tokenizer).
 
     transformers: ``dtype`` bfloat16 keeps fp32 weights and samples under autocast (AMX on CPU);
     float16 loads half weights (GPU). vllm: the engine loads the weights itself."""
-    from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
-    from pacs_rl.sampling import get_sampler
+    from pacs_rl.sampling import get_sampler  # torch
 
     if config.backend == "vllm":
         tokenizer = load_tokenizer(config.model)
@@ -293,8 +373,23 @@ def build_sampler(config: EvalConfig):
     return sampler, tokenizer
 
 
+@contextlib.contextmanager
+def open_verifier(config: EvalConfig) -> Iterator[Callable[[list[str], list[str]], Any]]:
+    """Yield verify(completions, answers) -> BatchResult with ``config``'s strictness and time limit: in a
+    RewardPool of ``config.verify_workers`` processes (closed on exit), or in this process when 0."""
+    from pacs_rl.rewards import RewardPool, verify_batch  # math-verify, sympy
+
+    if config.verify_workers <= 0:
+        yield lambda completions, answers: verify_batch(
+            completions, answers, strict=config.strict, num_workers=0, timeout=config.verify_timeout
+        )
+        return
+    with RewardPool(num_workers=config.verify_workers, timeout=config.verify_timeout) as pool:
+        yield lambda completions, answers: pool.verify_batch(completions, answers, strict=config.strict)
+
+
 class _Progress:
-    """A rich progress bar over samples with samples/s and the running accuracy."""
+    """A rich progress bar over samples with samples/s and the running accuracy (a context manager)."""
 
     def __init__(self, enabled: bool, total: int, done: int, correct: float, label: str):
         self.bar = None
@@ -323,9 +418,98 @@ class _Progress:
             rate = self.new / max(time.perf_counter() - self.t0, 1e-9)
             self.bar.update(self.task, advance=k, rate=f"{rate:.2f}", acc=self._acc())
 
-    def close(self) -> None:
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
         if self.bar is not None:
             self.bar.stop()
+
+
+def sample_chunk(config: EvalConfig, sampler, tokenizer, chunk: list[tuple[Problem, list[int]]]) -> list:
+    """Draw the missing samples of one chunk (its problems all miss the same number m of them).
+
+    Returns, per problem of the chunk, its m samples. Raises RuntimeError when the sampler returns
+    another number of prompts or samples."""
+    from pacs_rl.sampling import SamplingParams  # torch
+
+    first, first_missing = chunk[0]
+    prompts = [format_prompt(tokenizer, p.problem, plain_fallback=config.plain_prompt) for p, _ in chunk]
+    params = SamplingParams(
+        n=len(first_missing),
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_new_tokens=config.max_new_tokens,
+        seed=_chunk_seed(config.seed, first.id, first_missing[0]),
+    )
+    outputs = sampler.generate(prompts, params)
+    if len(outputs) != len(chunk):
+        raise RuntimeError(f"sampler returned {len(outputs)} outputs for {len(chunk)} prompts")
+    for (p, missing), samples in zip(chunk, outputs, strict=True):
+        if len(samples) != len(missing):
+            raise RuntimeError(f"sampler returned {len(samples)} samples for {p.id}, expected {len(missing)}")
+    return outputs
+
+
+def sample_rows(
+    chunk: list[tuple[Problem, list[int]]], outputs: list, verdicts: list
+) -> list[dict[str, Any]]:
+    """The samples.jsonl rows of a chunk: one per sample, with its verdict (``verdicts`` in sample order)."""
+    verdict = iter(verdicts)
+    rows = []
+    for (p, missing), samples in zip(chunk, outputs, strict=True):
+        for idx, s in zip(missing, samples, strict=True):
+            v = next(verdict)
+            rows.append(
+                {
+                    "problem_id": p.id,
+                    "sample_index": idx,
+                    "completion": s.text,
+                    "extracted": v.extracted,
+                    "score": float(v.score),
+                    "reason": v.reason,
+                    "finish_reason": s.finish_reason,
+                    "num_tokens": len(s.token_ids),
+                    "answer": p.answer,
+                }
+            )
+    return rows
+
+
+def sample_missing(
+    config: EvalConfig,
+    todo: list[tuple[Problem, list[int]]],
+    sampler,
+    tokenizer,
+    samples_file: IO[str],
+    timing: RunTiming,
+    bar: _Progress,
+) -> list[dict[str, Any]]:
+    """Sample, verify and append to ``samples_file`` every missing sample of ``todo``, chunk by chunk, so
+    that an interrupted run keeps every finished chunk. Returns the new rows."""
+    # vLLM schedules its own batches: larger chunks keep it busy.
+    per_chunk = config.batch_size if config.backend == "transformers" else max(config.batch_size, 1024)
+    new_rows: list[dict[str, Any]] = []
+    with open_verifier(config) as verify:
+        for chunk in plan_chunks(todo, per_chunk, config.problems_per_chunk):
+            t0 = time.perf_counter()
+            outputs = sample_chunk(config, sampler, tokenizer, chunk)
+            timing.generation_seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            answers = [p.answer for (p, _), samples in zip(chunk, outputs, strict=True) for _ in samples]
+            result = verify([s.text for samples in outputs for s in samples], answers)
+            timing.verification_seconds += time.perf_counter() - t0
+            rows = sample_rows(chunk, outputs, result.verdicts)
+            append_samples(samples_file, rows)
+            new_rows += rows
+            timing.generated += len(rows)
+            timing.tokens += sum(r["num_tokens"] for r in rows)
+            bar.advance(len(rows), sum(r["score"] for r in rows))
+    return new_rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Running
 
 
 def run_eval(config: EvalConfig, sampler=None, tokenizer=None, problems=None) -> dict[str, Any]:
@@ -334,183 +518,32 @@ def run_eval(config: EvalConfig, sampler=None, tokenizer=None, problems=None) ->
     ``sampler``/``tokenizer`` may be passed in (already loaded); otherwise they are built from
     ``config.model`` and ``config.backend``. ``problems`` overrides loading ``config.benchmark``.
     """
-    from pacs_rl.data import format_prompt, load_problems
-    from pacs_rl.rewards import RewardPool, verify_batch
-    from pacs_rl.sampling import SamplingParams
-
-    t_start = time.perf_counter()
+    timing = RunTiming()
     ks = config.resolved_ks()
     if config.n < 1:
         raise ValueError(f"n must be >= 1, got {config.n}")
     out = Path(config.output_dir)
-    skipped, skip_messages = 0, []
-    if problems is None:
-        problems = load_problems(
-            config.benchmark,
-            problem_field=config.problem_field,
-            answer_field=config.answer_field,
-            split=config.split,
-            limit=config.limit,
-            on_error=config.on_error,
-        )
-        skipped, skip_messages = getattr(problems, "skipped", 0), getattr(problems, "skip_messages", [])
-    elif config.limit:
-        problems = problems[: config.limit]
-    if not problems:
-        raise ValueError(f"no problems to evaluate in {config.benchmark!r}")
-    rows, dropped_lines = prepare_run_dir(config, out)
-
-    have: dict[str, set[int]] = {}
-    for r in rows:
-        have.setdefault(str(r["problem_id"]), set()).add(int(r["sample_index"]))
-    todo = [(p, [i for i in range(config.n) if i not in have.get(p.id, set())]) for p in problems]
-    todo = [(p, missing) for p, missing in todo if missing]
-    ids = {p.id for p in problems}
-    reused = [r for r in rows if str(r["problem_id"]) in ids and int(r["sample_index"]) < config.n]
-
-    gen_seconds = verify_seconds = load_seconds = 0.0
-    generated = gen_tokens = 0
+    problems = eval_problems(config, problems)
+    rows, timing.dropped_lines = prepare_run_dir(config, out)
+    reused = rows_of(rows, problems, config.n)
+    timing.reused = len(reused)
+    todo = missing_samples(problems, rows, config.n)
     if todo:
-        t_load = time.perf_counter()
+        t0 = time.perf_counter()
         if sampler is None:
             sampler, tokenizer = build_sampler(config)
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with the sampler")
-        load_seconds = time.perf_counter() - t_load
-        per_chunk = config.batch_size if config.backend == "transformers" else max(config.batch_size, 1024)
-        chunks = plan_chunks(todo, per_chunk, config.problems_per_chunk)
-        pool = (
-            RewardPool(num_workers=config.verify_workers, timeout=config.verify_timeout)
-            if config.verify_workers > 0
-            else None
-        )
-        bar = _Progress(
-            config.progress,
-            total=len(problems) * config.n,
-            done=len(reused),
-            correct=sum(float(r["score"]) for r in reused),
-            label=f"{config.label or config.model} on {config.benchmark}",
-        )
-        try:
-            with (out / SAMPLES_FILE).open("a", encoding="utf-8") as f:
-                for chunk in chunks:
-                    m = len(chunk[0][1])
-                    prompts = [
-                        format_prompt(tokenizer, p.problem, plain_fallback=config.plain_prompt)
-                        for p, _ in chunk
-                    ]
-                    params = SamplingParams(
-                        n=m,
-                        temperature=config.temperature,
-                        top_p=config.top_p,
-                        max_new_tokens=config.max_new_tokens,
-                        seed=_chunk_seed(config.seed, chunk[0][0].id, chunk[0][1][0]),
-                    )
-                    t0 = time.perf_counter()
-                    outputs = sampler.generate(prompts, params)
-                    gen_seconds += time.perf_counter() - t0
-                    if len(outputs) != len(chunk):
-                        raise RuntimeError(
-                            f"sampler returned {len(outputs)} outputs for {len(chunk)} prompts"
-                        )
-                    completions = [s.text for samples in outputs for s in samples]
-                    answers = [
-                        p.answer for (p, _), samples in zip(chunk, outputs, strict=True) for _ in samples
-                    ]
-                    t0 = time.perf_counter()
-                    if pool is not None:
-                        result = pool.verify_batch(completions, answers, strict=config.strict)
-                    else:
-                        result = verify_batch(
-                            completions,
-                            answers,
-                            strict=config.strict,
-                            num_workers=0,
-                            timeout=config.verify_timeout,
-                        )
-                    verify_seconds += time.perf_counter() - t0
-                    verdicts = iter(result.verdicts)
-                    new_rows = []
-                    for (p, missing), samples in zip(chunk, outputs, strict=True):
-                        if len(samples) != len(missing):
-                            raise RuntimeError(
-                                f"sampler returned {len(samples)} samples for {p.id}, expected {len(missing)}"
-                            )
-                        for idx, s in zip(missing, samples, strict=True):
-                            v = next(verdicts)
-                            new_rows.append(
-                                {
-                                    "problem_id": p.id,
-                                    "sample_index": idx,
-                                    "completion": s.text,
-                                    "extracted": v.extracted,
-                                    "score": float(v.score),
-                                    "reason": v.reason,
-                                    "finish_reason": s.finish_reason,
-                                    "num_tokens": len(s.token_ids),
-                                    "answer": p.answer,
-                                }
-                            )
-                            gen_tokens += len(s.token_ids)
-                    f.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new_rows))
-                    f.flush()
-                    os.fsync(f.fileno())
-                    rows.extend(new_rows)
-                    generated += len(new_rows)
-                    bar.advance(len(new_rows), sum(r["score"] for r in new_rows))
-        finally:
-            bar.close()
-            if pool is not None:
-                pool.close()
-
-    problem_ids = [p.id for p in problems]
-    pass_at_k, correct = compute_metrics(rows, problem_ids, config.n, ks)
-    used = [r for r in rows if str(r["problem_id"]) in ids and int(r["sample_index"]) < config.n]
-    loop_seconds = time.perf_counter() - t_start - load_seconds
-    harness = loop_seconds - gen_seconds
-    metrics = {
-        "label": config.label or config.model,
-        "model": config.model,
-        "benchmark": config.benchmark,
-        "n": config.n,
-        "ks": ks,
-        "num_problems": len(problems),
-        "pass_at_k": pass_at_k,
-        "mean_score": sum(float(r["score"]) for r in used) / len(used),
-        "problems_solved_at_n": sum(c > 0 for c in correct),
-        "reasons": dict(Counter(r["reason"] for r in used).most_common()),
-        "finish_reasons": dict(Counter(str(r.get("finish_reason")) for r in used).most_common()),
-        "mean_completion_tokens": sum(int(r.get("num_tokens", 0)) for r in used) / len(used),
-        "skipped_rows": skipped,
-        "skipped_examples": skip_messages[:5],
-        "sampling": {
-            "temperature": config.temperature,
-            "top_p": config.top_p,
-            "max_new_tokens": config.max_new_tokens,
-            "seed": config.seed,
-            "backend": config.backend,
-            "dtype": config.dtype,
-            "batch_size": config.batch_size,
-            "strict": config.strict,
-        },
-        "settings": dataclasses.asdict(config),
-        "timing": {
-            "samples_generated_this_run": generated,
-            "samples_reused_from_earlier_runs": len(reused),
-            "broken_lines_dropped": dropped_lines,
-            "model_load_seconds": round(load_seconds, 3),
-            "generation_seconds": round(gen_seconds, 3),
-            "verification_seconds": round(verify_seconds, 3),
-            "harness_seconds": round(harness, 3),
-            "harness_overhead_fraction": round(harness / gen_seconds, 5) if gen_seconds > 0 else None,
-            "generated_tokens": gen_tokens,
-            "tokens_per_second": round(gen_tokens / gen_seconds, 2) if gen_seconds > 0 else None,
-            "samples_per_second": round(generated / gen_seconds, 3) if gen_seconds > 0 else None,
-        },
-    }
+        timing.load_seconds = time.perf_counter() - t0
+        label = f"{config.label or config.model} on {config.benchmark}"
+        total, correct = len(problems) * config.n, sum(float(r["score"]) for r in reused)
+        with (
+            (out / SAMPLES_FILE).open("a", encoding="utf-8") as f,
+            _Progress(config.progress, total, len(reused), correct, label) as bar,
+        ):
+            rows += sample_missing(config, todo, sampler, tokenizer, f, timing, bar)
+    metrics = assemble_metrics(config, problems, rows, ks, timing)
     (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
-    from pacs_rl.evaluation.report import write_report
-
     write_report([metrics], out)
     return metrics
 
@@ -518,8 +551,6 @@ def run_eval(config: EvalConfig, sampler=None, tokenizer=None, problems=None) ->
 def run_evals(config: EvalConfig, models: list[str], labels: list[str] | None = None) -> list[dict[str, Any]]:
     """Evaluate several models on one benchmark: each into ``output_dir/<model>``, and a merged
     ``results.md`` / ``passk.png`` in ``output_dir``. With one model, the run folder is ``output_dir``."""
-    from pacs_rl.evaluation.report import write_report
-
     if len(models) == 1:
         cfg = dataclasses.replace(config, model=models[0], label=(labels or [config.label])[0])
         return [run_eval(cfg)]

@@ -187,8 +187,8 @@ def _progress_bar(total: int, enabled: bool, description: str):
 class RewardPool:
     """A reusable pool of verifier processes with a per-task deadline.
 
-    Start it once and call :meth:`verify_batch` every training step (start-up, one to a few seconds per
-    worker to import sympy, is paid once). Order is preserved. Each task gets ``timeout`` CPU seconds in
+    Start it once and call :meth:`verify_batch` every training step (start-up, where each worker imports
+    sympy, is paid once). Order is preserved. Each task gets ``timeout`` CPU seconds in
     its worker; a worker stuck past ``timeout + kill_grace`` (see the module docstring) is killed and
     replaced, and its task scores 0 ("timeout"). Thread-safe (one batch at a time) and usable from any
     thread. Use as a context manager, or call :meth:`close`. Workers are spawned: a script that creates
@@ -493,9 +493,9 @@ def verify_batch(
     """Grade ``completions[i]`` against ``answers[i]`` for every i, in input order.
 
     ``num_workers`` = 0 or 1 checks in this process (bounded by a signal timer in the main thread, by a
-    one-worker guard pool in other threads); more starts a temporary :class:`RewardPool` (start-up cost
-    about a second; keep a ``RewardPool`` open instead when calling this every step); ``None`` = one
-    worker per available CPU.
+    one-worker guard pool in other threads); more starts a temporary :class:`RewardPool` (each of its
+    workers imports sympy first; keep a ``RewardPool`` open instead when calling this every step);
+    ``None`` = one worker per available CPU.
     """
     _check_lengths(completions, answers, prompts)
     workers = _default_workers() if num_workers is None else int(num_workers)

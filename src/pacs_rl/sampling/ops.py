@@ -1,8 +1,8 @@
 """Exact next-token samplers over a batch of logits: pure functions, no model.
 
-Why not ``softmax`` + ``torch.multinomial``: on CPU, multinomial over a 49k vocabulary costs about as
-much as the rest of a SmolLM2-135M decode step (measured: ~200 ms for 128 rows, vs ~14 ms for the
-inverse-CDF draw below). The draws here follow the same distribution:
+Why not ``softmax`` + ``torch.multinomial``: on CPU, multinomial over a vocabulary of tens of thousands
+of tokens can cost as much as the rest of a small model's decode step, and the inverse-CDF draw below
+is a small fraction of that (see docs/EVALUATION.md). The draws here follow the same distribution:
 
     temperature sampling  p_j ∝ exp(z_j / T)                                         (1)
     inverse CDF           j = min{ j : C_j > u },  C_j = Σ_{i≤j} p̃_i,  u ~ U[0, C_V)  (2)

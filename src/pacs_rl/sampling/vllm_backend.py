@@ -13,6 +13,7 @@ weights and rebuild). Mapping to vLLM's documented API:
 
 from __future__ import annotations
 
+from pacs_rl.models import resolve_model
 from pacs_rl.sampling.params import Sample, SamplingParams
 from pacs_rl.sampling.transformers_backend import default_stop_ids
 
@@ -54,8 +55,6 @@ class VLLMSampler:
         if isinstance(model, self.vllm.LLM):
             self.llm = model
         elif isinstance(model, str):
-            from pacs_rl.models import resolve_model
-
             kwargs = {"max_num_seqs": batch_size, **llm_kwargs}
             if dtype is not None:
                 kwargs["dtype"] = dtype

@@ -1,0 +1,92 @@
+"""The samples file of an evaluation run (``samples.jsonl``) and the per-problem counts read from it.
+
+One JSON object per line and per drawn sample, keyed by ``(problem_id, sample_index)``, with at least a
+``score`` (1.0 correct, 0.0 not). The runner appends rows chunk by chunk; pass@k (runner, comparison
+report) is computed from the counts of :func:`count_correct`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any, NamedTuple
+
+__all__ = [
+    "SAMPLES_FILE",
+    "ProblemCount",
+    "append_samples",
+    "count_correct",
+    "read_samples",
+    "rewrite_samples",
+]
+
+SAMPLES_FILE = "samples.jsonl"
+
+
+def read_samples(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Rows of a samples file, first occurrence of each (problem_id, sample_index) kept.
+
+    Returns the rows and the number of lines dropped (a line cut by a crash, duplicates)."""
+    rows, seen, dropped = [], set(), 0
+    if not path.exists():
+        return rows, 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            key = (str(row["problem_id"]), int(row["sample_index"]))
+            float(row["score"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            dropped += 1
+            continue
+        if key in seen:
+            dropped += 1
+            continue
+        seen.add(key)
+        rows.append(row)
+    return rows, dropped
+
+
+def _lines(rows: Iterable[dict[str, Any]]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def rewrite_samples(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace the file with ``rows`` (through a temporary file and a rename, so a crash keeps the old)."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text(_lines(rows), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def append_samples(f: IO[str], rows: list[dict[str, Any]]) -> None:
+    """Append ``rows`` to the open samples file and push them to disk, so a crash loses no finished row."""
+    f.write(_lines(rows))
+    f.flush()
+    os.fsync(f.fileno())
+
+
+class ProblemCount(NamedTuple):
+    """One problem's samples with index < n, and how many of them are correct (score >= 0.5)."""
+
+    samples: int
+    correct: int
+
+
+def count_correct(rows: Iterable[dict[str, Any]], n: int) -> dict[str, ProblemCount]:
+    """Per problem id (in order of first appearance), its samples among indices 0..n-1 and the correct ones.
+
+    ``rows``: samples-file rows (``problem_id``, ``sample_index``, ``score``); rows with an index >= n
+    are ignored. A problem is complete when its ``samples == n``.
+    """
+    samples: dict[str, int] = {}
+    correct: dict[str, int] = {}
+    for r in rows:
+        if int(r["sample_index"]) >= n:
+            continue
+        pid = str(r["problem_id"])
+        samples[pid] = samples.get(pid, 0) + 1
+        correct[pid] = correct.get(pid, 0) + (float(r["score"]) >= 0.5)
+    return {pid: ProblemCount(samples[pid], correct[pid]) for pid in samples}
