@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Tiny models gain nothing from a second OpenMP thread, and on a loaded machine the threads of an
-# oversubscribed pool wait on each other (measured: 5x slower). Set before torch is imported.
+# oversubscribed pool wait on each other and run several times slower. Set before torch is imported.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pacs_rl.compare.plan import (
+    PRESETS,
     CompareError,
     ManifestMismatch,
     build_plan,
@@ -225,3 +226,31 @@ def test_every_method_builds_its_config_before_training():
     bad["train"]["gae_lambda"] = 2.0
     with pytest.raises(CompareError, match="'ppo' cannot be trained"):
         check_methods_buildable(bad)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_each_preset_trains_and_evaluates_on_the_same_arithmetic_task(preset):
+    """A comparison's arithmetic source strings read as the evaluation reads them (not as `pacs-rl train`'s
+    CPU default task), so the training set loads and draws the operators and operand lengths it is tested on."""
+    from pacs_rl.compare.execute import check_training_data, training_settings
+    from pacs_rl.compare.plan import build_plan
+    from pacs_rl.data import load_problems
+    from pacs_rl.training.run import load_run_data
+
+    settings = resolve_settings(preset=preset)
+    check_training_data(settings)
+    run, _ = training_settings(settings, build_plan(settings)[0], "base")
+    train, _ = load_run_data(run, seed=0)
+
+    def task(problems):
+        return {p.extras["op"] for p in problems}, {
+            (len(str(p.extras["a"])), len(str(p.extras["b"]))) for p in problems
+        }
+
+    held = [p for b in settings["eval"]["benchmarks"] for p in load_problems(b)]
+    train_ops, train_lengths = task(train)
+    held_ops, held_lengths = task(held)
+    assert train_ops == held_ops
+    assert train_lengths <= {(a, b) for a in (1, 2) for b in (1, 2)} and max(train_lengths) == max(
+        held_lengths
+    )

@@ -30,13 +30,16 @@ from pacs_rl.compare.plan import (
     write_or_check_manifest,
 )
 from pacs_rl.compare.report import write_comparison_report
+from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS
 from pacs_rl.evaluation.runner import EvalConfig, run_eval
 from pacs_rl.models import save_tiny_model
 from pacs_rl.training.run import (
     CPU_DEFAULTS,
     RunSettings,
+    SettingsError,
     build_config,
     config_and_trainer_classes,
+    load_run_data,
     run_training,
 )
 from pacs_rl.training.trainer import last_complete_checkpoint
@@ -90,6 +93,15 @@ def check_methods_buildable(settings: dict[str, Any]) -> None:
             raise CompareError(f"method {m!r} cannot be trained with these settings: {e}") from None
 
 
+def check_training_data(settings: dict[str, Any]) -> None:
+    """Load the training problems once (no model) so a bad train.data fails before any training."""
+    run, _ = training_settings(settings, RunSpec("check", "check", 0, {}), "unused")
+    try:
+        load_run_data(run, seed=0)
+    except SettingsError as e:
+        raise CompareError(f"train.data cannot be used: {e}") from None
+
+
 def is_trained(run_dir: Path) -> bool:
     return (run_dir / TRAIN_DONE_FILE).is_file() and (run_dir / FINAL / "config.json").is_file()
 
@@ -106,6 +118,10 @@ def training_settings(
         dataset=settings["train"]["data"],
         train_size=0,
         eval_size=0,  # the comparison evaluates every model itself, with one protocol
+        # an arithmetic source string means here what it means to the evaluation (load_problems): its own
+        # ops=/digits=, else the task's defaults, not `pacs-rl train`'s CPU default task
+        arithmetic_ops=ARITHMETIC_OPS,
+        arithmetic_digits=str(ARITHMETIC_DIGITS),
     )
     cfg = {**CPU_DEFAULTS, **train_config_dict(settings, spec, Path("."))}
     cfg.pop("output_dir", None)
@@ -293,6 +309,7 @@ def run_comparison(
     plan = build_plan(settings)
     write_or_check_manifest(out, settings, plan)
     check_methods_buildable(settings)
+    check_training_data(settings)
     base_model = resolve_base_model(settings, out)
     phases = plan_phases(settings, plan)
     phases = [p for p in phases if _selected(BASE if p.spec is None else p.spec.key, only)]

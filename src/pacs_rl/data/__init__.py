@@ -14,6 +14,8 @@ from pacs_rl.data.loaders import (
 )
 from pacs_rl.data.problems import DataError, Problem, ProblemSet
 from pacs_rl.data.procedural import (
+    ARITHMETIC_DIGITS,
+    ARITHMETIC_OPS,
     HELD_OUT_FRACTION,
     arithmetic_pool_size,
     arithmetic_problems,
@@ -25,6 +27,8 @@ from pacs_rl.data.procedural import (
 from pacs_rl.data.prompts import INSTRUCTION, build_messages, format_prompt, format_prompts, plain_prompt
 
 __all__ = [
+    "ARITHMETIC_DIGITS",
+    "ARITHMETIC_OPS",
     "BENCHMARKS",
     "DATA_DIR_ENV",
     "HELD_OUT_FRACTION",

@@ -27,7 +27,8 @@ from typing import Any
 from pacs_rl.data.problems import DataError, Problem
 
 HELD_OUT_FRACTION = 0.2
-ARITHMETIC_OPS = "+-*"
+ARITHMETIC_OPS = "+-*"  # what a source string without ops= draws
+ARITHMETIC_DIGITS = 2  # what a source string without digits= draws
 _OP_FN = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 _ENUMERATE_LIMIT = 200_000  # problem spaces up to this size are enumerated, larger ones sampled
 GYM_INSTALL = 'pip install "pacs-rl[gym]"'  # reasoning_gym is an optional extra
@@ -88,7 +89,7 @@ def arithmetic_problems(
     n: int,
     seed: int = 0,
     ops: str = ARITHMETIC_OPS,
-    digits: int | str | tuple[int, int] = 2,
+    digits: int | str | tuple[int, int] = ARITHMETIC_DIGITS,
     split: str | None = "train",
 ) -> list[Problem]:
     """``n`` distinct problems "What is a op b?" with ``digits``-digit operands, deterministic by seed.
@@ -137,7 +138,9 @@ def arithmetic_problems(
 
 
 def arithmetic_pool_size(
-    ops: str = ARITHMETIC_OPS, digits: int | str | tuple[int, int] = 2, split: str | None = "train"
+    ops: str = ARITHMETIC_OPS,
+    digits: int | str | tuple[int, int] = ARITHMETIC_DIGITS,
+    split: str | None = "train",
 ) -> int:
     """How many distinct problems :func:`arithmetic_problems` can draw (exact when the space is
     enumerable, else the expected count, far above any training size)."""
@@ -157,7 +160,7 @@ def arithmetic_splits(
     n_test: int,
     seed: int = 0,
     ops: str = ARITHMETIC_OPS,
-    digits: int | str | tuple[int, int] = 2,
+    digits: int | str | tuple[int, int] = ARITHMETIC_DIGITS,
 ) -> tuple[list[Problem], list[Problem]]:
     """A training set and a held-out set that share no problem (different seeds, disjoint spaces)."""
     train = arithmetic_problems(n_train, seed=seed, ops=ops, digits=digits, split="train")
@@ -267,7 +270,7 @@ def load_procedural(source: str, split: str | None = None) -> list[Problem]:
         n = int(opts.pop("n", 100))
         seed = int(opts.pop("seed", 0))
         ops = str(opts.pop("ops", ARITHMETIC_OPS))
-        digits = opts.pop("digits", 2)
+        digits = opts.pop("digits", ARITHMETIC_DIGITS)
         which = opts.pop("split", split or "test")
         if opts:
             raise DataError(

@@ -9,7 +9,7 @@ differs is the work done per token:
   ``softmax`` + ``torch.multinomial``, and top-p uses a partial sort (``topk``) instead of a full sort;
 - rows that produced a stop token leave the batch (the cache is compacted) instead of being padded
   to the longest sample;
-- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with AMX; it changes numerics, so the
+- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX); it changes numerics, so the
   same-distribution statement holds for fp32 only.
 
 Determinism: with the same seed, model weights, prompts, ``SamplingParams``, ``batch_size``, dtype,
@@ -84,7 +84,7 @@ class TransformersSampler:
     model: any causal LM whose forward takes ``past_key_values``/``position_ids`` (Llama, Qwen, ...,
     also a PEFT wrapper). It is used in place, never copied: a model under training can be sampled
     between optimizer steps; its train/eval mode is restored afterwards.
-    dtype: None/"float32" runs as the model is; "bfloat16" runs under CPU/GPU autocast (AMX on CPU).
+    dtype: None/"float32" runs as the model is; "bfloat16" runs under CPU/GPU autocast.
     batch_size: sequences (prompts × samples) decoded together; bounds memory.
     """
 

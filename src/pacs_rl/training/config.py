@@ -142,7 +142,7 @@ class PACSConfig(GRPOConfig):
     fast_sampler_dtype: str | None = field(
         default=None,
         metadata={
-            "help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (AMX on CPU); None = model dtype."
+            "help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (bf16 matmul units of the CPU or GPU); None = model dtype."
         },
     )
     fast_sampler_batch_size: int = field(

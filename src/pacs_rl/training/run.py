@@ -171,7 +171,7 @@ class RunSettings:
 # keeps them equal). Why each value: docs/TRAINING.md, "The first run".
 CPU_DEFAULTS: dict[str, Any] = {
     "use_cpu": True,
-    "bf16": True,  # bf16 autocast with fp32 master weights (AMX/AVX512-BF16 matmuls)
+    "bf16": True,  # bf16 autocast with fp32 master weights (the CPU's bf16 matmul instructions)
     "loss_type": "pacs",
     "num_generations": 8,
     "per_device_train_batch_size": 16,  # 2 groups of 8 per mini-batch
