@@ -14,6 +14,7 @@ import torch
 
 from pacs_rl.algorithms import (
     POLICY_LOSSES,
+    aggregate_token_loss,
     compute_gae,
     compute_policy_loss,
     covariance_weights,
@@ -174,6 +175,207 @@ def test_dr_grpo_constant_normaliser(max_len):
     )
     loss.backward()
     assert logp.grad.tolist() == [pytest.approx(r, abs=1e-12) for r in _grad_rows(adv, [norm] * 8)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The PACS authors' baseline settings: seq-mean-token-sum-norm, dual clip; TRL's unscored rows and vLLM
+# importance-sampling ratio
+# ---------------------------------------------------------------------------------------------------
+
+
+def _grpo_adv(rewards, g=4, eps=1e-6):
+    adv = []
+    for s in range(0, len(rewards), g):
+        grp = rewards[s : s + g]
+        mean = sum(grp) / g
+        std = math.sqrt(sum((r - mean) ** 2 for r in grp) / (g - 1))
+        adv += [(r - mean) / (std + eps) for r in grp]
+    return adv
+
+
+def test_aggregate_token_loss_modes_hand_computed():
+    loss = torch.tensor([[1.0, 2.0, 3.0, NAN], [4.0, INF, 0.0, 0.0], [5.0, 0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])  # row 2: no response token
+    assert aggregate_token_loss(loss, mask, "token-mean").item() == pytest.approx((1 + 2 + 3 + 4) / 4)
+    assert aggregate_token_loss(loss, mask, "seq-mean-token-mean").item() == pytest.approx(
+        (6 / 3 + 4 / 1) / 3
+    )
+    # verl 0.4.0 agg_loss: torch.sum(seq_losses) / loss_mask.shape[-1], a sum over the rows, not a mean
+    assert aggregate_token_loss(loss, mask, "seq-mean-token-sum-norm").item() == pytest.approx((6 + 4) / 4)
+    assert aggregate_token_loss(loss, mask, "seq-mean-token-sum-norm", norm=4096).item() == pytest.approx(
+        10 / 4096
+    )
+    with pytest.raises(ValueError, match="loss_agg_mode='seq-mean'"):
+        aggregate_token_loss(loss, mask, "seq-mean")
+    with pytest.raises(ValueError, match="max_completion_length=0"):
+        aggregate_token_loss(loss, mask, "seq-mean-token-sum-norm", norm=0)
+
+
+def test_grpo_token_sum_norm_over_micro_batches_matches_the_authors_verl():
+    """The authors' GRPO (verl 0.4.0): each micro-batch of m rows gives Σ_i Σ_t ℓ / L, divided by the number of
+    micro-batches; so the mini-batch loss is m × the mean over its rows of Σ_t ℓ / L."""
+    logp, old, mask, rewards = _on_policy_batch()
+    adv = _grpo_adv(REWARDS8)
+    length = 4096
+    micro = [slice(0, 4), slice(4, 8)]  # two micro-batches of one group each (m = 4)
+    total = 0.0
+    for rows in micro:
+        loss, _ = grpo_loss(
+            logp[rows], old[rows], mask[rows], rewards[rows], 4,
+            loss_agg_mode="seq-mean-token-sum-norm", max_completion_length=length,
+        )  # fmt: skip
+        (loss / len(micro)).backward()
+        total += loss.item() / len(micro)
+    per_seq = [-a * n / length for a, n in zip(adv, LENGTHS, strict=True)]  # Σ_t ℓ / L at ρ = 1
+    assert total == pytest.approx(4 * sum(per_seq) / 8, abs=1e-12)
+    # ∂/∂logp_{i,t} = −A_i / L / (number of micro-batches): no 1/|o_i|, no 1/B
+    expected = [[(-adv[i] / length / 2 if k < LENGTHS[i] else 0.0) for k in range(4)] for i in range(8)]
+    assert logp.grad.tolist() == [pytest.approx(r, abs=1e-15) for r in expected]
+
+
+def test_ppo_losses_take_the_authors_aggregation():
+    logp, old, mask, _ = _on_policy_batch()
+    adv = torch.linspace(-1, 1, 32).reshape(8, 4)
+    loss, _ = ppo_policy_loss(
+        logp, old, mask, adv, loss_agg_mode="seq-mean-token-sum-norm", max_completion_length=16
+    )
+    hand = sum(-adv[i, k].item() for i in range(8) for k in range(LENGTHS[i])) / 16
+    assert loss.item() == pytest.approx(hand, abs=1e-12)
+    values = torch.tensor([[0.5, 0.1, 0.0, 0.0]] * 8, requires_grad=True)
+    returns = torch.ones(8, 4)
+    vloss, _ = ppo_value_loss(
+        values,
+        values.detach(),
+        returns,
+        mask,
+        loss_agg_mode="seq-mean-token-sum-norm",
+        max_completion_length=16,
+    )
+    err = [0.25, 0.81, 1.0, 1.0]  # (V − G)² per position; V = V_old, so the clip is inactive
+    assert vloss.item() == pytest.approx(0.5 * sum(sum(err[: LENGTHS[i]]) for i in range(8)) / 16, abs=1e-12)
+    vmean, _ = ppo_value_loss(values, values.detach(), returns, mask)  # default: token mean
+    assert vmean.item() == pytest.approx(0.5 * sum(sum(err[:n]) for n in LENGTHS) / sum(LENGTHS), abs=1e-12)
+
+
+def test_dual_clip_bounds_negative_advantage_tokens_far_above_one():
+    old = torch.zeros(1, 3)
+    logp = torch.log(torch.tensor([[5.0, 2.0, 0.5]])).requires_grad_(True)
+    mask = torch.ones(1, 3)
+    adv = torch.full((1, 3), -2.0)
+    # A < 0: ℓ = max(−Aρ, −A clip(ρ)) = 2ρ for ρ ≥ 0.8; the dual clip caps it at −A·c = 6
+    loss, m = ppo_policy_loss(logp, old, mask, adv, clip_ratio_c=3.0)
+    assert loss.item() == pytest.approx((6.0 + 4.0 + 2.0 * 0.8) / 3, abs=1e-12)
+    assert m["clip_ratio_dual"] == pytest.approx(1 / 3)
+    loss.backward()
+    assert logp.grad.tolist() == [pytest.approx([0.0, 2.0 * 2.0 / 3, 0.0], abs=1e-12)]
+    plain, _ = ppo_policy_loss(logp, old, mask, adv)
+    assert plain.item() == pytest.approx((10.0 + 4.0 + 1.6) / 3, abs=1e-12)
+    with pytest.raises(ValueError, match=r"clip_ratio_c=1\.0 must be > 1"):
+        ppo_policy_loss(logp, old, mask, adv, clip_ratio_c=1.0)
+
+
+def test_importance_sampling_ratio_weights_the_surrogate_as_trl():
+    """TRL 1.16 _compute_loss: per_token_loss × importance_sampling_ratio, then + β·KL (not weighted)."""
+    logp, old, mask, rewards = _clip_batch()
+    ref = old + 0.1
+    a = 0.5 / (math.sqrt(0.5) + 1e-6)
+    w = [[0.5, 2.0, 1.0, NAN], [1.5, 0.0, 3.0, NAN]]  # padding may hold anything
+    row0 = [-a * 1.2 * w[0][0], -a * 1.1 * w[0][1], -a * 0.5 * w[0][2]]
+    row1 = [a * 0.8 * w[1][0], a * 0.9 * w[1][1], a * 1.5 * w[1][2]]
+    pg = (sum(row0) / 3 + sum(row1) / 3) / 2
+    lp, rf = logp.detach().tolist(), ref.tolist()
+    k3 = [[math.exp(rf[i][t] - lp[i][t]) - (rf[i][t] - lp[i][t]) - 1 for t in range(3)] for i in range(2)]
+    kl = (sum(k3[0]) / 3 + sum(k3[1]) / 3) / 2
+    loss, m = compute_policy_loss(
+        "grpo", logp=logp, old_logp=old, mask=mask, rewards=rewards, group_size=2, ref_logp=ref,
+        is_weights=torch.tensor(w), kl_coef=0.05,
+    )  # fmt: skip
+    assert m["pg_loss"] == pytest.approx(pg, abs=1e-12)
+    assert loss.item() == pytest.approx(pg + 0.05 * kl, abs=1e-12)
+    # one ratio per sequence, (B, 1), as TRL's sequence_* modes give
+    seq, _ = compute_policy_loss(
+        "grpo", logp=logp, old_logp=old, mask=mask, rewards=rewards, group_size=2,
+        is_weights=torch.tensor([[2.0], [0.5]]),
+    )  # fmt: skip
+    plain = [-a * 1.2, -a * 1.1, -a * 0.5], [a * 0.8, a * 0.9, a * 1.5]
+    assert seq.item() == pytest.approx((2.0 * sum(plain[0]) / 3 + 0.5 * sum(plain[1]) / 3) / 2, abs=1e-12)
+    with pytest.raises(ValueError, match="is_weights has shape"):
+        compute_policy_loss(
+            "grpo",
+            logp=logp,
+            old_logp=old,
+            mask=mask,
+            rewards=rewards,
+            group_size=2,
+            is_weights=torch.ones(2),
+        )
+    with pytest.raises(ValueError, match="no importance ratio"):
+        compute_policy_loss(
+            "pacs",
+            logp=logp,
+            old_logp=old,
+            mask=mask,
+            rewards=rewards,
+            group_size=2,
+            is_weights=torch.ones(2, 4),
+        )
+
+
+def test_kl_ratio_weighted_multiplies_k3_by_the_ratio():
+    logp, old, mask, rewards = _clip_batch()
+    ref = old + torch.tensor([[0.3, -0.2, 0.1, 5.0], [0.0, 0.4, -0.5, INF]])
+    lp, rf = logp.detach().tolist(), ref.tolist()
+    kl_w = [
+        [(math.exp(rf[i][t] - lp[i][t]) - (rf[i][t] - lp[i][t]) - 1) * RATIOS[i][t] for t in range(3)]
+        for i in range(2)
+    ]
+    plain, m = grpo_loss(logp, old, mask, rewards, 2, kl_coef=0.1, ref_logp=ref)
+    weighted, _ = grpo_loss(logp, old, mask, rewards, 2, kl_coef=0.1, ref_logp=ref, kl_ratio_weighted=True)
+    expected = m["pg_loss"] + 0.1 * (sum(kl_w[0]) / 3 + sum(kl_w[1]) / 3) / 2
+    assert weighted.item() == pytest.approx(expected, abs=1e-12)
+    assert weighted.item() != pytest.approx(plain.item(), abs=1e-6)
+
+
+def _trl_advantages(rewards, scored, g):
+    """TRL 1.16 GRPOTrainer: unscorable rewards NaN, nan-aware group mean and std, advantage NaN → 0."""
+    r = torch.tensor([x if ok else NAN for x, ok in zip(rewards, scored, strict=True)]).view(-1, g)
+    mean = torch.nanmean(r, dim=1, keepdim=True)
+    count = (~torch.isnan(r)).sum(dim=1, keepdim=True)
+    var = torch.nanmean((r - mean) ** 2, dim=1, keepdim=True) * count / (count - 1)
+    adv = (r - mean) / (var.sqrt() + 1e-6)
+    return torch.nan_to_num(adv, nan=0.0).reshape(-1).tolist()
+
+
+def test_unscored_rows_leave_the_group_baseline_with_zero_advantage():
+    logp, old, mask, rewards = _on_policy_batch()
+    scored = torch.tensor(
+        [True, True, False, True, True, False, False, False]
+    )  # group 1: a single scored row
+    loss, m = grpo_loss(logp, old, mask, rewards, 4, scored=scored)
+    loss.backward()
+    adv = _trl_advantages(REWARDS8, scored.tolist(), 4)
+    assert adv[2] == 0.0 and adv[4:] == [0.0] * 4 and adv[0] != 0.0
+    assert logp.grad.tolist() == [pytest.approx(r, abs=1e-12) for r in _grad_rows(adv, LENGTHS)]
+    assert m["unscored_frac"] == pytest.approx(4 / 8)
+    assert m["reward_mean"] == pytest.approx((1 + 0 + 1 + 1) / 4)
+    # RLOO: the leave-one-out mean over the other scored rows; Dr. GRPO: minus the scored rows' mean
+    logp.grad = None
+    loss, _ = rloo_loss(logp, old, mask, rewards, 4, scored=scored)
+    loss.backward()
+    rloo = [1 - (0 + 1) / 2, 0 - (1 + 1) / 2, 0.0, 1 - (1 + 0) / 2] + [0.0] * 4
+    assert logp.grad.tolist() == [pytest.approx(r, abs=1e-12) for r in _grad_rows(rloo, LENGTHS)]
+    logp.grad = None
+    loss, _ = dr_grpo_loss(logp, old, mask, rewards, 4, scored=scored)
+    loss.backward()
+    dr = [1 - 2 / 3, 0 - 2 / 3, 0.0, 1 - 2 / 3, 0.0, 0.0, 0.0, 0.0]
+    assert logp.grad.tolist() == [pytest.approx(r, abs=1e-12) for r in _grad_rows(dr, [4] * 8)]
+    # every row scored: the same loss as without the flag
+    full, _ = grpo_loss(logp, old, mask, rewards, 4, scored=torch.ones(8, dtype=torch.bool))
+    assert full.item() == grpo_loss(logp, old, mask, rewards, 4)[0].item()
+    with pytest.raises(ValueError, match="needs a 0/1 label for every row"):
+        compute_policy_loss(
+            "pacs", logp=logp, old_logp=old, mask=mask, rewards=rewards, group_size=4, scored=scored
+        )
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ docs/ALGORITHMS.md for the equations and conventions.
 """
 
 from .baselines import (
+    LOSS_AGG_MODES,
+    aggregate_token_loss,
     clipped_surrogate,
     compute_gae,
     covariance_weights,
@@ -32,9 +34,11 @@ from .registry import (
 
 __all__ = [
     "CRITIC_LOSSES",
+    "LOSS_AGG_MODES",
     "LOSS_LABELS",
     "POLICY_LOSSES",
     "SCORE_METHODS",
+    "aggregate_token_loss",
     "class_balance_weights",
     "clipped_surrogate",
     "compute_gae",

@@ -6,11 +6,18 @@ contiguous), and returns ``(loss, metrics)`` with metrics as python floats.
 
     ratio ρ_{i,t} = exp(logp − old_logp)
     ℓ_{i,t} = max(−A ρ, −A clip(ρ, 1−ε_low, 1+ε_high))      PPO-clip surrogate (to minimise)
+              (and, with clip_ratio_c = c, min(ℓ, −A c) where A < 0: verl's dual clip)
     GRPO     A_i = (R_i − mean R)/(std R + eps)              Appendix A.2, 1/G Σ_i 1/|o_i| Σ_t
     Dr. GRPO A_i = R_i − mean R                              1/G Σ_i Σ_t / L (constant L)
     RLOO     A_i = R_i − mean_{j≠i} R_j                      1/G Σ_i 1/|o_i| Σ_t (same as GRPO)
     CW-GRPO  A_{i,t} = w̃_{i,t} A_i (Gaussian kernel of token covariance, cw_grpo_paper §2.3)
     PPO      A_{i,t} from GAE over a learned critic          Appendix A.1
+
+The token losses are reduced by :func:`aggregate_token_loss` (``loss_agg_mode``, verl's names); the PACS
+authors' baselines used ``seq-mean-token-sum-norm`` (docs/ALGORITHMS.md, "Ours vs the authors' runs").
+Two optional per-row inputs follow TRL's GRPOTrainer: ``scored`` (B,) leaves completions no reward function
+could score out of the group baseline with advantage 0, and ``is_weights`` (B, T) or (B, 1) multiplies the
+token losses by the vLLM importance-sampling ratio (the KL term is not weighted).
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from .pacs import group_scores
 from .registry import register_policy_loss
 
 __all__ = [
+    "LOSS_AGG_MODES",
+    "aggregate_token_loss",
     "clipped_surrogate",
     "compute_gae",
     "covariance_weights",
@@ -50,7 +59,44 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------
 
 
-def _check_clip(clip_eps: float, clip_eps_high: float | None) -> tuple[float, float]:
+LOSS_AGG_MODES = ("seq-mean-token-mean", "seq-mean-token-sum-norm", "token-mean")
+
+
+def aggregate_token_loss(token_loss: Tensor, mask: Tensor, mode: str, norm: int | None = None) -> Tensor:
+    """Reduce a (B, T) token loss to a scalar, by verl's names (``core_algos.agg_loss``):
+
+      seq-mean-token-mean      1/B Σ_i (1/|o_i|) Σ_t ℓ_{i,t}    GRPO/PPO as PACS Appendix A writes them
+      seq-mean-token-sum-norm  Σ_i Σ_t ℓ_{i,t} / L               L = ``norm`` (default T = mask.shape[1])
+      token-mean               Σ_i Σ_t ℓ_{i,t} / Σ_i |o_i|       verl's default (and the critic's here)
+
+    ``seq-mean-token-sum-norm`` is what the PACS authors' baselines ran (verl 0.4.0, ``agg_loss``): a *sum*
+    over the B rows given, divided by the maximum response length L, not by each completion's length.
+    verl divided each micro-batch's loss by the number of micro-batches, as our trainers do, so the
+    mini-batch gradient is (rows per micro-batch) × the per-sequence mean: pass micro-batches of the
+    authors' size (``ppo_micro_batch_size_per_gpu`` = 8) to get their scale. (verl ≥ 0.9 divides by the
+    global batch size instead, a per-sequence mean.) Rows without response tokens add 0.
+    """
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg_mode={mode!r} is not known; choose one of {list(LOSS_AGG_MODES)}.")
+    if mode == "token-mean":
+        return masked_mean(token_loss, mask)
+    if mode == "seq-mean-token-mean":
+        return masked_mean(token_loss, mask, dim=-1).mean()
+    length = mask.shape[-1] if norm is None else _check_length(norm)
+    return masked_sum(token_loss, mask) / length
+
+
+def _check_length(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"max_completion_length={value!r} must be a positive int (the generation budget), or None for T."
+        )
+    return value
+
+
+def _check_clip(
+    clip_eps: float, clip_eps_high: float | None, clip_ratio_c: float | None = None
+) -> tuple[float, float]:
     if not 0.0 <= clip_eps < 1.0:
         raise ValueError(
             f"clip_eps={clip_eps} must be in [0, 1) (the ratio is clipped to [1−ε, 1+ε]); 0.2 is usual."
@@ -58,6 +104,11 @@ def _check_clip(clip_eps: float, clip_eps_high: float | None) -> tuple[float, fl
     high = clip_eps if clip_eps_high is None else clip_eps_high
     if high < 0.0:
         raise ValueError(f"clip_eps_high={clip_eps_high} must be ≥ 0 (or None to reuse clip_eps).")
+    if clip_ratio_c is not None and not clip_ratio_c > 1.0:
+        raise ValueError(
+            f"clip_ratio_c={clip_ratio_c} must be > 1 (the dual-clip bound on ρ where A < 0; verl uses 3.0), "
+            "or None for no dual clip."
+        )
     return clip_eps, high
 
 
@@ -68,6 +119,7 @@ def clipped_surrogate(
     mask: Tensor,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
+    clip_ratio_c: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Token-level PPO-clip loss ℓ_{i,t} = max(−A ρ, −A clip(ρ, 1−ε, 1+ε_high)).
 
@@ -76,8 +128,10 @@ def clipped_surrogate(
     ρ>1+ε_high), clip_ratio_region (ρ outside the interval, any A), ratio_mean, approx_kl = mean(old − logp)).
     Fractions are over response tokens. Padding is set to log-ratio 0 before exp, so garbage there is inert.
     Computed in at least fp32 (bf16 inputs are upcast; gradients still reach them).
+    clip_ratio_c = c > 1 adds verl's dual clip (Ye et al. 2020): where A < 0, ℓ = min(ℓ, −A c), which bounds
+    the loss of a token whose ratio ran far above 1; stat clip_ratio_dual (fraction of tokens it bounds).
     """
-    low_eps, high_eps = _check_clip(clip_eps, clip_eps_high)
+    low_eps, high_eps = _check_clip(clip_eps, clip_eps_high, clip_ratio_c)
     valid = mask.bool()
     dtype = torch.promote_types(logp.dtype, torch.float32)  # ratios near 1 need more than bf16
     log_ratio = torch.where(
@@ -86,6 +140,11 @@ def clipped_surrogate(
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - low_eps, 1.0 + high_eps)
     token_loss = torch.maximum(-advantages * ratio, -advantages * clipped)
+    if clip_ratio_c is not None:
+        dual = (advantages < 0) & (token_loss > -advantages * clip_ratio_c)
+        token_loss = torch.where(
+            advantages < 0, torch.minimum(token_loss, -advantages * clip_ratio_c), token_loss
+        )
     token_loss = torch.where(valid, token_loss, torch.zeros_like(token_loss))
     with torch.no_grad():
         below, above = ratio < 1.0 - low_eps, ratio > 1.0 + high_eps
@@ -96,6 +155,8 @@ def clipped_surrogate(
             "ratio_mean": masked_mean(ratio, mask),
             "approx_kl": masked_mean(-log_ratio, mask),
         }
+        if clip_ratio_c is not None:
+            stats["clip_ratio_dual"] = masked_mean(dual.to(dtype), mask)
     return token_loss, stats
 
 
@@ -111,11 +172,6 @@ def k3_kl(logp: Tensor, ref_logp: Tensor, mask: Tensor) -> Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def _seq_mean_token_mean(token_loss: Tensor, mask: Tensor) -> Tensor:
-    # 1/B Σ_i 1/|o_i| Σ_t ℓ_{i,t}; a row without response tokens contributes 0.
-    return masked_mean(token_loss, mask, dim=-1).mean()
-
-
 def _to_floats(stats: dict[str, Tensor]) -> dict[str, float]:
     names = list(stats)
     dtype = torch.float32
@@ -123,6 +179,31 @@ def _to_floats(stats: dict[str, Tensor]) -> dict[str, float]:
         dtype = torch.promote_types(dtype, stats[k].dtype) if stats[k].is_floating_point() else dtype
     values = torch.stack([stats[k].detach().reshape(()).to(dtype) for k in names]).tolist()  # one sync
     return dict(zip(names, values, strict=True))
+
+
+def _is_weighted(token_loss: Tensor, is_weights: Tensor | None, mask: Tensor) -> Tensor:
+    """token_loss × the importance-sampling ratio (B, T) or (B, 1), detached, as TRL's GRPOTrainer applies it."""
+    if is_weights is None:
+        return token_loss
+    batch, length = mask.shape
+    if not isinstance(is_weights, Tensor) or tuple(is_weights.shape) not in ((batch, length), (batch, 1)):
+        shape = tuple(is_weights.shape) if isinstance(is_weights, Tensor) else type(is_weights).__name__
+        raise ValueError(
+            f"is_weights has shape {shape}; it must be ({batch}, {length}) (one ratio per token) or ({batch}, 1) "
+            "(one per sequence), TRL's importance_sampling_ratio."
+        )
+    w = is_weights.detach()
+    check_finite(mask, is_weights=w.expand(batch, length))
+    return token_loss * w.to(token_loss.dtype)
+
+
+def _check_scored(scored: Tensor | None, batch: int) -> Tensor | None:
+    if scored is None:
+        return None
+    if not isinstance(scored, Tensor) or scored.shape != (batch,):
+        shape = tuple(scored.shape) if isinstance(scored, Tensor) else type(scored).__name__
+        raise ValueError(f"scored must be a ({batch},) bool tensor, one flag per completion; got {shape}.")
+    return scored.bool()
 
 
 def _group_clip_loss(
@@ -137,9 +218,14 @@ def _group_clip_loss(
     kl_coef: float,
     ref_logp: Tensor | None,
     eps: float = 1e-6,
-    aggregation: str = "seq_mean_token_mean",
+    loss_agg_mode: str = "seq-mean-token-mean",
     max_completion_length: int | None = None,
     covariance_weighting: bool = False,
+    clip_ratio_c: float | None = None,
+    kl_ratio_weighted: bool = False,
+    scored: Tensor | None = None,
+    is_weights: Tensor | None = None,
+    dr_grpo_norm: bool = False,
 ) -> tuple[Tensor, dict[str, float]]:
     """Shared body of the group-advantage baselines (GRPO, Dr. GRPO, RLOO, CW-GRPO)."""
     batch, length = check_token_tensors(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp)
@@ -153,11 +239,17 @@ def _group_clip_loss(
         raise ValueError(
             f"kl_coef={kl_coef} > 0 needs ref_logp (B, T) from the reference policy; pass it or set kl_coef=0."
         )
+    if loss_agg_mode not in LOSS_AGG_MODES:
+        raise ValueError(
+            f"loss_agg_mode={loss_agg_mode!r} is not known; choose one of {list(LOSS_AGG_MODES)}."
+        )
+    norm = None if max_completion_length is None else _check_length(max_completion_length)
+    scored = _check_scored(scored, batch)
     check_finite(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp)
 
     with torch.no_grad():  # advantages in at least fp32, also for bf16 log-probs
         adv_dtype = torch.promote_types(logp.dtype, torch.float32)
-        adv = group_scores(rewards.to(adv_dtype), group_size, advantage_method, eps)  # (B,)
+        adv = group_scores(rewards.to(adv_dtype), group_size, advantage_method, eps, valid=scored)  # (B,)
     token_adv = adv[:, None].expand(batch, length)
     stats: dict[str, Tensor] = {}
     if covariance_weighting:
@@ -167,38 +259,50 @@ def _group_clip_loss(
         stats["cw_weight_min"] = w[valid].min() if bool(valid.any()) else torch.ones(())
         stats["cw_weight_max"] = w[valid].max() if bool(valid.any()) else torch.ones(())
 
-    token_loss, clip_stats = clipped_surrogate(logp, old_logp, token_adv, mask, clip_eps, clip_eps_high)
-    norm = length if max_completion_length is None else max_completion_length
-    if aggregation == "seq_mean_token_mean":
-        pg_loss = _seq_mean_token_mean(token_loss, mask)
-    else:  # "seq_mean_token_sum_norm": 1/B Σ_i Σ_t ℓ_{i,t} / L
-        pg_loss = masked_sum(token_loss, mask, dim=-1).mean() / norm
+    token_loss, clip_stats = clipped_surrogate(
+        logp, old_logp, token_adv, mask, clip_eps, clip_eps_high, clip_ratio_c
+    )
+    token_loss = _is_weighted(token_loss, is_weights, mask)
+
+    def aggregate(x: Tensor) -> Tensor:
+        if dr_grpo_norm:  # Dr. GRPO: 1/B Σ_i Σ_t ℓ / L
+            return masked_sum(x, mask, dim=-1).mean() / (length if norm is None else norm)
+        return aggregate_token_loss(x, mask, loss_agg_mode, norm)
+
+    pg_loss = aggregate(token_loss)
     loss = pg_loss
     if ref_logp is not None:
         kl = k3_kl(logp, ref_logp, mask)
         if kl_coef > 0:
-            kl_agg = (
-                _seq_mean_token_mean(kl, mask)
-                if aggregation == "seq_mean_token_mean"
-                else masked_sum(kl, mask, dim=-1).mean() / norm
-            )
-            loss = pg_loss + kl_coef * kl_agg
+            if kl_ratio_weighted:  # × ρ with gradient: the unbiased reverse-KL gradient off-policy (TRL)
+                dtype = kl.dtype
+                kl = kl * torch.exp(torch.where(mask.bool(), logp.to(dtype) - old_logp.to(dtype), 0.0))
+            loss = pg_loss + kl_coef * aggregate(kl)
         stats["kl_mean"] = masked_mean(kl.detach(), mask)
+    rows = scored if scored is not None else torch.ones(batch, dtype=torch.bool, device=rewards.device)
     stats = {
         "loss": loss.detach(),
         "pg_loss": pg_loss.detach(),
         "advantage_mean": adv.mean(),
         "advantage_abs_mean": adv.abs().mean(),
-        "reward_mean": rewards.detach().to(logp.dtype).mean(),
+        "reward_mean": masked_mean(rewards.detach().to(adv.dtype), rows),  # over scored rows
         **clip_stats,
         **stats,
     }
+    if scored is not None:
+        stats["unscored_frac"] = (~scored).to(adv.dtype).mean()
     return loss, _to_floats(stats)
 
 
 # ----------------------------------------------------------------------------------------------------
 # group-advantage baselines
 # ----------------------------------------------------------------------------------------------------
+
+# Options every group baseline takes beyond clip_eps / clip_eps_high / kl_coef (see grpo_loss):
+#   loss_agg_mode, max_completion_length   how token losses are reduced (aggregate_token_loss)
+#   clip_ratio_c                            verl's dual clip
+#   kl_ratio_weighted                       the KL term × ρ (TRL's use_bias_correction_kl)
+# and per-row inputs scored (B,) and is_weights (B, T) or (B, 1).
 
 
 @register_policy_loss("grpo", label="GRPO")
@@ -213,16 +317,27 @@ def grpo_loss(
     kl_coef: float = 0.0,
     ref_logp: Tensor | None = None,
     eps: float = 1e-6,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    max_completion_length: int | None = None,
+    clip_ratio_c: float | None = None,
+    kl_ratio_weighted: bool = False,
+    scored: Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO (Shao et al. 2024; PACS Appendix A.2).
 
-    A_i = (R_i − mean_G R)/(std_G R + eps) (unbiased std); loss = 1/B Σ_i 1/|o_i| Σ_t [ℓ^clip_{i,t} +
-    kl_coef · k3_{i,t}]. logp, old_logp, mask, ref_logp: (B, T); rewards: (B,) any real. The k3 term
-    needs ref_logp; kl_mean is reported whenever ref_logp is given.
+    A_i = (R_i − mean_G R)/(std_G R + eps) (unbiased std); loss = agg[ℓ^clip_{i,t} + kl_coef · k3_{i,t}]
+    with agg = ``loss_agg_mode`` (default seq-mean-token-mean, 1/B Σ_i 1/|o_i| Σ_t; the PACS authors' GRPO:
+    seq-mean-token-sum-norm with L = ``max_completion_length``). logp, old_logp, mask, ref_logp: (B, T);
+    rewards: (B,) any real. The k3 term needs ref_logp; kl_mean is reported whenever ref_logp is given.
+    scored (B,): rows with False are left out of the group's mean and std and get advantage 0 (TRL's
+    unscorable completions). is_weights: the vLLM importance-sampling ratio multiplying the surrogate.
     """
     return _group_clip_loss(
-        logp, old_logp, mask, rewards, group_size, "grpo", clip_eps, clip_eps_high, kl_coef, ref_logp, eps
-    )
+        logp, old_logp, mask, rewards, group_size, "grpo", clip_eps, clip_eps_high, kl_coef, ref_logp, eps,
+        loss_agg_mode, max_completion_length, clip_ratio_c=clip_ratio_c, kl_ratio_weighted=kl_ratio_weighted,
+        scored=scored, is_weights=is_weights,
+    )  # fmt: skip
 
 
 @register_policy_loss("dr_grpo", label="Dr. GRPO")
@@ -237,34 +352,22 @@ def dr_grpo_loss(
     kl_coef: float = 0.0,
     ref_logp: Tensor | None = None,
     max_completion_length: int | None = None,
+    clip_ratio_c: float | None = None,
+    kl_ratio_weighted: bool = False,
+    scored: Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """Dr. GRPO (Liu et al. 2025): no std, no length normalisation.
 
     A_i = R_i − mean_G R; loss = 1/B Σ_i (Σ_t ℓ_{i,t}) / L with the constant L = max_completion_length
-    (default T = mask.shape[1], the padded response length). Shapes as grpo_loss.
+    (default T = mask.shape[1], the padded response length), as TRL's dr_grpo. The aggregation is the
+    method itself, so it has no loss_agg_mode. Other arguments as grpo_loss.
     """
-    if max_completion_length is not None and (
-        isinstance(max_completion_length, bool)
-        or not isinstance(max_completion_length, int)
-        or max_completion_length < 1
-    ):
-        raise ValueError(
-            f"max_completion_length={max_completion_length!r} must be a positive int (the generation budget), or None for T."
-        )
     return _group_clip_loss(
-        logp,
-        old_logp,
-        mask,
-        rewards,
-        group_size,
-        "dr_grpo",
-        clip_eps,
-        clip_eps_high,
-        kl_coef,
-        ref_logp,
-        aggregation="seq_mean_token_sum_norm",
-        max_completion_length=max_completion_length,
-    )
+        logp, old_logp, mask, rewards, group_size, "dr_grpo", clip_eps, clip_eps_high, kl_coef, ref_logp,
+        max_completion_length=max_completion_length, clip_ratio_c=clip_ratio_c,
+        kl_ratio_weighted=kl_ratio_weighted, scored=scored, is_weights=is_weights, dr_grpo_norm=True,
+    )  # fmt: skip
 
 
 @register_policy_loss("rloo", label="RLOO")
@@ -278,15 +381,23 @@ def rloo_loss(
     clip_eps_high: float | None = None,
     kl_coef: float = 0.0,
     ref_logp: Tensor | None = None,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    max_completion_length: int | None = None,
+    clip_ratio_c: float | None = None,
+    kl_ratio_weighted: bool = False,
+    scored: Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """RLOO (Kool et al. 2019; Ahmadian et al. 2024) with the token-level clipped surrogate.
 
-    A_i = R_i − 1/(G−1) Σ_{j≠i} R_j; aggregation as GRPO (1/B Σ_i 1/|o_i| Σ_t), so RLOO and GRPO differ
-    only in the advantage. Shapes as grpo_loss.
+    A_i = R_i − 1/(G−1) Σ_{j≠i} R_j (over the scored rows when ``scored`` is given); aggregation as GRPO,
+    so RLOO and GRPO differ only in the advantage. Arguments as grpo_loss.
     """
     return _group_clip_loss(
-        logp, old_logp, mask, rewards, group_size, "rloo", clip_eps, clip_eps_high, kl_coef, ref_logp
-    )
+        logp, old_logp, mask, rewards, group_size, "rloo", clip_eps, clip_eps_high, kl_coef, ref_logp,
+        loss_agg_mode=loss_agg_mode, max_completion_length=max_completion_length, clip_ratio_c=clip_ratio_c,
+        kl_ratio_weighted=kl_ratio_weighted, scored=scored, is_weights=is_weights,
+    )  # fmt: skip
 
 
 @torch.no_grad()
@@ -326,25 +437,22 @@ def cw_grpo_loss(
     kl_coef: float = 0.0,
     ref_logp: Tensor | None = None,
     eps: float = 1e-6,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    max_completion_length: int | None = None,
+    clip_ratio_c: float | None = None,
+    kl_ratio_weighted: bool = False,
+    scored: Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """CW-GRPO (Wang et al. 2026): GRPO with A_i → w̃_{i,t} A_i, w̃ from :func:`covariance_weights`
-    evaluated on the current (detached) logp and the GRPO advantages. Aggregation as GRPO. Shapes as
+    evaluated on the current (detached) logp and the GRPO advantages. Aggregation as GRPO. Arguments as
     grpo_loss; metrics add cw_weight_min / cw_weight_max.
     """
     return _group_clip_loss(
-        logp,
-        old_logp,
-        mask,
-        rewards,
-        group_size,
-        "grpo",
-        clip_eps,
-        clip_eps_high,
-        kl_coef,
-        ref_logp,
-        eps,
-        covariance_weighting=True,
-    )
+        logp, old_logp, mask, rewards, group_size, "grpo", clip_eps, clip_eps_high, kl_coef, ref_logp, eps,
+        loss_agg_mode, max_completion_length, covariance_weighting=True, clip_ratio_c=clip_ratio_c,
+        kl_ratio_weighted=kl_ratio_weighted, scored=scored, is_weights=is_weights,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -360,37 +468,54 @@ def ppo_policy_loss(
     advantages: Tensor,
     clip_eps: float = 0.2,
     clip_eps_high: float | None = None,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    max_completion_length: int | None = None,
+    clip_ratio_c: float | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """PPO-clip policy loss (Appendix A.1): 1/B Σ_i 1/|o_i| Σ_t ℓ^clip_{i,t}.
+    """PPO-clip policy loss (Appendix A.1): agg ℓ^clip_{i,t}, agg = ``loss_agg_mode``
+    (default seq-mean-token-mean, the 1/B Σ_i 1/|o_i| Σ_t of A.1; see :func:`aggregate_token_loss`).
 
     logp, old_logp, mask, advantages: (B, T) (token advantages, e.g. from compute_gae, whitened or not).
+    clip_ratio_c: verl's dual clip; is_weights (B, T) or (B, 1): the vLLM importance-sampling ratio.
     """
     check_token_tensors(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     check_finite(mask, logp=logp, old_logp=old_logp, advantages=advantages)
-    token_loss, stats = clipped_surrogate(logp, old_logp, advantages.detach(), mask, clip_eps, clip_eps_high)
-    loss = _seq_mean_token_mean(token_loss, mask)
+    norm = None if max_completion_length is None else _check_length(max_completion_length)
+    token_loss, stats = clipped_surrogate(
+        logp, old_logp, advantages.detach(), mask, clip_eps, clip_eps_high, clip_ratio_c
+    )
+    loss = aggregate_token_loss(_is_weighted(token_loss, is_weights, mask), mask, loss_agg_mode, norm)
     return loss, _to_floats(
         {"loss": loss.detach(), "advantage_mean": masked_mean(advantages.detach(), mask), **stats}
     )
 
 
 def ppo_value_loss(
-    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip_eps: float = 0.2
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    clip_eps: float = 0.2,
+    loss_agg_mode: str = "token-mean",
+    max_completion_length: int | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Clipped value loss: 0.5 · mean_t max((V − G)², (V_old + clip(V − V_old, −ε, ε) − G)²).
+    """Clipped value loss: 0.5 · agg max((V − G)², (V_old + clip(V − V_old, −ε, ε) − G)²).
 
-    values (with gradient), old_values, returns, mask: (B, T). Mean over all response tokens of the batch
-    (token mean, as TRL and verl do for the critic).
+    values (with gradient), old_values, returns, mask: (B, T). agg = ``loss_agg_mode``: token-mean by
+    default (TRL's and verl's default for the critic); in verl the critic follows the actor's mode, so the
+    PACS authors' PPO critic used seq-mean-token-sum-norm (see :func:`aggregate_token_loss`).
     """
     check_token_tensors(mask, values=values, old_values=old_values, returns=returns)
     if clip_eps < 0:
         raise ValueError(f"clip_eps={clip_eps} must be ≥ 0 (value clip range around old_values).")
+    norm = None if max_completion_length is None else _check_length(max_completion_length)
     check_finite(mask, values=values, old_values=old_values, returns=returns)
     old_values, returns = old_values.detach(), returns.detach()
     clipped = old_values + torch.clamp(values - old_values, -clip_eps, clip_eps)
     err_raw = (values - returns) ** 2
     err_clip = (clipped - returns) ** 2
-    loss = 0.5 * masked_mean(torch.maximum(err_raw, err_clip), mask)
+    loss = 0.5 * aggregate_token_loss(torch.maximum(err_raw, err_clip), mask, loss_agg_mode, norm)
     stats = {
         "value_loss": loss.detach(),
         "value_clip_frac": masked_mean((err_clip > err_raw).to(values.dtype), mask),

@@ -33,7 +33,9 @@ def reward_proxy(logp: Tensor, ref_logp: Tensor, mask: Tensor, beta: float = 1.0
     return beta * masked_sum(logp.to(dtype) - ref_logp.to(dtype), mask, dim=-1)
 
 
-def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: float = 1e-6) -> Tensor:
+def group_scores(
+    values: Tensor, group_size: int, method: str = "rloo", eps: float = 1e-6, valid: Tensor | None = None
+) -> Tensor:
     """Score each value against the other values of its group. Differentiable.
 
     values: (B,) with B = n_groups × G, groups contiguous → (B,).
@@ -44,6 +46,10 @@ def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: flo
     as TRL, verl and the PACS authors' code use. A group of equal values has std 0: its scores are 0 and
     the gradient is the one of (v − mean)/eps: finite, but of size 1/eps (see docs/ALGORITHMS.md, it
     matters for PACS with the "old" reference, where every r̂ is 0 at the first update).
+
+    valid: optional (B,) bool. Rows with False are left out of their group's mean, leave-one-out mean and
+    std, and score 0, as TRL treats completions no reward function could score; the means and the std are
+    then over the k valid rows of the group (a score needing two values scores 0 when k < 2).
     """
     if not isinstance(values, Tensor) or values.dim() != 1:
         shape = tuple(values.shape) if isinstance(values, Tensor) else type(values).__name__
@@ -54,6 +60,8 @@ def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: flo
     why = "the leave-one-out baseline (rloo)" if method == "rloo" else "the group std (grpo)"
     n_groups = check_groups(values.shape[0], group_size, min_size, why)
     v = values.reshape(n_groups, group_size)
+    if valid is not None:
+        return _valid_group_scores(v, _check_valid(valid, values.shape[0]), method, eps).reshape(-1)
     if method == "rloo":
         loo_mean = (v.sum(dim=1, keepdim=True) - v) / (group_size - 1)  # mean of the G−1 others
         out = v - loo_mean  # eq. 7
@@ -66,6 +74,31 @@ def group_scores(values: Tensor, group_size: int, method: str = "rloo", eps: flo
             std = v.std(dim=1, keepdim=True)
             out = centred / (std + eps)
     return out.reshape(-1)
+
+
+def _check_valid(valid: Tensor, batch: int) -> Tensor:
+    if not isinstance(valid, Tensor) or valid.shape != (batch,):
+        shape = tuple(valid.shape) if isinstance(valid, Tensor) else type(valid).__name__
+        raise ValueError(f"valid must be a (B,) = ({batch},) bool tensor, one flag per row; got {shape}.")
+    return valid.bool()
+
+
+def _valid_group_scores(v: Tensor, valid: Tensor, method: str, eps: float) -> Tensor:
+    """group_scores over the valid rows only. v: (n_groups, G); valid: (B,) → (n_groups, G), 0 where invalid."""
+    keep = valid.reshape(v.shape)
+    zero = torch.zeros((), dtype=v.dtype, device=v.device)
+    k = keep.sum(dim=1, keepdim=True).to(v.dtype)  # valid rows per group
+    vk = torch.where(keep, v, zero)
+    total = vk.sum(dim=1, keepdim=True)
+    if method == "rloo":
+        out = v - (total - vk) / (k - 1).clamp(min=1)  # eq. 7 over the k − 1 other valid rows
+        return torch.where(keep & (k >= 2), out, zero)
+    centred = torch.where(keep, v - total / k.clamp(min=1), zero)  # eq. 12
+    if method == "dr_grpo":
+        return centred
+    var = (centred**2).sum(dim=1, keepdim=True) / (k - 1).clamp(min=1)  # unbiased, over the k rows
+    std = var.clamp(min=torch.finfo(var.dtype).tiny).sqrt()  # a finite gradient where var = 0 (centred = 0)
+    return torch.where(keep & (k >= 2), centred / (std + eps), zero)  # eq. 11
 
 
 @torch.no_grad()

@@ -60,8 +60,9 @@ def loss_names() -> tuple[str, ...]:
     return (*POLICY_LOSSES, *CRITIC_LOSSES)
 
 
-# Arguments compute_policy_loss fills itself; everything else a loss accepts is an "option".
-_BATCH_ARGS = ("logp", "old_logp", "ref_logp", "mask", "rewards", "group_size")
+# Arguments compute_policy_loss fills itself (tensors of the batch); everything else a loss accepts is an
+# "option". scored and is_weights are optional per-row inputs that only some losses take.
+_BATCH_ARGS = ("logp", "old_logp", "ref_logp", "mask", "rewards", "group_size", "scored", "is_weights")
 
 
 def policy_loss_options(name: str) -> dict[str, object]:
@@ -90,6 +91,8 @@ def compute_policy_loss(
     rewards: Tensor,
     group_size: int,
     ref_logp: Tensor | None = None,
+    scored: Tensor | None = None,
+    is_weights: Tensor | None = None,
     **options: object,
 ) -> tuple[Tensor, dict[str, float]]:
     """Compute policy loss ``name`` on one batch of whole groups.
@@ -97,8 +100,13 @@ def compute_policy_loss(
     logp, old_logp, mask (and ref_logp): (B, T); rewards: (B,); B = groups × group_size, groups contiguous.
     "pacs": the reference log-probs are ``ref_logp`` if given, else ``old_logp`` (the authors' "old"
     reference: the policy that generated the rollouts); options beta / score / weighted.
-    Other names: options are the loss's own keyword arguments (clip_eps, kl_coef, ...); ``ref_logp`` is
-    passed through for the KL term. Unknown names or options raise ValueError listing the valid ones.
+    Other names: options are the loss's own keyword arguments (clip_eps, kl_coef, loss_agg_mode, ...);
+    ``ref_logp`` is passed through for the KL term. Unknown names or options raise ValueError listing the
+    valid ones.
+    scored (B,) bool: False marks a completion no reward function could score (the baselines leave it out of
+    the group baseline, TRL's rule). is_weights (B, T) or (B, 1): the vLLM importance-sampling ratio that
+    multiplies a clipped loss's token losses. PACS takes neither: it labels every row (an unscorable one
+    0) and has no ratio to correct, so an unscored row or any is_weights is refused for "pacs".
     """
     fn = _lookup(name)
     valid = policy_loss_options(name)
@@ -108,6 +116,23 @@ def compute_policy_loss(
             f"unknown option(s) {unknown} for policy loss {name!r}; valid options: {sorted(valid)}."
         )
     if name == "pacs":
+        if is_weights is not None:
+            raise ValueError(
+                "policy loss 'pacs' has no importance ratio to correct (nor had the authors' PACS), yet is_weights "
+                "was given; set vllm_importance_sampling_correction=False."
+            )
+        if scored is not None and not bool(scored.bool().all()):
+            raise ValueError(
+                "policy loss 'pacs' needs a 0/1 label for every row of a group (ψ_i compares each row with all the "
+                "others, eq. 7), yet scored marks some rows unscored; label them (0 when unverifiable)."
+            )
         ref = old_logp if ref_logp is None else ref_logp
         return fn(logp, ref, mask, rewards, group_size, **options)
+    rows = {"scored": scored, "is_weights": is_weights}
+    params = inspect.signature(fn).parameters
+    for key, value in rows.items():
+        if value is not None:
+            if key not in params:
+                raise ValueError(f"policy loss {name!r} does not take {key}; leave it None for this loss.")
+            options[key] = value
     return fn(logp, old_logp, mask, rewards, group_size, ref_logp=ref_logp, **options)
