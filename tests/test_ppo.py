@@ -78,6 +78,7 @@ def test_config_defaults_and_errors(tmp_path):
         "critic_model_name_or_path",
         "critic_learning_rate",
         "critic_max_grad_norm",
+        "critic_loss_agg_mode",
         "critic_warmup_steps",
         "gae_gamma",
         "gae_lambda",
@@ -96,6 +97,8 @@ def test_config_defaults_and_errors(tmp_path):
         (dict(reference="frozen"), "applies to PACS's reward proxy only"),
         (dict(fp16=True), "fp16=True is not supported"),
         (dict(loss_options={"kl_coef": 0.1}), r"loss_options \['kl_coef'\] are not accepted"),
+        (dict(beta=0.01), "loss_type='ppo' has no KL term"),
+        (dict(critic_loss_agg_mode="seq-mean"), "critic_loss_agg_mode='seq-mean'"),
         (dict(per_device_train_batch_size=6), "not a multiple of num_generations=4"),  # PACSConfig's check
     ]
     for overrides, message in cases:

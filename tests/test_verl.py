@@ -125,8 +125,8 @@ def test_estimator_through_verls_compute_advantage_writes_labels_and_group_ids()
     algo = omega_conf_to_dataclass(verl_config().algorithm)
     out = compute_advantage(data, adv_estimator=algo.adv_estimator, config=algo)
     adv = out.batch["advantages"]
-    # eq. (A): 2·g + R on every response token, 0 on padding; g = ordinal of the uid
-    expected_code = 2 * torch.arange(3).repeat_interleave(G).float() + rewards
+    # eq. (A): 4·g + 2·R + 1 on every response token, 0 on padding; g = ordinal of the uid
+    expected_code = 4 * torch.arange(3).repeat_interleave(G).float() + 2 * rewards + 1
     assert torch.equal(adv, expected_code[:, None] * mask)
     labels, groups = core.decode_labels(adv, mask)
     assert torch.equal(labels, rewards)

@@ -23,7 +23,7 @@ from typing import ClassVar
 import torch
 from trl import GRPOConfig
 
-from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names
+from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names, policy_loss_options
 
 REFERENCES = ("old", "frozen")
 LOGPROB_IMPLS = ("auto", "trl", "logits")
@@ -60,9 +60,11 @@ class PACSConfig(GRPOConfig):
     loss_options: dict | str | None = field(
         default=None,
         metadata={
-            "help": "Extra keyword options passed to the loss, e.g. {'kl_coef': 0.0} for a baseline. The PACS options "
-            "have their own fields (pacs_beta, pacs_score, pacs_weighted); the clipped losses get clip_eps from "
-            "`epsilon` unless set here."
+            "help": "Extra keyword options passed to the loss (pacs_rl.algorithms.policy_loss_options(loss_type) lists "
+            "them), e.g. {'loss_agg_mode': 'seq-mean-token-sum-norm', 'clip_ratio_c': 3.0} for the PACS authors' "
+            "GRPO. The PACS options have their own fields (pacs_beta, pacs_score, pacs_weighted); the clipped losses "
+            "get clip_eps / clip_eps_high from `epsilon` / `epsilon_high` and max_completion_length from the field of "
+            "that name unless set here. A baseline's KL term is TRL's `beta` (not an option here)."
         },
     )
 
@@ -161,6 +163,24 @@ class PACSConfig(GRPOConfig):
     )
 
     # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
+    max_grad_norm: float | None = field(
+        default=1.0,
+        metadata={
+            "help": "Clip the gradient norm at this value before each optimizer step. None or 0: no clipping, as the "
+            "PACS authors' actor (configs/paper_*.yaml); the norm is still computed and logged as grad_norm. "
+            "Whatever the clip, a step whose gradient norm is not finite is skipped (the weights and optimizer "
+            "state stay as they were) and counted in optimizer/skipped_nonfinite."
+        },
+    )
+    vllm_importance_sampling_correction: bool | None = field(
+        default=None,
+        metadata={
+            "help": "With use_vllm: weight the baselines' token losses by TRL's importance-sampling ratio between the "
+            "trainer's and vLLM's log-probs (vllm_importance_sampling_mode / _clip_min / _clip_max choose it). "
+            "Default (None): False for PACS, which has no ratio to correct (nor had the authors'); True for the "
+            "baselines, TRL's default. True with loss_type='pacs' and use_vllm is refused."
+        },
+    )
     bf16: bool | None = field(
         default=None,
         metadata={
@@ -189,12 +209,31 @@ class PACSConfig(GRPOConfig):
         if isinstance(self.loss_options, str):
             self.loss_options = json.loads(self.loss_options)
         self.loss_options = dict(self.loss_options or {})
+        self._set_optimizer_step()
         self._set_schedule()
         super().__post_init__()  # derives generation_batch_size / steps_per_generation, checks TRL's own rules
         self._check_schedule()
         self._check_groups_whole()
         self._check_reference()
+        self._check_loss_options()
         self._check_fast_sampler()
+
+    def _set_optimizer_step(self) -> None:
+        """max_grad_norm None means no clip (transformers reads 0 so); the IS correction's loss-dependent default."""
+        if self.max_grad_norm is None:
+            self.max_grad_norm = 0.0
+        if self.max_grad_norm < 0:
+            raise ValueError(
+                f"max_grad_norm={self.max_grad_norm}; give a norm > 0, or 0 / None for no clipping."
+            )
+        if self.vllm_importance_sampling_correction is None:
+            self.vllm_importance_sampling_correction = self.loss_type != "pacs"
+        if self.loss_type == "pacs" and self.use_vllm and self.vllm_importance_sampling_correction:
+            raise ValueError(
+                "vllm_importance_sampling_correction=True with loss_type='pacs' and use_vllm: PACS has no importance "
+                "ratio to correct (the authors' PACS applies none), so the correction would be silently ignored. Set "
+                "vllm_importance_sampling_correction=False (or leave it unset)."
+            )
 
     def _check_choices(self) -> None:
         """Names that must come from a fixed list: the loss (from the registry), the score, the reference."""
@@ -255,11 +294,22 @@ class PACSConfig(GRPOConfig):
         self.mini_batches_per_rollout = self.steps_per_generation // ga
 
     def _check_reference(self) -> None:
-        """No TRL KL term; a frozen reference changes only between rollout batches."""
-        if self.beta != 0.0:
+        """A KL term only where the loss has one (TRL's beta); a frozen reference only for PACS, changing only
+        between rollout batches."""
+        takes_kl = self.loss_type in POLICY_LOSSES and "kl_coef" in policy_loss_options(self.loss_type)
+        if self.beta != 0.0 and not takes_kl:
             raise ValueError(
-                f"beta={self.beta}: TRL's KL term is not used by PACSTrainer (the paper uses no KL). For PACS's β "
-                "set pacs_beta; for a KL penalty in a baseline pass loss_options={'kl_coef': ...}."
+                f"beta={self.beta}: loss_type={self.loss_type!r} has no KL term (the paper uses none). For PACS's β set "
+                "pacs_beta; a KL penalty is available for the group baselines "
+                f"({', '.join(n for n in POLICY_LOSSES if 'kl_coef' in policy_loss_options(n))})."
+            )
+        if self.beta < 0:
+            raise ValueError(f"beta={self.beta}: the KL coefficient must be >= 0.")
+        if self.reference != "old" and self.loss_type != "pacs":
+            raise ValueError(
+                f"reference={self.reference!r} sets the π_ref of PACS's reward proxy; loss_type={self.loss_type!r} "
+                "would ignore it. Leave reference='old'; for a baseline's KL reference set beta > 0 (TRL's reference "
+                "model, the initial policy)."
             )
         if self.ref_reset_steps < 0:
             raise ValueError(f"ref_reset_steps={self.ref_reset_steps}; it must be >= 0 (0 = never reset).")
@@ -267,6 +317,26 @@ class PACSConfig(GRPOConfig):
             raise ValueError(
                 f"ref_reset_steps={self.ref_reset_steps} is not a multiple of mini_batches_per_rollout="
                 f"{self.mini_batches_per_rollout}: the reference must only change between rollout batches."
+            )
+
+    def _check_loss_options(self) -> None:
+        """Refuse, before any model loads, a loss option the loss does not take or that has a config field."""
+        if self.loss_type not in POLICY_LOSSES:
+            return  # a critic loss: its config class checks its own options
+        own_fields = {"kl_coef": "beta", "kl_ratio_weighted": "use_bias_correction_kl"}
+        if self.loss_type == "pacs":
+            own_fields.update(beta="pacs_beta", score="pacs_score", weighted="pacs_weighted")
+        for key, name in own_fields.items():
+            if key in self.loss_options:
+                raise ValueError(
+                    f"loss_options[{key!r}]: set the config field {name}={self.loss_options[key]!r} instead (the trainer "
+                    "fills this option from it)."
+                )
+        accepted = policy_loss_options(self.loss_type)
+        unknown = sorted(set(self.loss_options) - set(accepted))
+        if unknown:
+            raise ValueError(
+                f"loss_options {unknown} are not options of loss_type={self.loss_type!r}; it takes {sorted(accepted)}."
             )
 
     def _check_fast_sampler(self) -> None:

@@ -14,6 +14,11 @@ Per mini-batch (`_compute_loss`), with ρ_t = π_θ(o_t) / π_old(o_t):
     L_π = 1/B Σ_i 1/|o_i| Σ_t max(−Â ρ, −Â clip(ρ, 1−ε, 1+ε))                         (4) Appendix A.1
     L_V = ½ · mean_t max((V − G)², (V_old + clip(V − V_old, −ε_V, ε_V) − G)²)            (5) clipped value loss
 
+(the reductions are the defaults; `loss_options={'loss_agg_mode': ...}` and `critic_loss_agg_mode` choose
+others, e.g. the PACS authors' seq-mean-token-sum-norm for both, pacs_rl.algorithms.aggregate_token_loss).
+A completion no reward function scored gets advantage 0 and no value target (left out of the whitening
+statistics and of the value loss), as TRL leaves such completions out of its baseline.
+
 The critic has its own optimizer (AdamW, `critic_learning_rate`) and steps on the same micro-batches as the
 policy, at the same optimizer-step boundaries. For the first `critic_warmup_steps` optimizer steps only the
 critic trains (the policy gets no gradient, so its optimizer skips it).
@@ -29,7 +34,9 @@ The value head is zero-initialised, so V ≡ 0 at the start and the first advant
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
+import math
 import os
 import warnings
 from collections.abc import Callable
@@ -43,6 +50,7 @@ from transformers import AutoConfig, AutoModelForTokenClassification, get_schedu
 
 from pacs_rl.algorithms import (
     CRITIC_LOSSES,
+    LOSS_AGG_MODES,
     compute_gae,
     masked_mean,
     masked_var,
@@ -51,12 +59,17 @@ from pacs_rl.algorithms import (
     ppo_value_loss,
 )
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.trainer import PACSTrainer, sequence_tensors
+from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors
 
 CRITIC_DIR = "critic"  # inside a checkpoint folder (and beside a saved final model)
 CRITIC_OPTIMIZER_FILE = "optimizer.pt"
 CRITIC_SCHEDULER_FILE = "scheduler.pt"
-PPO_OPTIONS = ("clip_eps", "clip_eps_high")  # loss_options keys ppo_policy_loss accepts
+# loss_options keys ppo_policy_loss accepts (its keyword arguments but the tensors of the batch)
+PPO_OPTIONS = tuple(
+    k
+    for k in inspect.signature(ppo_policy_loss).parameters
+    if k not in ("logp", "old_logp", "mask", "advantages", "is_weights")
+)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -100,7 +113,17 @@ class PPOConfig(PACSConfig):
     critic_max_grad_norm: float | None = field(
         default=None,
         metadata={
-            "help": "Gradient-norm clip of the critic; default: the policy's max_grad_norm. 0 disables it."
+            "help": "Gradient-norm clip of the critic; default: the policy's max_grad_norm. 0 disables it (the norm is "
+            "still logged). A critic step whose gradient norm is not finite is skipped and counted, as verl does."
+        },
+    )
+    critic_loss_agg_mode: str = field(
+        default="token-mean",
+        metadata={
+            "help": "How the value loss's token terms are reduced (pacs_rl.algorithms.aggregate_token_loss): 'token-mean' "
+            "(default, TRL's and verl's), 'seq-mean-token-mean', or 'seq-mean-token-sum-norm' (the PACS authors' "
+            "PPO: in their verl the critic follows the actor's loss_agg_mode; L = max_completion_length).",
+            "choices": list(LOSS_AGG_MODES),
         },
     )
     critic_warmup_steps: int = field(
@@ -161,6 +184,10 @@ class PPOConfig(PACSConfig):
             raise ValueError(f"critic_warmup_steps={self.critic_warmup_steps} must be >= 0.")
         if self.critic_max_grad_norm is not None and self.critic_max_grad_norm < 0:
             raise ValueError(f"critic_max_grad_norm={self.critic_max_grad_norm} must be >= 0 (0 disables).")
+        if self.critic_loss_agg_mode not in LOSS_AGG_MODES:
+            raise ValueError(
+                f"critic_loss_agg_mode={self.critic_loss_agg_mode!r}; choose one of {list(LOSS_AGG_MODES)}."
+            )
         if self.reference != "old":
             raise ValueError(
                 f"reference={self.reference!r} applies to PACS's reward proxy only; PPO's ratio is always against the "
@@ -180,7 +207,8 @@ class PPOConfig(PACSConfig):
         if unknown:
             raise ValueError(
                 f"loss_options {unknown} are not accepted by the PPO policy loss; it accepts {list(PPO_OPTIONS)} "
-                "(the critic has its own fields: value_clip_eps, critic_learning_rate, gae_gamma, gae_lambda)."
+                "(the critic has its own fields: value_clip_eps, critic_learning_rate, critic_loss_agg_mode, gae_gamma, "
+                "gae_lambda)."
             )
         super().__post_init__()  # every shared field: batch shapes, whole groups, schedule
 
@@ -333,7 +361,15 @@ class PPOTrainer(PACSTrainer):
             dtype = None if dtype == "auto" else dtype
             critic = build_critic(args.critic_model_name_or_path or model, dtype=dtype)
         super().__init__(model, reward_funcs, args, *pos, **kw)
+        stage, fsdp = self._sharding()
+        if stage is not None or fsdp:  # PPOConfig refuses the fields; this catches an accelerate config file
+            raise ValueError(
+                "loss_type='ppo' runs the critic under plain accelerate (DDP); this launch uses "
+                f"{'FSDP' if fsdp else f'DeepSpeed ZeRO-{stage}'}, which the critic does not support yet. Launch "
+                "without a DeepSpeed/FSDP accelerate config, or use another loss_type."
+            )
         self.critic = critic.to(self.accelerator.device)
+        self.num_skipped_critic_steps = 0
         if args.gradient_checkpointing:
             self.critic.gradient_checkpointing_enable(args.gradient_checkpointing_kwargs)
         self.critic_optimizer = None
@@ -395,10 +431,12 @@ class PPOTrainer(PACSTrainer):
                 ]
             )  # (B_local, T)
         old_values = torch.where(mask.bool(), old_values, torch.zeros_like(old_values))
+        scored = output.get("scored")
+        target_mask = mask if scored is None else mask * scored[:, None]  # unscored rows: no target, A = 0
         advantages, returns = ppo_advantages(
             output["rewards"].float(),
             old_values,
-            mask,
+            target_mask,
             gamma=self.args.gae_gamma,
             lam=self.args.gae_lambda,
             whiten=self.args.whiten_advantages,
@@ -410,13 +448,13 @@ class PPOTrainer(PACSTrainer):
 
         metrics = self._metrics[mode]
         metrics["ppo/explained_variance"].append(
-            explained_variance(old_values, returns, mask, all_reduce=self._all_reduce_sum)
+            explained_variance(old_values, returns, target_mask, all_reduce=self._all_reduce_sum)
         )
         metrics["ppo/rollout_value_mean"].append(
             masked_mean(old_values, mask, all_reduce=self._all_reduce_sum).item()
         )
         metrics["ppo/rollout_return_mean"].append(
-            masked_mean(returns, mask, all_reduce=self._all_reduce_sum).item()
+            masked_mean(returns, target_mask, all_reduce=self._all_reduce_sum).item()
         )
         return output
 
@@ -425,9 +463,14 @@ class PPOTrainer(PACSTrainer):
         mode = "train" if self.model.training else "eval"
         input_ids, attention_mask, mask = sequence_tensors(inputs)
         T = mask.size(1)
+        G = self.num_generations if mode == "train" else self.num_generations_eval
+        scored = inputs.get("scored")
+        target_mask = mask if scored is None else mask * scored[:, None]
 
         # Critic first: its graph is freed by its own backward before the policy's forward. (5)
-        value_metrics = self._critic_update(inputs, input_ids, attention_mask, mask, T, train=mode == "train")
+        value_metrics = self._critic_update(
+            inputs, input_ids, attention_mask, target_mask, T, train=mode == "train"
+        )
 
         warmup = mode == "train" and self.state.global_step < self.args.critic_warmup_steps
         grad_context = torch.no_grad() if warmup else contextlib.nullcontext()
@@ -437,39 +480,64 @@ class PPOTrainer(PACSTrainer):
             )  # (B, T) each
         old_logp = inputs.get("old_per_token_logps")  # None when one optimizer step uses the whole rollout
         old_logp = logp.detach() if old_logp is None else old_logp
-        options = {"clip_eps": self.args.epsilon, "clip_eps_high": self.args.epsilon_high}
+        options = {
+            "clip_eps": self.args.epsilon,
+            "clip_eps_high": self.args.epsilon_high,
+            "max_completion_length": self.args.max_completion_length,
+        }
         options.update(self.args.loss_options)
-        loss, policy_metrics = ppo_policy_loss(
-            logp, old_logp, mask, inputs["ppo_advantages"], **options
-        )  # (4)
+        advantages, rewards = inputs["ppo_advantages"], inputs["rewards"]
+        is_weights = inputs.get("importance_sampling_ratio")  # TRL's, with use_vllm and the correction
+        rows = self._finite_rows(mode, G, mask, rewards, logp=logp, old_logp=old_logp, is_weights=is_weights)
+        if rows is not None and rows.numel() == 0:
+            loss = torch.where(torch.isfinite(logp), logp, 0.0).sum() * 0.0
+        else:
+            if rows is not None:
+                logp, old_logp, mask, advantages, rewards, entropies = (
+                    x[rows] for x in (logp, old_logp, mask, advantages, rewards, entropies)
+                )
+                is_weights = None if is_weights is None else is_weights[rows]
+            loss, policy_metrics = ppo_policy_loss(
+                logp, old_logp, mask, advantages, is_weights=is_weights, **options
+            )  # (4)
+            metrics = {**policy_metrics, **value_metrics, "critic_warmup": float(warmup)}
+            self._log_step_metrics(mode, metrics, entropies, mask, rewards, G)
         if mode == "train":
             loss = loss / self.current_gradient_accumulation_steps
         if warmup:  # only the critic trains: the Trainer's backward reaches no policy weight
             loss = loss.detach().requires_grad_()
-
-        G = self.num_generations if mode == "train" else self.num_generations_eval
-        metrics = {**policy_metrics, **value_metrics, "critic_warmup": float(warmup)}
-        self._log_step_metrics(mode, metrics, entropies, mask, inputs["rewards"], G)
         return loss
 
     def _critic_update(self, inputs, input_ids, attention_mask, mask, T, train: bool) -> dict[str, float]:
         """Clipped value loss on one micro-batch; in training, its backward, and the critic's optimizer step on
-        the last micro-batch of an optimizer step (the same boundary as the policy's)."""
+        the last micro-batch of an optimizer step (the same boundary as the policy's). mask: (B, T), the
+        response tokens that have a value target."""
         critic = self.critic
         critic.train(train)
         sync = self.accelerator.sync_gradients
         no_sync = (
             self.accelerator.no_sync(critic) if train and not sync else contextlib.nullcontext()
         )  # DDP: reduce critic gradients once per optimizer step
+        metrics: dict[str, float] = {}
         with no_sync, torch.set_grad_enabled(train), self.accelerator.autocast():
             values = critic_values(critic, input_ids, attention_mask, T)  # (B, T)
-            value_loss, metrics = ppo_value_loss(
+            old_values, returns = inputs["ppo_old_values"], inputs["ppo_returns"]
+            ok = torch.isfinite(torch.where(mask.bool(), values.detach(), 0.0)).all(dim=1)  # (B,)
+            if not bool(ok.all()):  # a non-finite value: leave the row out (counted); the step's norm decides
+                log.warning("left out %d rows with non-finite critic values", int((~ok).sum()))
+                mask = mask * ok[:, None]
+            metrics["value_nonfinite_frac"] = 1.0 - ok.float().mean().item()
+            values = torch.where(mask.bool(), values, 0.0)
+            value_loss, value_metrics = ppo_value_loss(
                 values,
-                inputs["ppo_old_values"],
-                inputs["ppo_returns"],
+                old_values,
+                returns,
                 mask,
                 clip_eps=self.args.value_clip_eps,
+                loss_agg_mode=self.args.critic_loss_agg_mode,
+                max_completion_length=self.args.max_completion_length,
             )
+            metrics.update(value_metrics)
             if train:
                 self.accelerator.backward(value_loss / self.current_gradient_accumulation_steps)
         if train and sync:
@@ -477,15 +545,27 @@ class PPOTrainer(PACSTrainer):
         return metrics
 
     def _critic_optimizer_step(self) -> dict[str, float]:
+        """Clip (critic_max_grad_norm, default max_grad_norm; 0: none), skip a non-finite step (as verl's critic
+        does), step AdamW and the schedule."""
         max_norm = self.args.critic_max_grad_norm
         max_norm = self.args.max_grad_norm if max_norm is None else max_norm
         out = {"critic_lr": self.critic_lr_scheduler.get_last_lr()[0]}
-        if max_norm and max_norm > 0:
-            norm = self.accelerator.clip_grad_norm_(self.critic.parameters(), max_norm)
-            out["critic_grad_norm"] = float(norm)
-        self.critic_optimizer.step()
+        norm = self.accelerator.clip_grad_norm_(
+            self.critic.parameters(), max_norm if max_norm and max_norm > 0 else float("inf")
+        )
+        out["critic_grad_norm"] = float(norm)
+        skipped = not math.isfinite(out["critic_grad_norm"])
+        if skipped:
+            self.num_skipped_critic_steps += 1
+            log.warning(
+                "skipped critic step: gradient norm %s (%d skipped so far)",
+                out["critic_grad_norm"], self.num_skipped_critic_steps,
+            )  # fmt: skip
+        else:
+            self.critic_optimizer.step()
         self.critic_lr_scheduler.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
+        out["critic_skipped_nonfinite"] = float(skipped)
         return out
 
     # ------------------------------------------------------------------ checkpoints and exact resume

@@ -7,19 +7,27 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
   log-probs when `reference="frozen"`, log rollout-level metrics.
 - `_prepare_inputs`: TRL shuffles *rows* of a rollout batch before cutting it into micro-batches; we
   shuffle *groups*, so every micro-batch holds whole groups (ψ_i of PACS needs all r̂_j of its group).
-- `_compute_loss`: per-token log-probs, then `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`.
+- `_compute_loss`: per-token log-probs, then `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`,
+  divided by the accumulation steps itself (`loss_is_scaled_for_ga = True`, so transformers does not divide
+  again); groups with a non-finite log-prob are left out and counted. The baselines also get TRL's reference
+  log-probs (KL, `beta` > 0), the vLLM importance-sampling ratio and which completions were scored.
+- `_get_grad_norm`: a step whose gradient norm is not finite is skipped (gradients dropped before the
+  optimizer step) and counted, whatever `max_grad_norm` (None/0: no clip, the norm still logged).
 - `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
   completion positions only; otherwise TRL's fused head.
 - `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: also save the buffered rollout batch, TRL's
   micro-step counter and the frozen reference, so a resumed run continues exactly.
 
-Everything else (generation, vLLM, PEFT, accelerate/DeepSpeed, logging) is TRL's.
+Everything else (generation, vLLM, PEFT, accelerate/DeepSpeed, logging) is TRL's. A frozen reference is
+refused under ZeRO-3 or FSDP, its optimizer reset under any DeepSpeed or FSDP (`sharding_problems`).
 """
 
 from __future__ import annotations
 
 import copy
+import logging
+import math
 import os
 import warnings
 from typing import Any
@@ -36,7 +44,7 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
-from pacs_rl.algorithms import compute_policy_loss, policy_loss_options
+from pacs_rl.algorithms import compute_policy_loss, finite_groups, policy_loss_options
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
@@ -45,6 +53,8 @@ if is_peft_available():
     from peft import PeftModel
 
 PACS_STATE_FILE = "pacs_trainer_state_rank{rank}.pt"
+
+log = logging.getLogger("pacs_rl.training")
 
 
 def shuffle_groups(batch: dict[str, Any], group_size: int) -> dict[str, Any]:
@@ -87,11 +97,43 @@ def group_mixed_fraction(rewards: torch.Tensor, group_size: int) -> float:
     return (grouped.max(dim=1).values != grouped.min(dim=1).values).float().mean().item()
 
 
+def sharding_problems(
+    reference: str, reset_optimizer: bool, deepspeed_stage: int | None, fsdp: bool
+) -> list[str]:
+    """What the frozen reference cannot do under this sharding (deepspeed_stage None: no DeepSpeed).
+
+    The frozen reference is a full, unsharded copy of the policy per process, refreshed from the policy's
+    ``state_dict()``: under ZeRO-3 or FSDP each process holds only a shard of the policy, so the copy would be
+    built from (and reset to) a shard. The optimizer reset clears a torch optimizer's ``state``; DeepSpeed and
+    FSDP keep the moments in their own partitioned structures, which it would not reach.
+    """
+    out = []
+    if reference == "frozen" and (fsdp or (deepspeed_stage or 0) >= 3):
+        where = "FSDP" if fsdp else "DeepSpeed ZeRO-3"
+        out.append(
+            f"reference='frozen' under {where}: the frozen copy and its reset read the whole policy, which each "
+            "process holds only a shard of. Use reference='old' (the authors' choice, no extra model), or ZeRO-1/2 / "
+            "plain data parallelism."
+        )
+    if reference == "frozen" and reset_optimizer and (fsdp or deepspeed_stage is not None):
+        where = "FSDP" if fsdp else f"DeepSpeed (ZeRO-{deepspeed_stage})"
+        out.append(
+            f"reset_optimizer=True under {where}: the reset clears a torch optimizer's state, but {where} keeps the "
+            "Adam moments in its own partitions. Set reset_optimizer=False, or train without DeepSpeed/FSDP."
+        )
+    return out
+
+
 class PACSTrainer(GRPOTrainer):
     """GRPOTrainer whose loss is `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`.
 
     Same constructor as `trl.GRPOTrainer`; `args` must be a `PACSConfig`.
     """
+
+    # _compute_loss divides by the gradient-accumulation steps itself; transformers' training_step must not
+    # divide again (it would scale the gradient by 1/GA²). TRL sets the same; pinned here and in
+    # tests/test_trl_contract.py.
+    loss_is_scaled_for_ga = True
 
     def __init__(self, model, reward_funcs=None, args: PACSConfig | None = None, *pos, **kw):
         if args is None or not isinstance(args, PACSConfig):
@@ -118,6 +160,20 @@ class PACSTrainer(GRPOTrainer):
                 self.add_callback(ReferenceResetCallback(self))
         self._last_rewards_per_func: torch.Tensor | None = None
         self.num_reference_resets = 0
+        self.num_skipped_steps = 0  # optimizer steps skipped for a non-finite gradient norm
+        problems = sharding_problems(
+            args.reference, args.reset_optimizer and args.ref_reset_steps > 0, *self._sharding()
+        )
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def _sharding(self) -> tuple[int | None, bool]:
+        """(DeepSpeed ZeRO stage or None, whether FSDP shards the model), as accelerate set them up."""
+        stage = None
+        if getattr(self, "is_deepspeed_enabled", False):
+            plugin = self.accelerator.state.deepspeed_plugin
+            stage = int(getattr(plugin, "zero_stage", 0) or 0)
+        return stage, bool(getattr(self, "is_fsdp_enabled", False))
 
     # ------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -233,10 +289,15 @@ class PACSTrainer(GRPOTrainer):
         rewards = (rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)
         if self.loss_type == "pacs":
             rewards = self._binary_labels(rewards, unscorable, rewards_per_func, mode)
-        rewards = rewards.masked_fill(unscorable, 0.0)  # unscorable: counted below, labelled 0
+        # Unscorable (every reward function returned None): counted below. PACS labels them 0 (every row of a
+        # group needs a label); the baselines leave them out of the group baseline with advantage 0, as TRL does.
+        rewards = rewards.masked_fill(unscorable, 0.0)
         n_local = output["completion_ids"].size(0)
         rank = self.accelerator.process_index
-        output["rewards"] = rewards[rank * n_local : (rank + 1) * n_local]  # (B_local,)
+        local = slice(rank * n_local, (rank + 1) * n_local)
+        output["rewards"] = rewards[local]  # (B_local,)
+        if self.loss_type != "pacs":
+            output["scored"] = ~unscorable[local]  # (B_local,)
 
         G = self.num_generations if mode == "train" else self.num_generations_eval
         metrics = self._metrics[mode]
@@ -306,22 +367,42 @@ class PACSTrainer(GRPOTrainer):
         G = self.num_generations if mode == "train" else self.num_generations_eval
 
         options = dict(self.args.loss_options)
-        ref_logp = None
+        batch = {"ref_logp": None, "scored": None, "is_weights": None}
         if self.loss_type == "pacs":
             options.setdefault("beta", self.args.pacs_beta)
             options.setdefault("score", self.args.pacs_score)
             options.setdefault("weighted", self.args.pacs_weighted)
-            ref_logp = inputs.get("pacs_ref_per_token_logps", old_logp)  # eq. 8: π_ref = old or frozen
-        else:  # TRL's clipping fields, where the loss takes them
+            batch["ref_logp"] = inputs.get(
+                "pacs_ref_per_token_logps", old_logp
+            )  # eq. 8: π_ref = old or frozen
+        else:  # TRL's fields, where the loss takes them
             accepted = policy_loss_options(self.loss_type)
             trl_fields = {
                 "clip_eps": self.args.epsilon,
                 "clip_eps_high": self.args.epsilon_high,
                 "max_completion_length": self.args.max_completion_length,
             }
+            if self.beta != 0.0:  # TRL's reference model (the initial policy) computed these at rollout time
+                trl_fields.update(kl_coef=self.beta, kl_ratio_weighted=self.args.use_bias_correction_kl)
+                batch["ref_logp"] = inputs["ref_per_token_logps"]
             for key, value in trl_fields.items():
                 if key in accepted:
                     options.setdefault(key, value)
+            batch["scored"] = inputs.get("scored")
+            batch["is_weights"] = inputs.get(
+                "importance_sampling_ratio"
+            )  # TRL's, with use_vllm and the correction
+
+        rows = self._finite_rows(mode, G, mask, rewards, logp=logp, old_logp=old_logp, **batch)
+        if (
+            rows is not None and rows.numel() == 0
+        ):  # no finite group: no loss; the step's norm decides the rest
+            return torch.where(torch.isfinite(logp), logp, 0.0).sum() * 0.0
+        if rows is not None:
+            logp, old_logp, mask, rewards, entropies = (
+                x[rows] for x in (logp, old_logp, mask, rewards, entropies)
+            )
+            batch = {k: (None if v is None else v[rows]) for k, v in batch.items()}
         loss, loss_metrics = compute_policy_loss(
             self.loss_type,
             logp=logp,
@@ -329,7 +410,7 @@ class PACSTrainer(GRPOTrainer):
             mask=mask,
             rewards=rewards,
             group_size=G,
-            ref_logp=ref_logp,
+            **batch,
             **options,
         )
         if mode == "train":
@@ -337,6 +418,55 @@ class PACSTrainer(GRPOTrainer):
 
         self._log_step_metrics(mode, loss_metrics, entropies, mask, rewards, G)
         return loss
+
+    def _finite_rows(self, mode, G, mask, rewards, **tensors) -> torch.Tensor | None:
+        """Rows of the groups whose response tokens are finite in every given (B, T) tensor; None when all are.
+
+        A non-finite log-prob (e.g. an fp16 overflow in the forward) must neither stop a long run nor reach the
+        loss: its group is left out and counted (loss/nonfinite_groups_frac); if the backward still makes
+        the gradient non-finite, the optimizer step is skipped (see _get_grad_norm).
+        """
+        token_tensors = {k: v for k, v in tensors.items() if v is not None and v.shape == mask.shape}
+        ok = finite_groups(mask, G, rewards, **token_tensors)  # (n_groups,)
+        seq_weights = tensors.get("is_weights")
+        if seq_weights is not None and seq_weights.shape != mask.shape:  # one ratio per sequence, (B, 1)
+            ok &= torch.isfinite(seq_weights.reshape(-1, G)).all(dim=1)
+        self._metrics[mode]["loss/nonfinite_groups_frac"].append(1.0 - ok.float().mean().item())
+        if bool(ok.all()):
+            return None
+        log.warning(
+            "left out %d of %d groups with non-finite log-probs from this loss", int((~ok).sum()), ok.numel()
+        )
+        return ok.repeat_interleave(G).nonzero()[:, 0]
+
+    # ------------------------------------------------------------------ optimizer step
+    def _get_grad_norm(self, model, grad_norm=None):
+        """transformers calls this on every optimizer step, after any clipping and before optimizer.step().
+        A non-finite norm skips the step (as the PACS authors' actor and verl do): the gradients are dropped,
+        so the optimizer leaves weights, moments and step counts untouched; the step is counted."""
+        grad_norm = super()._get_grad_norm(model, grad_norm)
+        value = float(grad_norm) if grad_norm is not None else 0.0
+        skipped = not math.isfinite(value)
+        if skipped:
+            self.num_skipped_steps += 1
+            if (
+                self.accelerator.scaler is not None
+            ):  # fp16: the grad scaler skips the step and lowers its scale
+                pass
+            elif getattr(self, "is_deepspeed_enabled", False):
+                warnings.warn(
+                    f"gradient norm {value} at step {self.state.global_step + 1}: under DeepSpeed the optimizer step is "
+                    "DeepSpeed's own and cannot be skipped from here.",
+                    stacklevel=2,
+                )
+            else:
+                model.zero_grad(set_to_none=True)  # torch optimizers skip parameters without a gradient
+                log.warning(
+                    "skipped optimizer step %d: gradient norm %s (%d skipped so far)",
+                    self.state.global_step + 1, value, self.num_skipped_steps,
+                )  # fmt: skip
+        self._metrics["train"]["optimizer/skipped_nonfinite"].append(float(skipped))
+        return grad_norm
 
     def _log_step_metrics(self, mode, loss_metrics, entropies, mask, rewards, G) -> None:
         """Average each metric over processes (one all-reduce) and queue it for TRL's `log`."""
@@ -376,6 +506,7 @@ class PACSTrainer(GRPOTrainer):
             "step": self._step,
             "buffered_inputs": self._buffered_inputs,
             "num_reference_resets": self.num_reference_resets,
+            "num_skipped_steps": self.num_skipped_steps,
         }
         if self.ref_policy is not None and self.accelerator.is_main_process:
             state["ref_policy"] = self.ref_policy.state_dict()
@@ -401,6 +532,7 @@ class PACSTrainer(GRPOTrainer):
         self._step = state["step"]
         self._buffered_inputs = _to_device(state["buffered_inputs"], self.accelerator.device)
         self.num_reference_resets = state.get("num_reference_resets", 0)
+        self.num_skipped_steps = state.get("num_skipped_steps", 0)
         if self.ref_policy is not None:
             ref_state = state.get("ref_policy")
             if ref_state is None:  # saved by the main process only
@@ -442,4 +574,10 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     return best
 
 
-__all__ = ["PACSTrainer", "group_mixed_fraction", "last_complete_checkpoint", "shuffle_groups"]
+__all__ = [
+    "PACSTrainer",
+    "group_mixed_fraction",
+    "last_complete_checkpoint",
+    "sharding_problems",
+    "shuffle_groups",
+]

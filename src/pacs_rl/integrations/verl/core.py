@@ -6,14 +6,15 @@ in every process through the ``verl.plugins`` entry point of pacs-rl (see ``plug
 How the 0/1 labels reach the loss. verl's policy-loss interface passes per micro-batch only
 ``old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights``; the
 outcome reward and the prompt id (``uid``) are not among them. So the ``pacs`` estimator, which runs on the
-driver over the whole rollout batch and does see ``uid``, writes into the ``advantages`` tensor an integer
-code per row, constant over the row's response tokens:
+driver over the whole rollout batch and does see ``uid``, writes into the ``advantages`` tensor a
+self-checking integer code per row, constant over the row's response tokens (see ``labels.py``):
 
-    code_i = 2 · g_i + R_i          g_i = ordinal of the row's uid in the batch, R_i ∈ {0, 1}      (A)
+    code_i = 4 · g_i + 2 · R_i + 1      g_i = ordinal of the row's uid in the batch, R_i ∈ {0, 1}      (A)
 
-and the ``pacs`` loss decodes it (R_i = code_i mod 2, g_i = code_i div 2), checks that every group present
-in the micro-batch is whole (``rollout.n`` rows), sorts the rows by g_i (stable) so that groups are
-contiguous, and calls :func:`pacs_rl.algorithms.pacs_loss` with π_ref = the rollout ("old") policy:
+and the ``pacs`` loss decodes it (refusing any value that is not such a code, e.g. one a bf16 round trip
+rounded to an even number), checks that every group present in the micro-batch is whole (``rollout.n``
+rows), sorts the rows by g_i (stable) so that groups are contiguous, and calls
+:func:`pacs_rl.algorithms.pacs_loss` with π_ref = the rollout ("old") policy:
 
     r̂_i = β Σ_t mask (log π_θ − log π_old)                 eq. 8
     ψ_i  = r̂_i − mean_{j≠i} r̂_j   (or grpo / dr_grpo)      eq. 7 / 11 / 12
@@ -21,7 +22,11 @@ contiguous, and calls :func:`pacs_rl.algorithms.pacs_loss` with π_ref = the rol
 
 N_mini is verl's global mini-batch size (rows over all ranks): the micro-batch losses summed over the
 rank's micro-batches and averaged over ranks give the mean over the mini-batch, as eq. 9 asks.
-Codes are exact in float32 up to 2^24, i.e. 8 million groups per rollout batch.
+Codes are exact in float32 up to 2^24, i.e. about 4 million groups per rollout batch.
+
+verl's own optimizer step (not this module) clips the gradient norm at ``actor.optim.clip_grad`` and skips a
+step whose norm is not finite; the authors' PACS actor never clipped, so the example configs set
+``clip_grad: .inf`` (docs/VERL.md).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from verl.workers.config import PolicyLossConfig
 from pacs_rl.algorithms import pacs_loss
 
 from .guard import PACS_NAME, SCORE_METHODS
+from .labels import MAX_GROUPS, decode_labels, encode_labels
 
 __all__ = [
     "PACSPolicyLossConfig",
@@ -50,8 +56,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_MAX_CODE = 2**24  # float32 holds every integer below this exactly
 
 
 @dataclass
@@ -90,50 +94,6 @@ def _pacs_options(config: Any) -> tuple[float, str, bool, int]:
             "(from actor_rollout_ref.rollout.n); it is missing from the actor config."
         )
     return beta, score, weighted, int(group_size)
-
-
-# ------------------------------------------------------------------------------------------------------
-# Labels and group ids through the advantages tensor, eq. (A)
-
-
-def encode_labels(
-    rewards: torch.Tensor, group_ids: torch.Tensor, response_mask: torch.Tensor
-) -> torch.Tensor:
-    """Eq. (A): advantages (B, T) = (2 · group_ids + rewards) on response tokens, 0 elsewhere.
-
-    rewards: (B,) in {0, 1}; group_ids: (B,) int ≥ 0; response_mask: (B, T). float32.
-    """
-    code = (2 * group_ids.to(torch.float64) + rewards.to(torch.float64)).to(torch.float32)  # (B,)
-    return code[:, None] * response_mask.to(torch.float32)
-
-
-def decode_labels(advantages: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of :func:`encode_labels` for rows with at least one response token.
-
-    advantages, response_mask: (B, T) → (rewards (B,) float in {0, 1}, group_ids (B,) int64); rows with an
-    empty mask (verl's padding rows) get group id −1. Raises ValueError when the tensor does not hold
-    eq.-(A) codes, i.e. when the ``pacs`` estimator did not write it.
-    """
-    mask = response_mask.bool()
-    has_tokens = mask.any(dim=-1)
-    adv = torch.where(mask, advantages.detach().to(torch.float64), torch.zeros((), dtype=torch.float64))
-    count = mask.sum(dim=-1).clamp(min=1)
-    code = adv.sum(dim=-1) / count  # (B,)
-    spread = torch.where(mask, (adv - code[:, None]).abs(), torch.zeros((), dtype=torch.float64)).amax(dim=-1)
-    valid = (spread == 0) & (code == code.round()) & (code >= 0) & (code < _MAX_CODE)
-    bad = has_tokens & ~valid
-    if bool(bad.any()):
-        row = int(bad.nonzero()[0, 0])
-        raise ValueError(
-            f"the 'pacs' policy loss found advantages that are not PACS label codes (row {row}: "
-            f"{advantages[row][mask[row]][:4].tolist()}...). The loss reads the 0/1 outcome labels that the "
-            "'pacs' advantage estimator writes: set algorithm.adv_estimator=pacs together with "
-            "actor_rollout_ref.actor.policy_loss.loss_mode=pacs, and do not transform advantages in between."
-        )
-    code = code.round().to(torch.int64)
-    rewards = (code % 2).to(advantages.dtype)
-    group_ids = torch.where(has_tokens, code // 2, torch.full_like(code, -1))
-    return rewards, group_ids
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -179,9 +139,10 @@ def compute_pacs_label_advantage(
 
     ordinal: dict[Any, int] = {}
     group_ids = torch.tensor([ordinal.setdefault(uid, len(ordinal)) for uid in index], dtype=torch.int64)
-    if 2 * len(ordinal) + 1 >= _MAX_CODE:
+    if len(ordinal) > MAX_GROUPS:
         raise ValueError(
-            f"{len(ordinal)} groups in one rollout batch: PACS codes are exact up to {_MAX_CODE // 2}."
+            f"{len(ordinal)} groups in one rollout batch: PACS label codes are exact in float32 up to "
+            f"{MAX_GROUPS}; use a smaller data.train_batch_size."
         )
     advantages = encode_labels(labels, group_ids, response_mask).to(token_level_rewards.device)
     return advantages, advantages.clone()
@@ -204,7 +165,7 @@ def compute_pacs_policy_loss(
     """verl policy loss ``pacs``: eq. 9 over the whole groups of one micro-batch.
 
     old_log_prob, log_prob, advantages, response_mask: (B, T). ``advantages`` must hold the eq.-(A) codes of
-    the ``pacs`` estimator. ``loss_agg_mode`` is ignored: PACS is a mean over sequences (eq. 9).
+    the ``pacs`` estimator, in float32 or float64. ``loss_agg_mode`` is ignored: PACS is a mean over sequences (eq. 9).
     ``config`` is verl's ActorConfig: ``rollout_n`` gives G, ``policy_loss.pacs_*`` the PACS options,
     ``global_batch_info`` the mini-batch normalisation. Returns (loss, metrics) as verl expects.
     """
