@@ -81,6 +81,36 @@ def test_old_logps_are_computed_when_a_rollout_serves_several_steps():
     assert "process_slice" in src, "TRL no longer slices the gathered rewards per process"
 
 
+def test_loss_scaling_for_gradient_accumulation_is_left_to_us():
+    """PACSTrainer._compute_loss divides by the accumulation steps; transformers must then not divide again."""
+    from transformers import Trainer
+
+    from pacs_rl.training import PACSTrainer
+
+    assert PACSTrainer.loss_is_scaled_for_ga is True
+    assert GRPOTrainer.loss_is_scaled_for_ga is True, "TRL changed how it scales its loss for accumulation"
+    src = inspect.getsource(Trainer.training_step)
+    assert "self.loss_is_scaled_for_ga" in src and "loss / self.current_gradient_accumulation_steps" in src, (
+        "transformers' training_step no longer decides on loss_is_scaled_for_ga: re-check PACSTrainer._compute_loss"
+    )
+
+
+def test_non_finite_step_hook_sits_between_clip_and_optimizer_step():
+    """PACSTrainer._get_grad_norm drops the gradients of a non-finite step; it must run after any clipping and
+    before optimizer.step() on every optimizer step."""
+    from transformers import Trainer
+
+    params = list(inspect.signature(Trainer._get_grad_norm).parameters)
+    assert params[:3] == ["self", "model", "grad_norm"], f"Trainer._get_grad_norm changed: {params}"
+    src = inspect.getsource(Trainer._run_epoch)
+    clip, norm, step = (
+        src.find(s) for s in ("self._clip_grad_norm(", "self._get_grad_norm(", "self.optimizer.step()")
+    )
+    assert -1 < clip < norm < step, (
+        "transformers' training loop moved the grad-norm call relative to the step"
+    )
+
+
 def test_config_fields_we_map_onto():
     fields = GRPOConfig.__dataclass_fields__
     for name in (
@@ -96,8 +126,22 @@ def test_config_fields_we_map_onto():
         "loss_type",
         "use_vllm",
         "vllm_mode",
+        "vllm_importance_sampling_correction",
+        "vllm_importance_sampling_mode",
+        "vllm_importance_sampling_clip_min",
+        "vllm_importance_sampling_clip_max",
+        "use_bias_correction_kl",
+        "max_grad_norm",
+        "weight_decay",
     ):
         assert name in fields, f"GRPOConfig.{name} no longer exists"
+
+
+def test_rollout_keys_the_baselines_read():
+    """The vLLM importance-sampling ratio and the reference log-probs come from TRL's rollout under these keys."""
+    src = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for key in ('output["importance_sampling_ratio"]', 'output["ref_per_token_logps"]', "unscorable_mask"):
+        assert key in src, f"GRPOTrainer._generate_and_score_completions no longer sets {key}"
 
 
 def test_runtime_keys_and_attributes(tiny_model, tiny_tokenizer, tmp_path):

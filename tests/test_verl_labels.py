@@ -63,5 +63,5 @@ def test_the_loss_refuses_advantages_in_a_narrow_dtype_and_foreign_advantages():
 
 def test_group_ids_beyond_float32s_exact_range_are_refused():
     assert 4 * (MAX_GROUPS - 1) + 3 < 2**24 <= 4 * MAX_GROUPS + 3
-    with pytest.raises(ValueError, match="smaller data.train_batch_size"):
+    with pytest.raises(ValueError, match=r"smaller data\.train_batch_size"):
         encode_labels(torch.zeros(1), torch.tensor([MAX_GROUPS]), torch.ones(1, 2))
