@@ -116,6 +116,42 @@ def test_settings_errors_name_the_setting():
         resolve_settings(preset="nope")
 
 
+def test_method_settings_change_one_method_and_never_the_budget():
+    per_method = {
+        "grpo": {"max_grad_norm": 1.0, "loss_options": {"clip_ratio_c": 3.0}},
+        "pacs": {"max_grad_norm": None},
+    }
+    s = resolve_settings(preset="smoke", config={"method_settings": per_method})
+    overrides = {p.variant: p.overrides for p in build_plan(s)}
+    assert overrides["grpo"] == {
+        "loss_type": "grpo",
+        "max_grad_norm": 1.0,
+        "loss_options": {"clip_ratio_c": 3.0},
+    }
+    assert overrides["pacs"] == {"loss_type": "pacs", "max_grad_norm": None}
+    from pacs_rl.compare.execute import check_methods_buildable
+
+    check_methods_buildable(s)
+    ppo = resolve_settings(
+        preset="smoke",
+        cli={"methods": ["pacs", "ppo"]},
+        config={"method_settings": {"ppo": {"critic_loss_agg_mode": "seq-mean-token-sum-norm"}}},
+    )
+    assert build_plan(ppo)[1].overrides["critic_loss_agg_mode"] == "seq-mean-token-sum-norm"
+    for bad, message in [
+        ({"grpo": {"max_steps": 4}}, r"method_settings\.grpo\.max_steps: max_steps must be the same"),
+        ({"grpo": {"temperature": 0.5}}, "must be the same for every method"),
+        ({"ppo": {"max_grad_norm": 1.0}}, "not among the methods"),
+        ({"grpo": {"critic_loss_agg_mode": "token-mean"}}, r"not a field of grpo's config"),
+        ({"grpo": {"loss_type": "rloo"}}, "must be the same for every method"),
+    ]:
+        with pytest.raises(CompareError, match=message):
+            resolve_settings(preset="smoke", config={"method_settings": bad})
+    assert "method_settings" not in resolve_settings(
+        preset="smoke"
+    )  # absent unless given: old manifests match
+
+
 def test_manifest_refuses_other_settings(tmp_path):
     s = resolve_settings(preset="smoke")
     write_or_check_manifest(tmp_path, s, build_plan(s))

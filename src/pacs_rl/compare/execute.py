@@ -26,7 +26,7 @@ from pacs_rl.compare.plan import (
     RunSpec,
     build_plan,
     eval_dir_of,
-    method_overrides,
+    method_config_overrides,
     write_or_check_manifest,
 )
 from pacs_rl.compare.report import write_comparison_report
@@ -84,7 +84,9 @@ def check_methods_buildable(settings: dict[str, Any]) -> None:
     """Build each method's config once (no model) so an unsupported one fails before any training."""
     for m in settings["methods"]:
         kw = train_config_dict(
-            settings, RunSpec(m, m, 0, method_overrides(m)), Path("/nonexistent-compare-check")
+            settings,
+            RunSpec(m, m, 0, method_config_overrides(settings, m)),
+            Path("/nonexistent-compare-check"),
         )
         try:
             config_cls, _ = config_and_trainer_classes(kw.get("loss_type", "pacs"), kw)

@@ -13,7 +13,11 @@ Settings (a YAML/JSON file, a preset, then the command-line options, each overri
     seeds: [0, 1]
     sweeps: {pacs_beta: [0.1, 1, 10]}
     train:  {data: "arithmetic?n=256&split=train", max_steps: 8, ...every other key is a PACSConfig field}
+    method_settings: {grpo: {max_grad_norm: 1.0}, pacs: {max_grad_norm: null}}   # optional, per method
     eval:   {benchmarks: ["arithmetic?n=40&split=test&seed=1"], n: 8, ks: [1, 2, 4, 8], temperature: 0.6, ...}
+
+``method_settings`` sets config fields for one method only (the PACS authors clipped their baselines but
+not PACS, and only PPO has a critic); the budget fields (BUDGET_KEYS) may not differ between methods.
 """
 
 from __future__ import annotations
@@ -81,6 +85,11 @@ def method_overrides(method: str) -> dict[str, Any]:
     return dict(_methods()[method][0])
 
 
+def method_config_overrides(settings: dict[str, Any], method: str) -> dict[str, Any]:
+    """The config overrides of ``method`` in a comparison: the method's own, then its ``method_settings``."""
+    return {**method_overrides(method), **settings.get("method_settings", {}).get(method, {})}
+
+
 def method_label(method: str) -> str:
     """Row name of ``method`` in the tables, as the paper writes it."""
     entry = _methods().get(method)
@@ -89,6 +98,13 @@ def method_label(method: str) -> str:
 
 # Fields a comparison sets for every run itself (they must not differ between methods).
 RESERVED_TRAIN_KEYS = ("output_dir", "seed", "data_seed", "loss_type")
+# The rollout budget (steps × prompts × G × tokens, and how completions are sampled): shared by every method,
+# so never in method_settings.
+BUDGET_KEYS = (
+    "max_steps", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "mini_batches_per_rollout", "steps_per_generation", "generation_batch_size", "num_iterations",
+    "max_completion_length", "temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+)  # fmt: skip
 
 # Training settings shared by every run unless the settings file changes them.
 TRAIN_DEFAULTS: dict[str, Any] = {
@@ -244,10 +260,20 @@ def load_settings_file(path: str | Path) -> dict[str, Any]:
         data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise CompareError(f"--config {p}: expected a mapping at the top, got {type(data).__name__}.")
-    unknown = set(data) - {"model", "methods", "seeds", "sweeps", "train", "eval", "preset"}
+    unknown = set(data) - {
+        "model",
+        "methods",
+        "seeds",
+        "sweeps",
+        "train",
+        "method_settings",
+        "eval",
+        "preset",
+    }
     if unknown:
         raise CompareError(
-            f"--config {p}: unknown key(s) {sorted(unknown)}; known: model, methods, seeds, sweeps, train, eval."
+            f"--config {p}: unknown key(s) {sorted(unknown)}; known: model, methods, seeds, sweeps, train, "
+            "method_settings, eval."
         )
     return data
 
@@ -339,6 +365,7 @@ def check_settings(settings: dict[str, Any]) -> None:
             )
         if not isinstance(values, list) or not values:
             raise CompareError(f"--sweep {name}: give at least one value, e.g. --sweep {name}=0.1,1,10.")
+    _check_method_settings(settings)
     ev = settings["eval"]
     unknown_eval = set(ev) - set(EVAL_DEFAULTS)
     if unknown_eval:
@@ -348,6 +375,37 @@ def check_settings(settings: dict[str, Any]) -> None:
     ks = ev.get("ks")
     if ks is not None and any(int(k) < 1 or int(k) > int(ev["n"]) for k in ks):
         raise CompareError(f"eval.ks {ks} must lie in 1..n (n = {ev['n']}).")
+
+
+def _check_method_settings(settings: dict[str, Any]) -> None:
+    """method_settings: {method: {field: value}} for methods of this comparison, fields of that method's config
+    class, never a budget or reserved field."""
+    per_method = settings.get("method_settings") or {}
+    if not isinstance(per_method, dict):
+        raise CompareError(
+            f"method_settings must map method -> {{field: value}}, got {type(per_method).__name__}."
+        )
+    for method, values in per_method.items():
+        if method not in settings["methods"]:
+            raise CompareError(
+                f"method_settings.{method}: {method!r} is not among the methods of this comparison "
+                f"({', '.join(settings['methods'])})."
+            )
+        if not isinstance(values, dict):
+            raise CompareError(
+                f"method_settings.{method} must map field -> value, got {type(values).__name__}."
+            )
+        fields = _training().config_fields(method_overrides(method)["loss_type"])
+        for key in values:
+            if key in BUDGET_KEYS or key in RESERVED_TRAIN_KEYS:
+                raise CompareError(
+                    f"method_settings.{method}.{key}: {key} must be the same for every method (the rollout budget or a "
+                    "field the comparison sets itself); set it in train."
+                )
+            if key not in fields:
+                raise CompareError(
+                    f"method_settings.{method}.{key} is not a field of {method}'s config; see `pacs-rl train --help`."
+                )
 
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
@@ -395,13 +453,14 @@ def build_plan(settings: dict[str, Any]) -> list[RunSpec]:
 
     variants: list[tuple[str, str, dict[str, Any], tuple[str, Any] | None]] = []
     for m in settings["methods"]:
-        variants.append((m, m, method_overrides(m), None))
+        variants.append((m, m, method_config_overrides(settings, m), None))
     for name, values in settings.get("sweeps", {}).items():
         for m in settings["methods"]:
             if name.startswith("pacs_") and method_overrides(m)["loss_type"] != "pacs":
                 continue
             for v in values:
-                variants.append((f"{m}[{name}={_fmt(v)}]", m, {**method_overrides(m), name: v}, (name, v)))
+                overrides = {**method_config_overrides(settings, m), name: v}
+                variants.append((f"{m}[{name}={_fmt(v)}]", m, overrides, (name, v)))
     for variant, method, overrides, sweep in variants:
         eff = effective(overrides)
         if eff in seen:
@@ -423,7 +482,9 @@ def sweep_table(settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, dict
         for m in settings["methods"]:
             if name.startswith("pacs_") and method_overrides(m)["loss_type"] != "pacs":
                 continue
-            own = method_overrides(m).get(name, settings["train"].get(name, _field_default(fields[name])))
+            own = method_config_overrides(settings, m).get(
+                name, settings["train"].get(name, _field_default(fields[name]))
+            )
             for v in values:
                 variant = f"{m}[{name}={_fmt(v)}]"
                 if variant not in variants and v == own:
