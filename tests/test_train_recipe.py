@@ -305,6 +305,22 @@ def test_ppo_critic_skips_a_non_finite_step_and_logs_its_norm_unclipped(tmp_path
     assert trainer.num_skipped_critic_steps == 1
 
 
+def test_ppo_runs_the_authors_baseline_settings(tmp_path, tiny_model, tiny_tokenizer):
+    trainer = _trainer(
+        tmp_path, tiny_model, tiny_tokenizer, reward=_some_unscorable, cls=PPOTrainer, config_cls=PPOConfig,
+        critic_learning_rate=1e-3, max_grad_norm=1.0, critic_loss_agg_mode="seq-mean-token-sum-norm",
+        loss_options={"loss_agg_mode": "seq-mean-token-sum-norm", "clip_ratio_c": 3.0},
+    )  # fmt: skip
+    inputs = _rollout(trainer)
+    unscored = ~inputs["scored"]
+    assert unscored.tolist() == [i % 3 == 0 for i in range(2 * G)]
+    assert (inputs["ppo_advantages"][unscored] == 0).all() and (inputs["ppo_returns"][unscored] == 0).all()
+    assert (inputs["ppo_advantages"][~unscored] != 0).any()
+    trainer.train()
+    rows = [r for r in read_metrics(tmp_path / METRICS_FILE) if "ppo/clip_ratio_dual" in r]
+    assert rows and all(math.isfinite(r["ppo/value_loss"]) for r in rows)
+
+
 # ---------------------------------------------------------------- the frozen reference under sharding
 def test_sharding_problems_name_what_cannot_work():
     assert sharding_problems("old", True, 3, False) == []  # no frozen copy: nothing to refuse

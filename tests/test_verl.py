@@ -350,6 +350,20 @@ def test_example_configs_pass_the_guard_and_hold_the_papers_recipe():
         True,
     )
     assert isinstance(omega_conf_to_dataclass(actor).policy_loss, core.PACSPolicyLossConfig)
+    for config in (paper, single):  # the authors' PACS optimizer step: no clip, verl's weight decay
+        optim = omega_conf_to_dataclass(config.actor_rollout_ref.actor.optim)
+        assert optim.clip_grad == float("inf") and optim.weight_decay == 0.01
+        assert config.actor_rollout_ref.actor.grad_clip == float("inf")
+        assert config.algorithm.rollout_correction.rollout_is is None
+
+
+def test_an_infinite_clip_leaves_the_gradient_as_is_and_returns_its_norm():
+    """What verl's optimizer step does with optim.clip_grad = inf (torch's clip_grad_norm_, as on one GPU)."""
+    layer = torch.nn.Linear(3, 2)
+    layer(torch.randn(4, 3)).pow(2).sum().mul(100).backward()
+    grads = [p.grad.clone() for p in layer.parameters()]
+    norm = torch.nn.utils.clip_grad_norm_(layer.parameters(), max_norm=float("inf"))
+    assert norm > 1.0 and all(torch.equal(p.grad, g) for p, g in zip(layer.parameters(), grads, strict=True))
 
 
 def _run(args, env_extra):
