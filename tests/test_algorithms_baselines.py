@@ -183,14 +183,14 @@ def test_dr_grpo_constant_normaliser(max_len):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _grpo_adv(rewards, g=4, eps=1e-6):
-    adv = []
-    for s in range(0, len(rewards), g):
-        grp = rewards[s : s + g]
-        mean = sum(grp) / g
-        std = math.sqrt(sum((r - mean) ** 2 for r in grp) / (g - 1))
-        adv += [(r - mean) / (std + eps) for r in grp]
-    return adv
+def _trl_advantages(rewards, scored, g):
+    """TRL 1.16 GRPOTrainer: unscorable rewards NaN, nan-aware group mean and std, advantage NaN → 0."""
+    r = torch.tensor([float(x) if ok else NAN for x, ok in zip(rewards, scored, strict=True)]).view(-1, g)
+    mean = torch.nanmean(r, dim=1, keepdim=True)
+    count = (~torch.isnan(r)).sum(dim=1, keepdim=True)
+    var = torch.nanmean((r - mean) ** 2, dim=1, keepdim=True) * count / (count - 1)
+    adv = (r - mean) / (var.sqrt() + 1e-6)
+    return torch.nan_to_num(adv, nan=0.0).reshape(-1).tolist()
 
 
 def test_aggregate_token_loss_modes_hand_computed():
@@ -215,7 +215,7 @@ def test_grpo_token_sum_norm_over_micro_batches_matches_the_authors_verl():
     """The authors' GRPO (verl 0.4.0): each micro-batch of m rows gives Σ_i Σ_t ℓ / L, divided by the number of
     micro-batches; so the mini-batch loss is m × the mean over its rows of Σ_t ℓ / L."""
     logp, old, mask, rewards = _on_policy_batch()
-    adv = _grpo_adv(REWARDS8)
+    adv = _trl_advantages(REWARDS8, [True] * 8, 4)  # plain GRPO advantages: every row scored
     length = 4096
     micro = [slice(0, 4), slice(4, 8)]  # two micro-batches of one group each (m = 4)
     total = 0.0
@@ -286,39 +286,18 @@ def test_importance_sampling_ratio_weights_the_surrogate_as_trl():
     lp, rf = logp.detach().tolist(), ref.tolist()
     k3 = [[math.exp(rf[i][t] - lp[i][t]) - (rf[i][t] - lp[i][t]) - 1 for t in range(3)] for i in range(2)]
     kl = (sum(k3[0]) / 3 + sum(k3[1]) / 3) / 2
-    loss, m = compute_policy_loss(
-        "grpo", logp=logp, old_logp=old, mask=mask, rewards=rewards, group_size=2, ref_logp=ref,
-        is_weights=torch.tensor(w), kl_coef=0.05,
-    )  # fmt: skip
+    batch = dict(logp=logp, old_logp=old, mask=mask, rewards=rewards, group_size=2)
+    loss, m = compute_policy_loss("grpo", **batch, ref_logp=ref, is_weights=torch.tensor(w), kl_coef=0.05)
     assert m["pg_loss"] == pytest.approx(pg, abs=1e-12)
     assert loss.item() == pytest.approx(pg + 0.05 * kl, abs=1e-12)
     # one ratio per sequence, (B, 1), as TRL's sequence_* modes give
-    seq, _ = compute_policy_loss(
-        "grpo", logp=logp, old_logp=old, mask=mask, rewards=rewards, group_size=2,
-        is_weights=torch.tensor([[2.0], [0.5]]),
-    )  # fmt: skip
+    seq, _ = compute_policy_loss("grpo", **batch, is_weights=torch.tensor([[2.0], [0.5]]))
     plain = [-a * 1.2, -a * 1.1, -a * 0.5], [a * 0.8, a * 0.9, a * 1.5]
     assert seq.item() == pytest.approx((2.0 * sum(plain[0]) / 3 + 0.5 * sum(plain[1]) / 3) / 2, abs=1e-12)
     with pytest.raises(ValueError, match="is_weights has shape"):
-        compute_policy_loss(
-            "grpo",
-            logp=logp,
-            old_logp=old,
-            mask=mask,
-            rewards=rewards,
-            group_size=2,
-            is_weights=torch.ones(2),
-        )
+        compute_policy_loss("grpo", **batch, is_weights=torch.ones(2))
     with pytest.raises(ValueError, match="no importance ratio"):
-        compute_policy_loss(
-            "pacs",
-            logp=logp,
-            old_logp=old,
-            mask=mask,
-            rewards=rewards,
-            group_size=2,
-            is_weights=torch.ones(2, 4),
-        )
+        compute_policy_loss("pacs", **batch, is_weights=torch.ones(2, 4))
 
 
 def test_kl_ratio_weighted_multiplies_k3_by_the_ratio():
@@ -334,16 +313,6 @@ def test_kl_ratio_weighted_multiplies_k3_by_the_ratio():
     expected = m["pg_loss"] + 0.1 * (sum(kl_w[0]) / 3 + sum(kl_w[1]) / 3) / 2
     assert weighted.item() == pytest.approx(expected, abs=1e-12)
     assert weighted.item() != pytest.approx(plain.item(), abs=1e-6)
-
-
-def _trl_advantages(rewards, scored, g):
-    """TRL 1.16 GRPOTrainer: unscorable rewards NaN, nan-aware group mean and std, advantage NaN → 0."""
-    r = torch.tensor([x if ok else NAN for x, ok in zip(rewards, scored, strict=True)]).view(-1, g)
-    mean = torch.nanmean(r, dim=1, keepdim=True)
-    count = (~torch.isnan(r)).sum(dim=1, keepdim=True)
-    var = torch.nanmean((r - mean) ** 2, dim=1, keepdim=True) * count / (count - 1)
-    adv = (r - mean) / (var.sqrt() + 1e-6)
-    return torch.nan_to_num(adv, nan=0.0).reshape(-1).tolist()
 
 
 def test_unscored_rows_leave_the_group_baseline_with_zero_advantage():
