@@ -357,6 +357,36 @@ def test_example_configs_pass_the_guard_and_hold_the_papers_recipe():
         assert config.algorithm.rollout_correction.rollout_is is None
 
 
+def test_verls_sum_norm_with_loss_scale_factor_is_the_authors_baselines_aggregation():
+    """verl 0.9 divides seq-mean-token-sum-norm by the global batch size; with loss_scale_factor = L / (rows
+    per micro-batch) its mini-batch loss equals verl 0.4.0's, which the PACS authors' GRPO and PPO ran, as
+    pacs_rl.algorithms.aggregate_token_loss computes it per micro-batch (divided by the micro-batch count)."""
+    from pacs_rl.algorithms import aggregate_token_loss
+
+    gen = torch.Generator().manual_seed(0)
+    mini, micro, length = 32, 8, 64
+    loss_mat = torch.randn(mini, length, generator=gen, dtype=torch.float64)
+    lengths = torch.randint(1, length + 1, (mini,), generator=gen)
+    mask = (torch.arange(length)[None, :] < lengths[:, None]).double()
+    chunks = range(0, mini, micro)
+    authors = sum(
+        aggregate_token_loss(loss_mat[i : i + micro], mask[i : i + micro], "seq-mean-token-sum-norm", length)
+        for i in chunks
+    ) / len(chunks)
+    verl_09 = sum(
+        core_algos.agg_loss(
+            loss_mat[i : i + micro],
+            mask[i : i + micro],
+            "seq-mean-token-sum-norm",
+            dp_size=1,
+            global_batch_size=mini,
+            loss_scale_factor=length // micro,
+        )
+        for i in chunks
+    )
+    torch.testing.assert_close(verl_09, authors)
+
+
 def test_an_infinite_clip_leaves_the_gradient_as_is_and_returns_its_norm():
     """What verl's optimizer step does with optim.clip_grad = inf (torch's clip_grad_norm_, as on one GPU)."""
     layer = torch.nn.Linear(3, 2)

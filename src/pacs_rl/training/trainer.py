@@ -372,9 +372,8 @@ class PACSTrainer(GRPOTrainer):
             options.setdefault("beta", self.args.pacs_beta)
             options.setdefault("score", self.args.pacs_score)
             options.setdefault("weighted", self.args.pacs_weighted)
-            batch["ref_logp"] = inputs.get(
-                "pacs_ref_per_token_logps", old_logp
-            )  # eq. 8: π_ref = old or frozen
+            # eq. 8: π_ref = the rollout policy ("old") or the frozen copy
+            batch["ref_logp"] = inputs.get("pacs_ref_per_token_logps", old_logp)
         else:  # TRL's fields, where the loss takes them
             accepted = policy_loss_options(self.loss_type)
             trl_fields = {
@@ -389,14 +388,11 @@ class PACSTrainer(GRPOTrainer):
                 if key in accepted:
                     options.setdefault(key, value)
             batch["scored"] = inputs.get("scored")
-            batch["is_weights"] = inputs.get(
-                "importance_sampling_ratio"
-            )  # TRL's, with use_vllm and the correction
+            # TRL computes it with use_vllm and vllm_importance_sampling_correction
+            batch["is_weights"] = inputs.get("importance_sampling_ratio")
 
         rows = self._finite_rows(mode, G, mask, rewards, logp=logp, old_logp=old_logp, **batch)
-        if (
-            rows is not None and rows.numel() == 0
-        ):  # no finite group: no loss; the step's norm decides the rest
+        if rows is not None and rows.numel() == 0:  # no finite group: no loss, the step's norm decides
             return torch.where(torch.isfinite(logp), logp, 0.0).sum() * 0.0
         if rows is not None:
             logp, old_logp, mask, rewards, entropies = (
@@ -449,10 +445,8 @@ class PACSTrainer(GRPOTrainer):
         skipped = not math.isfinite(value)
         if skipped:
             self.num_skipped_steps += 1
-            if (
-                self.accelerator.scaler is not None
-            ):  # fp16: the grad scaler skips the step and lowers its scale
-                pass
+            if self.accelerator.scaler is not None:
+                pass  # fp16: the grad scaler finds the inf, skips the step and lowers its scale itself
             elif getattr(self, "is_deepspeed_enabled", False):
                 warnings.warn(
                     f"gradient norm {value} at step {self.state.global_step + 1}: under DeepSpeed the optimizer step is "
