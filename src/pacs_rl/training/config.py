@@ -43,7 +43,8 @@ def _config_classes() -> list[type]:
 class PACSConfig(GRPOConfig):
     """Configuration of `PACSTrainer`: every `GRPOConfig` field plus the fields below.
 
-    TRL's own KL coefficient `beta` stays 0 (the paper uses no KL term); PACS's β is `pacs_beta`.
+    TRL's KL coefficient `beta` stays 0 for PACS (the paper uses no KL term; PACS's β is `pacs_beta`); for the
+    group baselines it is their KL coefficient, with TRL's reference model.
     """
 
     # ---- which loss -------------------------------------------------------------------------------------
