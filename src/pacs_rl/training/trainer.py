@@ -161,6 +161,12 @@ class PACSTrainer(GRPOTrainer):
         self._last_rewards_per_func: torch.Tensor | None = None
         self.num_reference_resets = 0
         self.num_skipped_steps = 0  # optimizer steps skipped for a non-finite gradient norm
+        if not hasattr(GRPOTrainer, "_get_grad_norm"):  # transformers < 5 has no such hook in its loop
+            warnings.warn(
+                "this transformers' Trainer has no _get_grad_norm: a step whose gradient norm is not finite will not "
+                "be skipped or counted. Upgrade transformers (5.x).",
+                stacklevel=2,
+            )
         problems = sharding_problems(
             args.reference, args.reset_optimizer and args.ref_reset_steps > 0, *self._sharding()
         )
