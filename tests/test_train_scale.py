@@ -128,6 +128,16 @@ def test_load_dtype_follows_the_engine():
     assert run.run_problems(RunSettings(model_dtype="float32"), config)  # two dtypes that disagree
 
 
+def test_ppo_critic_loads_from_the_policy_name(tiny_model_dir):
+    """run_training hands TRL the model's name, so PPO builds its critic from that folder too (transformers 5's
+    generic token-classification heads refuse a classifier_dropout argument: it goes on the config)."""
+    from pacs_rl.training.ppo import build_critic
+
+    critic = build_critic(str(tiny_model_dir), dtype=torch.float32)
+    head = critic.score if hasattr(critic, "score") else critic.classifier
+    assert head.out_features == 1 and not bool(head.weight.any())  # a fresh head starts at zero
+
+
 def test_tiny_cli_run_honours_model_init_kwargs_and_resumes_to_a_no_op(tmp_path, monkeypatch):
     """--model tiny trains through TRL's loading (attn_implementation reaches the model); a resume of the finished
     run says it is complete, exits 0, and trains nothing (no step 3, no new checkpoint or metrics row)."""

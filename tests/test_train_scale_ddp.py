@@ -70,11 +70,8 @@ def test_two_process_cli_run_evaluates_once_writes_once_and_resumes(tmp_path):
         "pacs_trainer_state_rank0.pt",
         "pacs_trainer_state_rank1.pt",
     ]
-    rows = (out / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(r)["step"] for r in rows if "loss" in r] == [
-        1,
-        2,
-    ]  # one row per step, not one per process
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2]  # one row per step, not one per process
     again = _run([*train, "--resume"])
     assert again.returncode == 0, again.stderr[-3000:]
     assert (again.stdout + again.stderr).count("is complete (step 2): nothing to train") == 1

@@ -56,6 +56,13 @@ COMMAND_FIELDS = {
 }
 
 
+DRY_RUN_HELP = (
+    "Resolve and check every setting, print the plan (batch sizes, engine, memory, checkpoints) and exit, "
+    "without loading weights or using the network."
+)
+NUM_PROCESSES_HELP = "With --dry-run: plan for this many training processes (default: $WORLD_SIZE, else 1)."
+
+
 def merge_settings(config: str | None, options: dict[str, Any], sets: list[str]) -> dict[str, Any]:
     """The layers (CPU defaults < --config < options < --set) merged into one flat mapping of settings."""
     run = _library()
@@ -125,17 +132,8 @@ def train_command(
         None, "--eval-size", help="Held-out problems for before/after accuracy (0 = off)."
     ),
     list_keys: bool = typer.Option(False, "--list-keys", help="List every setting name and exit."),
-    dry_run: bool = typer.Option(
-        False,
-        "--dry-run",
-        help="Resolve and check every setting, print the plan (batch sizes, engine, memory, checkpoints) and "
-        "exit, without loading weights or using the network.",
-    ),
-    num_processes: int = typer.Option(
-        None,
-        "--num-processes",
-        help="With --dry-run: plan for this many training processes (default: $WORLD_SIZE, else 1).",
-    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+    num_processes: int = typer.Option(None, "--num-processes", help=NUM_PROCESSES_HELP),
 ) -> None:
     """Train with PACS (default) or a baseline on TRL. No arguments: the CPU default on arithmetic.
     --model tiny trains a tiny random model (a smoke run, or a check of a launch setup)."""
