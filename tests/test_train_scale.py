@@ -79,7 +79,9 @@ def test_dry_run_plan_for_deepspeed_zero3_and_the_memory_estimate(tmp_path):
         "bf16": True,
         "use_cpu": False,
     }
-    lines, refusals = dry_run(values, tmp_path / "x", num_processes=4)
+    _lines, refusals = dry_run(values, tmp_path / "x", num_processes=4)  # fast_sampler from the CPU layer
+    assert len(refusals) == 1 and "fast_sampler=True samples with each process's local model" in refusals[0]
+    lines, refusals = dry_run({**values, "fast_sampler": False}, tmp_path / "x", num_processes=4)
     assert refusals == []
     text = "\n".join(lines)
     assert "DeepSpeed ZeRO-3, 4 processes" in text and "weights loaded in bfloat16" in text

@@ -221,7 +221,8 @@ def dry_run(
     except (run.SettingsError, TypeError) as e:
         refusals.append(str(e))
     if config is not None:
-        refusals += run.run_problems(settings, config)
+        planned = _with(config, cfg)
+        refusals += run.run_problems(settings, planned, run.training_engine(planned, num_processes))
     train_n, held_n, train_note, held_note = None, None, "", ""
     hub = " (from the Hub: read when the run starts, not in a dry run)"
     if not settings.problems():
@@ -252,18 +253,16 @@ def dry_run(
     else:
         resume_note = ""
     lines = [] if config is None else _plan_lines(
-        settings, cfg, config, num_processes, ds_config, (train_n, train_note), (held_n, held_note), resume_note
+        settings, cfg, config, num_processes, (train_n, train_note), (held_n, held_note), resume_note
     )  # fmt: skip
     return lines, refusals
 
 
-def _plan_lines(settings, cfg, config, n_proc, ds_config, train, held, resume_note) -> list[str]:
+def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list[str]:
     (train_n, train_note), (held_n, held_note) = train, held
     G = config.num_generations
     engine = run.training_engine(_with(config, cfg), n_proc)
-    zero_stage = int((ds_config or {}).get("zero_optimization", {}).get("stage", 0) or 0)
-    if engine == "deepspeed" and ds_config is None:
-        zero_stage = int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0") or 0)
+    zero_stage = run.zero_stage(_with(config, cfg)) if engine == "deepspeed" else 0
     dtype = run.load_dtype(settings, _with(config, cfg), engine)
     seqs_per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * n_proc
     rollout_seqs = config.per_device_train_batch_size * config.steps_per_generation * n_proc
@@ -278,7 +277,12 @@ def _plan_lines(settings, cfg, config, n_proc, ds_config, train, held, resume_no
     lines = [
         f"model: {settings.model}, weights loaded in {dtype} "
         f"({'bf16 autocast' if cfg.get('bf16') else 'fp16 autocast' if cfg.get('fp16') else 'no autocast'})",
-        f"processes: {n_proc}; training engine: {engine_text}",
+        f"processes: {n_proc}; training engine: {engine_text}; "
+        + (
+            "on CPU (use_cpu: true, the CPU default's layer; set use_cpu: false for GPUs)"
+            if cfg.get("use_cpu")
+            else "on GPUs"
+        ),
         f"loss: {config.loss_type}; G = {G} completions per prompt",
         f"sequences per optimizer step: {seqs_per_step} ({seqs_per_step // G} prompts) = "
         f"{config.per_device_train_batch_size} per device x {config.gradient_accumulation_steps} accumulation x {n_proc}",

@@ -510,10 +510,29 @@ def model_init_kwargs(settings: RunSettings, config: PACSConfig, engine: str) ->
     return kwargs
 
 
-def run_problems(settings: RunSettings, config: PACSConfig) -> list[str]:
+def zero_stage(config: PACSConfig) -> int:
+    """The DeepSpeed ZeRO stage of a run: from the `deepspeed` setting (a dict or a JSON file), else from
+    `accelerate launch`'s environment; 0 without DeepSpeed."""
+    ds = config.deepspeed
+    if isinstance(ds, str) and Path(ds).is_file():
+        ds = json.loads(Path(ds).read_text())
+    if isinstance(ds, Mapping):
+        return int((ds.get("zero_optimization") or {}).get("stage", 0) or 0)
+    return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0") or 0)
+
+
+def run_problems(settings: RunSettings, config: PACSConfig, engine: str = "single") -> list[str]:
     """Settings of a run that conflict with each other or that the run would not act on, each naming the setting
-    and what to do (empty when all is well). Checked before any model loads, and by `pacs-rl train --dry-run`."""
+    and what to do (empty when all is well). Checked before any model loads, and by `pacs-rl train --dry-run`.
+    engine: training_engine() of the run."""
     out = []
+    sharded = engine == "fsdp" or (engine == "deepspeed" and zero_stage(config) == 3)
+    if config.fast_sampler and not config.use_vllm and sharded:
+        out.append(
+            "fast_sampler=True samples with each process's local model, which holds only a shard under "
+            f"{'FSDP' if engine == 'fsdp' else 'DeepSpeed ZeRO-3'}: set fast_sampler=false (TRL's generate gathers "
+            "the weights) or use_vllm=true (the CPU default's layer turns fast_sampler on)"
+        )
     given = (config.model_init_kwargs or {}).get("dtype")
     if (
         given is not None
@@ -669,10 +688,15 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
     loads them from the name, in the training dtype, placed by accelerate; ZeRO-3 partitioned), the held-out
     evaluations run once across all processes, and only the main process writes files."""
     out = Path(config.output_dir)
-    problems = run_problems(settings, config)
+    state = PartialState()
+    engine = training_engine(config, state.num_processes)
+    problems = run_problems(settings, config, engine)
     if problems:
         raise SettingsError("; ".join(problems))
-    state = PartialState()
+    if config.use_cpu and torch.cuda.is_available():
+        log.warning(
+            "CUDA is available but use_cpu=True (the CPU default's layer): set use_cpu=false to train on it"
+        )
     checkpoint, complete = resume_point(out, resume, config, state.num_processes)
     if complete and (out / DONE_FILE).is_file():
         return _result(settings, config, out, already_complete=True)
@@ -688,7 +712,6 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
             if settings.model == TINY_MODEL
             else resolve_model(settings.model)
         )
-    engine = training_engine(config, state.num_processes)
     config.model_init_kwargs = model_init_kwargs(
         settings, config, engine
     )  # read by TRL when it loads the model
