@@ -25,6 +25,9 @@ METHODS = {
     "_save_checkpoint": ["model", "trial"],
     "_load_optimizer_and_scheduler": ["checkpoint"],
     "training_step": ["model", "inputs", "num_items_in_batch"],
+    "_load_from_checkpoint": [
+        "resume_from_checkpoint"
+    ],  # run_training finishes a run from its last checkpoint
 }
 
 

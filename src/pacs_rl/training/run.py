@@ -462,7 +462,6 @@ class TrainResult:
 TINY_MODEL = "tiny"  # --model tiny: a tiny random model for smoke runs and launch checks
 BASE_MODEL_DIR = "base_model"  # where --model tiny is saved inside the run folder
 DONE_FILE = "run_complete.json"  # written last: the run finished (final/, held-out after, curves)
-ENGINES = ("single", "ddp", "deepspeed", "fsdp")
 
 
 def tiny_model_folder(folder: Path) -> Path:
@@ -542,9 +541,10 @@ def run_problems(settings: RunSettings, config: PACSConfig, engine: str = "singl
         out.append(
             f"model_dtype={settings.model_dtype!r} and model_init_kwargs dtype={given!r} disagree: set only one"
         )
-    if str(config.eval_strategy) not in ("no", "IntervalStrategy.NO"):
+    eval_strategy = getattr(config.eval_strategy, "value", config.eval_strategy)
+    if eval_strategy != "no":
         out.append(
-            f"eval_strategy={str(config.eval_strategy)!r}: `pacs-rl train` does not run TRL's evaluate() (it has no "
+            f"eval_strategy={eval_strategy!r}: `pacs-rl train` does not run TRL's evaluate() (it has no "
             "eval_dataset); for an evaluation during training set eval_steps (pass@k on the held-out set every "
             "eval_steps optimizer steps) and leave eval_strategy at 'no'"
         )
@@ -712,9 +712,8 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
             if settings.model == TINY_MODEL
             else resolve_model(settings.model)
         )
-    config.model_init_kwargs = model_init_kwargs(
-        settings, config, engine
-    )  # read by TRL when it loads the model
+    # read by TRL when it loads the model
+    config.model_init_kwargs = model_init_kwargs(settings, config, engine)
     init = config.model_init_kwargs
     tokenizer = load_tokenizer(
         model_id,
@@ -736,15 +735,13 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
     )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    if needs_engine(
-        trainer
-    ):  # "before" once the engine has placed (or sharded) the model, before the first step
+    if needs_engine(trainer):
+        # once the engine has placed (or sharded) the model, before the first step of a fresh run
         trainer.add_callback(
-            CallOnTrainBegin(lambda st: st.global_step == 0 and heldout.measure(trainer, "before"))
+            CallOnTrainBegin(lambda st: st.global_step or heldout.measure(trainer, "before"))
         )
-    elif (
-        checkpoint is None
-    ):  # one process: the weights as loaded, before accelerate wraps the forward in autocast
+    elif checkpoint is None:
+        # one process: the weights as loaded, before accelerate wraps the forward in (bf16) autocast
         heldout.measure(trainer, "before")
     trainer.add_callback(RichProgressCallback(config.loss_type))  # after the "before" evaluation's own bar
     if config.eval_steps:
