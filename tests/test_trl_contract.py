@@ -25,6 +25,9 @@ METHODS = {
     "_save_checkpoint": ["model", "trial"],
     "_load_optimizer_and_scheduler": ["checkpoint"],
     "training_step": ["model", "inputs", "num_items_in_batch"],
+    "_load_from_checkpoint": [
+        "resume_from_checkpoint"
+    ],  # run_training finishes a run from its last checkpoint
 }
 
 
@@ -205,3 +208,97 @@ def test_runtime_keys_and_attributes(tiny_model, tiny_tokenizer, tmp_path):
         compute_entropy=True,
     )
     assert logps.shape == out["completion_ids"].shape and ent.shape == logps.shape
+
+
+# ---------------------------------------------------------------------------------------------------- fields
+def test_every_grpo_config_field_is_classified():
+    """A field added (or renamed) by a TRL release fails here until src/pacs_rl/training/fields.py classifies it
+    as honoured, refused or irrelevant for PACSTrainer."""
+    import dataclasses
+
+    from pacs_rl.training.fields import GRPO_FIELDS, HONOURED, IRRELEVANT, REFUSED
+
+    names = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unclassified = sorted(names - set(GRPO_FIELDS))
+    stale = sorted(set(GRPO_FIELDS) - names)
+    assert not unclassified, f"GRPOConfig fields of trl {trl.__version__} not classified: {unclassified}"
+    assert not stale, f"classified fields that trl {trl.__version__}'s GRPOConfig no longer has: {stale}"
+    assert {r.status for r in GRPO_FIELDS.values()} == {HONOURED, REFUSED, IRRELEVANT}
+    assert all(r.note for r in GRPO_FIELDS.values())
+
+
+def _non_default(name: str):
+    """A value other than GRPOConfig's default for field ``name``."""
+    from pacs_rl.training.fields import grpo_default
+
+    special = {
+        "multi_objective_aggregation": "normalize_then_sum",
+        "scale_rewards": "none",
+        "importance_sampling_level": "sequence",
+        "train_sampling_strategy": "group_by_length",
+        "parallelism_config": {"tp_size": 2},
+        "router_aux_loss_coef": 0.01,
+        "delta": 1.5,
+        "off_policy_mask_threshold": 0.5,
+        "top_entropy_quantile": 0.2,
+        "neftune_noise_alpha": 5.0,
+        "epsilon_high": 0.3,
+        "include_num_input_tokens_seen": "all",
+    }
+    if name in special:
+        return special[name]
+    default = grpo_default(name)
+    if isinstance(default, bool):
+        return not default
+    return default + 0.25
+
+
+def test_refused_fields_are_refused_by_name_and_all_at_once(tmp_path):
+    from pacs_rl.training import PACSConfig
+    from pacs_rl.training.fields import GRPO_FIELDS, REFUSED, refused_fields
+
+    refused = [n for n, r in GRPO_FIELDS.items() if r.status == REFUSED]
+    assert {"scale_rewards", "off_policy_mask_threshold", "top_entropy_quantile", "epsilon"} <= set(refused)
+    values = {n: _non_default(n) for n in refused}
+    messages = refused_fields(values, "pacs")
+    assert len(messages) == len(refused)  # one message per field, every field at once
+    for name, message in zip(refused, messages, strict=True):
+        assert message.startswith(f"{name}="), message
+    for name in refused:  # each alone is refused by the config, naming it
+        with pytest.raises(ValueError, match=name):
+            PACSConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], **{name: values[name]})
+
+
+def test_per_loss_refusals_and_defaults_pass(tmp_path):
+    from pacs_rl.training import PACSConfig
+
+    PACSConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])  # every default passes
+    # epsilon clips the baselines' ratio (honoured there); PACS has no ratio
+    assert (
+        PACSConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to=[], loss_type="grpo", epsilon=0.3
+        ).epsilon
+        == 0.3
+    )
+    with pytest.raises(ValueError, match=r"epsilon=0\.3 is not honoured with loss_type='pacs'"):
+        PACSConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], epsilon=0.3)
+
+
+def test_gradient_checkpointing_alias_without_a_deprecation_warning(tmp_path):
+    import warnings
+
+    from pacs_rl.training import PACSConfig
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        default = PACSConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+        old_name = PACSConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to=[], gradient_checkpointing=True
+        )
+    assert default.activation_checkpointing is False and default.gradient_checkpointing is False
+    assert old_name.activation_checkpointing is True and old_name.gradient_checkpointing is True
+    with pytest.raises(ValueError, match="disagree"):
+        PACSConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to=[],
+            gradient_checkpointing=True, activation_checkpointing=False,
+        )  # fmt: skip

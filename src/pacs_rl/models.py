@@ -100,10 +100,11 @@ def resolve_model(name_or_path: str) -> str:
     return name_or_path
 
 
-def load_tokenizer(name_or_path: str, padding_side: str = "left"):
+def load_tokenizer(name_or_path: str, padding_side: str = "left", **kwargs: Any):
+    """The tokenizer of a bundled alias, Hub id or local path; ``kwargs`` go to from_pretrained (revision, ...)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model(name_or_path))
+    tok = AutoTokenizer.from_pretrained(resolve_model(name_or_path), **kwargs)
     tok.padding_side = padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token

@@ -32,15 +32,17 @@ from pacs_rl.compare.plan import (
 from pacs_rl.compare.report import write_comparison_report
 from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS
 from pacs_rl.evaluation.runner import EvalConfig, run_eval
-from pacs_rl.models import save_tiny_model
 from pacs_rl.training.run import (
+    BASE_MODEL_DIR,
     CPU_DEFAULTS,
+    TINY_MODEL,
     RunSettings,
     SettingsError,
     build_config,
     config_and_trainer_classes,
     load_run_data,
     run_training,
+    tiny_model_folder,
 )
 from pacs_rl.training.trainer import last_complete_checkpoint
 
@@ -53,12 +55,7 @@ def _env_offline() -> None:
 def resolve_base_model(settings: dict[str, Any], out: Path) -> str:
     """The base model path/name. "tiny" saves a tiny random model into OUT/base_model once."""
     model = settings["model"]
-    if model != "tiny":
-        return model
-    folder = out / "base_model"
-    if not (folder / "config.json").is_file():
-        save_tiny_model(folder, seed=0)
-    return str(folder)
+    return str(tiny_model_folder(out / BASE_MODEL_DIR)) if model == TINY_MODEL else model
 
 
 # ----------------------------------------------------------------------------------------------- training

@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import time
+import warnings
 from typing import Any
 
 import typer
@@ -27,7 +28,10 @@ def summary_lines(result) -> list[str]:
             f"held-out accuracy ({a['n']} problems, {result.eval_description}): "
             f"before {b['accuracy']:.1%} -> after {a['accuracy']:.1%}"
         )
-    lines.append(f"training: {result.global_step} steps, {result.train_seconds / 60:.1f} min this session")
+    where = f" on {result.device}" if result.device else ""
+    lines.append(
+        f"training: {result.global_step} steps{where}, {result.train_seconds / 60:.1f} min this session"
+    )
     lines.append(f"output folder: {result.output_dir}")
     lines.append(f"metrics: {result.metrics_file}")
     if result.curves_png:
@@ -44,15 +48,44 @@ def _library():
     return run
 
 
-def resolve_settings(config: str | None, options: dict[str, Any], sets: list[str]):
-    """Merge the layers (CPU defaults < --config < options < --set) into (RunSettings, config kwargs)."""
+# Config fields the command sets itself: naming them in --config or --set would be overwritten without a word.
+COMMAND_FIELDS = {
+    "output_dir": "use --output-dir",
+    "disable_tqdm": "the command shows its own progress bar",
+    "resume_from_checkpoint": "use --resume (with --output-dir: the run's newest complete checkpoint)",
+}
+
+
+DRY_RUN_HELP = (
+    "Resolve and check every setting, print the plan (batch sizes, engine, memory, checkpoints) and exit, "
+    "without loading weights or using the network."
+)
+NUM_PROCESSES_HELP = "With --dry-run: plan for this many training processes (default: $WORLD_SIZE, else 1)."
+
+
+def merge_settings(config: str | None, options: dict[str, Any], sets: list[str]) -> dict[str, Any]:
+    """The layers (CPU defaults < --config < options < --set) merged into one flat mapping of settings."""
     run = _library()
     values = run.default_settings()
-    if config:
-        values.update(run.load_settings_file(config))
+    layers = [run.load_settings_file(config) if config else {}, run.parse_assignments(sets)]
+    for layer, where in zip(layers, (config, "--set"), strict=True):
+        taken = sorted(set(layer) & set(COMMAND_FIELDS))
+        if taken:
+            raise run.SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
+    values.update(layers[0])
     values.update({k: v for k, v in options.items() if v is not None})
-    values.update(run.parse_assignments(sets))
-    return run.split_settings(values)
+    values.update(layers[1])
+    return values
+
+
+def resolve_settings(config: str | None, options: dict[str, Any], sets: list[str]):
+    """Merge the layers (CPU defaults < --config < options < --set) into (RunSettings, config kwargs)."""
+    return _library().split_settings(merge_settings(config, options, sets))
+
+
+def _is_main_process() -> bool:
+    """Rank 0 of a launched run (RANK from torchrun / accelerate launch), or a single process."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def _echo_notes() -> None:
@@ -99,15 +132,21 @@ def train_command(
         None, "--eval-size", help="Held-out problems for before/after accuracy (0 = off)."
     ),
     list_keys: bool = typer.Option(False, "--list-keys", help="List every setting name and exit."),
+    dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
+    num_processes: int = typer.Option(None, "--num-processes", help=NUM_PROCESSES_HELP),
 ) -> None:
-    """Train with PACS (default) or a baseline on TRL. No arguments: the CPU default on arithmetic."""
+    """Train with PACS (default) or a baseline on TRL. No arguments: the CPU default on arithmetic.
+    --model tiny trains a tiny random model (a smoke run, or a check of a launch setup)."""
     run = _library()
     if list_keys:
         for key in run.known_keys():
             typer.echo(key)
         raise typer.Exit()
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    _echo_notes()
+    # TRL's generation reads transformers' deprecated `is_gradient_checkpointing`; nothing a user can change
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
+    if _is_main_process():
+        _echo_notes()
     options = {
         "model": model,
         "dataset": dataset,
@@ -122,14 +161,43 @@ def train_command(
     }
     if resume and not output_dir:
         raise typer.BadParameter("--resume needs --output-dir: the folder of the run to continue")
-    try:
-        settings, cfg = resolve_settings(config, options, set_)
-        output_dir = output_dir or os.path.join(
-            "runs", f"{cfg.get('loss_type', 'pacs')}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if num_processes is not None and not dry_run:
+        raise typer.BadParameter(
+            "--num-processes plans a --dry-run; a run has the processes it was launched with"
         )
+    try:
+        values = merge_settings(config, options, set_)
+        output_dir = output_dir or os.path.join(
+            "runs", f"{values.get('loss_type', 'pacs')}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        if dry_run:
+            _dry_run(values, output_dir, num_processes, resume)
+            return
+        settings, cfg = run.split_settings(values)
         result = run.run_training(settings, run.build_config(cfg, output_dir), resume=resume)
     except run.SettingsError as e:  # a setting, a data row or a config check: refused before any training
         raise typer.BadParameter(str(e)) from None
+    if not _is_main_process():
+        return
     typer.echo("")
+    if result.already_complete:
+        typer.echo(f"{result.output_dir} is complete (step {result.global_step}): nothing to train.")
     for line in summary_lines(result):
         typer.echo(line)
+
+
+def _dry_run(values: dict[str, Any], output_dir: str, num_processes: int | None, resume: bool) -> None:
+    """Print the plan and every refusal; exit 1 when anything is refused."""
+    from pacs_rl.training.plan import dry_run
+
+    n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
+    lines, refusals = dry_run(values, output_dir, n, resume)
+    typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
+    for line in lines:
+        typer.echo(f"  {line}")
+    if refusals:
+        typer.echo(f"refused ({len(refusals)}):")
+        for message in refusals:
+            typer.echo(f"  - {message}")
+        raise typer.Exit(1)
+    typer.echo("every check passed")

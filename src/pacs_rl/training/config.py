@@ -24,6 +24,7 @@ import torch
 from trl import GRPOConfig
 
 from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names, policy_loss_options
+from pacs_rl.training.fields import refused_fields
 
 REFERENCES = ("old", "frozen")
 LOGPROB_IMPLS = ("auto", "trl", "logits")
@@ -193,10 +194,18 @@ class PACSConfig(GRPOConfig):
         default=1,
         metadata={"help": "Log every this many optimizer steps (also the rate of metrics.jsonl rows)."},
     )
-    gradient_checkpointing: bool = field(
-        default=False,
+    activation_checkpointing: bool | None = field(
+        default=None,
         metadata={
-            "help": "Recompute activations in the backward pass to save memory (slower; off by default)."
+            "help": "Recompute activations in the backward pass to save memory (slower; off by default, i.e. None "
+            "reads as False)."
+        },
+    )
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "The older name of activation_checkpointing (transformers 5 renamed it); either name works, "
+            "without transformers' deprecation warning."
         },
     )
 
@@ -205,6 +214,10 @@ class PACSConfig(GRPOConfig):
 
     def __post_init__(self):
         self._check_choices()
+        refused = refused_fields(self, self.loss_type)  # GRPOConfig fields this trainer would ignore
+        if refused:
+            raise ValueError(" ".join(refused))
+        self._alias_activation_checkpointing()
         if self.bf16 is None:
             self.bf16 = torch.cuda.is_available()
         if isinstance(self.loss_options, str):
@@ -259,6 +272,17 @@ class PACSConfig(GRPOConfig):
             raise ValueError(f"reference={self.reference!r}; use one of {list(REFERENCES)}.")
         if self.logprob_impl not in LOGPROB_IMPLS:
             raise ValueError(f"logprob_impl={self.logprob_impl!r}; use one of {list(LOGPROB_IMPLS)}.")
+
+    def _alias_activation_checkpointing(self) -> None:
+        """gradient_checkpointing is transformers' old name of activation_checkpointing: take either, quietly."""
+        old, new = self.gradient_checkpointing, self.activation_checkpointing
+        if old is not None and new is not None and old != new:
+            raise ValueError(
+                f"gradient_checkpointing={old} and activation_checkpointing={new} disagree; they are one setting "
+                "(transformers renamed it): set only activation_checkpointing."
+            )
+        self.activation_checkpointing = bool(new if new is not None else old)
+        self.gradient_checkpointing = None  # transformers mirrors the new name into the old one
 
     def _set_schedule(self) -> None:
         """The paper's schedule: mini_batches_per_rollout optimizer steps per rollout batch, expressed as TRL's

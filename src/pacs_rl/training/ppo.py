@@ -296,7 +296,9 @@ def build_critic(source, dtype=None):
     if isinstance(source, (str, os.PathLike)):
         config = AutoConfig.from_pretrained(source)
         fresh_head = not _is_value_model(config)
-        kwargs = {"num_labels": 1, "classifier_dropout": 0.0}
+        # on the config: transformers 5's generic token-classification heads take no classifier_dropout argument
+        config.num_labels, config.classifier_dropout = 1, 0.0
+        kwargs = {"config": config}
         if dtype is not None:
             kwargs["dtype"] = dtype
         with warnings.catch_warnings():

@@ -23,6 +23,7 @@ import dataclasses
 import difflib
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from typing import Any
 
 import torch
 import yaml
+from accelerate import PartialState
 from datasets import Dataset
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -44,13 +46,20 @@ from pacs_rl.data import (
     split_disjoint,
 )
 from pacs_rl.data.procedural import parse_query
-from pacs_rl.models import load_model_and_tokenizer
+from pacs_rl.models import load_tokenizer, resolve_model, save_tiny_model
 from pacs_rl.rewards import make_math_reward_func
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, RichProgressCallback
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.heldout import heldout_accuracy, plot_curves
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
-from pacs_rl.training.trainer import PACSTrainer, last_complete_checkpoint
+from pacs_rl.training.rollout_eval import (
+    CallOnTrainBegin,
+    PeriodicEvalCallback,
+    engine_accuracy,
+    engine_pass_at_k,
+    needs_engine,
+)
+from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, last_complete_checkpoint
 
 log = logging.getLogger("pacs_rl.training")
 
@@ -64,7 +73,7 @@ TRAINERS: tuple[tuple[type[PACSConfig], type], ...] = ((PACSConfig, PACSTrainer)
 
 
 REWARDS = ("math", "math_strict")
-MODEL_DTYPES = ("float32", "bfloat16", "float16")
+MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class SettingsError(ValueError):
@@ -131,8 +140,12 @@ class RunSettings:
         },
     )
     model_dtype: str = field(
-        default="float32",
-        metadata={"help": "Weights dtype: float32 | bfloat16 (bf16 autocast is the config's `bf16`)."},
+        default="auto",
+        metadata={
+            "help": "Dtype the weights load in: auto (float32; bfloat16/float16 under DeepSpeed or FSDP training in "
+            "bf16/fp16, which keep fp32 master weights) | float32 | bfloat16 | float16. bf16 autocast is the "
+            "config's `bf16`."
+        },
     )
     use_lora: bool = field(
         default=False, metadata={"help": "Train a LoRA adapter (peft) instead of all weights."}
@@ -442,20 +455,137 @@ class TrainResult:
     metrics_file: Path
     final_dir: Path
     curves_png: Path | None
+    already_complete: bool = False  # resumed a run that had finished: nothing was trained
+    device: str = ""  # where this call trained ("cuda:0", "cpu"); empty when it trained nothing
 
 
-def _checkpoint_to_resume(out: Path, resume: bool) -> str | None:
-    """The checkpoint a resumed run continues from; refuse to start over a folder that holds one."""
-    if resume:
-        checkpoint = last_complete_checkpoint(out)
-        if checkpoint is None:
-            raise SettingsError(f"--resume: no complete checkpoint-* folder in {out}")
-        return checkpoint
-    if out.exists() and any(out.glob("checkpoint-*")):
-        raise SettingsError(
-            f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
+TINY_MODEL = "tiny"  # --model tiny: a tiny random model for smoke runs and launch checks
+BASE_MODEL_DIR = "base_model"  # where --model tiny is saved inside the run folder
+DONE_FILE = "run_complete.json"  # written last: the run finished (final/, held-out after, curves)
+
+
+def tiny_model_folder(folder: Path) -> Path:
+    """A tiny random model (pacs_rl.models.save_tiny_model, seed 0) saved in ``folder`` once."""
+    if not (folder / "config.json").is_file():
+        save_tiny_model(folder, seed=0)
+    return folder
+
+
+def training_engine(config: PACSConfig, num_processes: int) -> str:
+    """How the weights are trained: 'deepspeed', 'fsdp' (from the config or `accelerate launch`'s environment),
+    'ddp' (several processes) or 'single'."""
+    env = os.environ
+    if config.deepspeed or env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return "deepspeed"
+    if config.fsdp or env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return "fsdp"
+    return "ddp" if num_processes > 1 else "single"
+
+
+def load_dtype(settings: RunSettings, config: PACSConfig, engine: str) -> str:
+    """The dtype the policy's weights load in: model_init_kwargs['dtype'] or model_dtype when set; else
+    bfloat16 (float16) for DeepSpeed and FSDP training in bf16 (fp16), which keep fp32 master weights of their own
+    (DeepSpeed's optimizer partitions, accelerate's FSDP upcast), and float32 otherwise: one process or DDP
+    train the loaded weights themselves, and bf16 weights under AdamW lose updates below bf16's resolution
+    (a 1e-6 step on a weight of 0.01 is 1e-4 of it; bf16 resolves 4e-3). bf16 autocast computes in bf16 either way."""
+    given = (config.model_init_kwargs or {}).get("dtype")
+    if given is not None:
+        return str(given).removeprefix("torch.")
+    if settings.model_dtype != "auto":
+        return settings.model_dtype
+    if engine in ("deepspeed", "fsdp") and (config.bf16 or config.fp16):
+        return "bfloat16" if config.bf16 else "float16"
+    return "float32"
+
+
+def model_init_kwargs(settings: RunSettings, config: PACSConfig, engine: str) -> dict[str, Any]:
+    """The keyword arguments TRL loads the policy with: the config's model_init_kwargs, the resolved dtype, and
+    device_map=None under DeepSpeed and FSDP (ZeRO-3's partitioned init and FSDP's loading place the weights;
+    TRL would pick device_map='auto' for FSDP)."""
+    kwargs = dict(config.model_init_kwargs or {})
+    kwargs["dtype"] = load_dtype(settings, config, engine)
+    if engine in ("deepspeed", "fsdp"):
+        kwargs.setdefault("device_map", None)
+    return kwargs
+
+
+def zero_stage(config: PACSConfig) -> int:
+    """The DeepSpeed ZeRO stage of a run: from the `deepspeed` setting (a dict or a JSON file), else from
+    `accelerate launch`'s environment; 0 without DeepSpeed."""
+    ds = config.deepspeed
+    if isinstance(ds, str) and Path(ds).is_file():
+        ds = json.loads(Path(ds).read_text())
+    if isinstance(ds, Mapping):
+        return int((ds.get("zero_optimization") or {}).get("stage", 0) or 0)
+    return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0") or 0)
+
+
+def run_problems(settings: RunSettings, config: PACSConfig, engine: str = "single") -> list[str]:
+    """Settings of a run that conflict with each other or that the run would not act on, each naming the setting
+    and what to do (empty when all is well). Checked before any model loads, and by `pacs-rl train --dry-run`.
+    engine: training_engine() of the run."""
+    out = []
+    sharded = engine == "fsdp" or (engine == "deepspeed" and zero_stage(config) == 3)
+    if config.fast_sampler and not config.use_vllm and sharded:
+        out.append(
+            "fast_sampler=True samples with each process's local model, which holds only a shard under "
+            f"{'FSDP' if engine == 'fsdp' else 'DeepSpeed ZeRO-3'}: set fast_sampler=false (TRL's generate gathers "
+            "the weights) or use_vllm=true (the CPU default's layer turns fast_sampler on)"
         )
-    return None
+    given = (config.model_init_kwargs or {}).get("dtype")
+    if (
+        given is not None
+        and settings.model_dtype != "auto"
+        and str(given).removeprefix("torch.") != settings.model_dtype
+    ):
+        out.append(
+            f"model_dtype={settings.model_dtype!r} and model_init_kwargs dtype={given!r} disagree: set only one"
+        )
+    eval_strategy = getattr(config.eval_strategy, "value", config.eval_strategy)
+    if eval_strategy != "no":
+        out.append(
+            f"eval_strategy={eval_strategy!r}: `pacs-rl train` does not run TRL's evaluate() (it has no "
+            "eval_dataset); for an evaluation during training set eval_steps (pass@k on the held-out set every "
+            "eval_steps optimizer steps) and leave eval_strategy at 'no'"
+        )
+    if config.eval_steps is not None:
+        n = config.num_generations_eval or 1
+        if float(config.eval_steps) < 1 or float(config.eval_steps) != int(config.eval_steps):
+            out.append(f"eval_steps={config.eval_steps}: give a whole number of optimizer steps >= 1")
+        if not settings.eval_size:
+            out.append(f"eval_steps={config.eval_steps} needs a held-out set: set eval_size > 0")
+        if n > 1 and settings.eval_temperature == 0:
+            out.append(
+                f"eval_steps with num_generations_eval={n} samples per problem at eval_temperature=0 (greedy) draws "
+                f"{n} identical answers: set eval_temperature (the paper: 0.6) or num_generations_eval=1"
+            )
+    return out
+
+
+def resume_point(out: Path, resume: bool, config: PACSConfig, world: int) -> tuple[str | None, bool]:
+    """(the checkpoint a resumed run continues from, whether the run already reached its last step).
+
+    Refuses to start over a folder that holds checkpoints, and to resume a checkpoint written by another number of
+    processes (each process saved its own rollout batch and random state: they cannot be re-sharded exactly)."""
+    if not resume:
+        if out.exists() and any(out.glob("checkpoint-*")):
+            raise SettingsError(
+                f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
+            )
+        return None, False
+    checkpoint = last_complete_checkpoint(out)
+    if checkpoint is None:
+        raise SettingsError(f"--resume: no complete checkpoint-* folder in {out}")
+    saved = len(list(Path(checkpoint).glob(PACS_STATE_FILE.format(rank="*"))))
+    if saved and saved != world:
+        raise SettingsError(
+            f"--resume: {checkpoint} was written by {saved} processes and this run has {world}. Each process saved "
+            f"its own rollout batch and random state, which cannot be re-sharded exactly: resume on {saved} "
+            f"processes (accelerate launch --num_processes {saved} ...), or start a new run in another --output-dir"
+        )
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    target = config.max_steps if config.max_steps > 0 else int(state.get("max_steps") or 0)
+    return checkpoint, target > 0 and int(state["global_step"]) >= target
 
 
 def _peft_config(settings: RunSettings):
@@ -483,92 +613,179 @@ def _non_default_fields(config: PACSConfig) -> dict[str, Any]:
 
 
 class _HeldOut:
-    """Held-out accuracy before and after training, kept in OUT/heldout.json (a resumed run keeps "before")."""
+    """Held-out accuracy before and after training, kept in OUT/heldout.json (a resumed run keeps "before").
 
-    def __init__(self, settings: RunSettings, config: PACSConfig, problems, tokenizer, reward, out: Path):
-        self.settings, self.config, self.problems = settings, config, problems
-        self.tokenizer, self.reward = tokenizer, reward
+    One process without vLLM: `heldout_accuracy` on the local model (the fast sampler). Several processes, sharded
+    weights or vLLM: the trainer's own engine, each process a share of the problems, gathered
+    (`rollout_eval.engine_accuracy`). Only the main process writes the file."""
+
+    def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path):
+        self.settings, self.config, self.problems, self.reward = settings, config, problems, reward
         self.path = out / HELDOUT_FILE
         self.results = json.loads(self.path.read_text()) if self.path.is_file() else {}
 
-    def measure(self, policy, when: str) -> None:
+    def measure(self, trainer, when: str) -> None:
         if not self.problems or (when == "before" and "before" in self.results):
             return
-        s = self.settings
-        self.results[when] = heldout_accuracy(
-            policy,
-            self.tokenizer,
-            self.problems,
-            s.eval_max_new_tokens or self.config.max_completion_length,
-            s.eval_batch_size,
-            s.eval_temperature,
-            seed=self.config.seed,
-            reward_func=self.reward,
-            description=f"held-out, {when}",
-        )
-        self.path.write_text(json.dumps(self.results, indent=2))
+        s, c = self.settings, self.config
+        tokens = s.eval_max_new_tokens or c.max_completion_length
+        if needs_engine(trainer):
+            result = engine_accuracy(
+                trainer,
+                self.problems,
+                s.eval_temperature,
+                1.0,
+                tokens,
+                self.reward,
+                s.eval_batch_size,
+                c.seed,
+            )
+        else:
+            result = heldout_accuracy(
+                trainer.accelerator.unwrap_model(trainer.model),
+                trainer.processing_class,
+                self.problems,
+                tokens,
+                s.eval_batch_size,
+                s.eval_temperature,
+                seed=c.seed,
+                reward_func=self.reward,
+                description=f"held-out, {when}",
+            )
+        self.results[when] = result
+        self.record()
 
     def record(self, **extra: Any) -> None:
         if self.results:
             self.results.update(extra)
-            self.path.write_text(json.dumps(self.results, indent=2))
+            if PartialState().is_main_process:
+                self.path.write_text(json.dumps(self.results, indent=2))
+
+
+def _periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems, reward):
+    """pass@k on the held-out set with num_generations_eval samples per problem (rollout_eval.engine_pass_at_k)."""
+    n = config.num_generations_eval or 1
+    top_p = config.top_p if settings.eval_temperature > 0 else 1.0
+    tokens = settings.eval_max_new_tokens or config.max_completion_length
+
+    def evaluate() -> dict[str, float]:
+        return engine_pass_at_k(
+            trainer, problems, n, settings.eval_temperature, top_p, tokens, reward, settings.eval_batch_size,
+            config.seed,
+        )  # fmt: skip
+
+    return PeriodicEvalCallback(trainer, int(config.eval_steps), evaluate)
 
 
 def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = False) -> TrainResult:
     """Train ``config.loss_type`` on ``settings.dataset`` into ``config.output_dir``: held-out accuracy before,
     training, the final model, held-out accuracy after, the curves. ``resume`` continues the run in that
-    folder from its newest complete checkpoint. Raises SettingsError (a ValueError) for a setting that cannot
-    be used, before any model is loaded."""
+    folder from its newest complete checkpoint; a run that already finished is left as it is
+    (``already_complete``). Raises SettingsError (a ValueError) for a setting that cannot be used, before any
+    model is loaded.
+
+    On several processes (`accelerate launch`) every process loads the data and its copy of the weights (TRL
+    loads them from the name, in the training dtype, placed by accelerate; ZeRO-3 partitioned), the held-out
+    evaluations run once across all processes, and only the main process writes files."""
     out = Path(config.output_dir)
-    checkpoint = _checkpoint_to_resume(out, resume)
+    state = PartialState()
+    engine = training_engine(config, state.num_processes)
+    problems = run_problems(settings, config, engine)
+    if problems:
+        raise SettingsError("; ".join(problems))
+    if config.use_cpu and torch.cuda.is_available():
+        log.warning(
+            "CUDA is available but use_cpu=True (the CPU default's layer): set use_cpu=false to train on it"
+        )
+    checkpoint, complete = resume_point(out, resume, config, state.num_processes)
+    if complete and (out / DONE_FILE).is_file():
+        return _result(settings, config, out, already_complete=True)
     torch.manual_seed(config.seed)
     train_problems, held = load_run_data(settings, config.seed)  # before the model loads: fail fast
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SETTINGS_FILE).write_text(
-        json.dumps(
-            {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)},
-            indent=2,
-            default=str,
+    if state.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        settings_record = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}
+        (out / SETTINGS_FILE).write_text(json.dumps(settings_record, indent=2, default=str))
+    with state.main_process_first():  # --model tiny is written once; the bundled model converts once
+        model_id = (
+            str(tiny_model_folder(out / BASE_MODEL_DIR))
+            if settings.model == TINY_MODEL
+            else resolve_model(settings.model)
         )
+    # read by TRL when it loads the model
+    config.model_init_kwargs = model_init_kwargs(settings, config, engine)
+    init = config.model_init_kwargs
+    tokenizer = load_tokenizer(
+        model_id,
+        revision=init.get("revision"),
+        trust_remote_code=init.get("trust_remote_code", config.trust_remote_code),
     )
-    model, tokenizer = load_model_and_tokenizer(settings.model, dtype=settings.model_dtype)
     reward = make_math_reward_func(strict=settings.reward == "math_strict")
-    heldout = _HeldOut(settings, config, held, tokenizer, reward, out)
-    heldout.measure(model, "before")
+    heldout = _HeldOut(settings, config, held, reward, out)
 
     _, trainer_cls = config_and_trainer_classes(config.loss_type)
     trainer = trainer_cls(
-        model,
+        model_id,
         reward,
         args=config,
         train_dataset=build_dataset(train_problems),
         processing_class=tokenizer,
-        callbacks=[MetricsJsonlCallback(), RichProgressCallback(config.loss_type)],
+        callbacks=[MetricsJsonlCallback()],
         peft_config=_peft_config(settings),
     )
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
+    if needs_engine(trainer):
+        # once the engine has placed (or sharded) the model, before the first step of a fresh run
+        trainer.add_callback(
+            CallOnTrainBegin(lambda st: st.global_step or heldout.measure(trainer, "before"))
+        )
+    elif checkpoint is None:
+        # one process: the weights as loaded, before accelerate wraps the forward in (bf16) autocast
+        heldout.measure(trainer, "before")
+    trainer.add_callback(RichProgressCallback(config.loss_type))  # after the "before" evaluation's own bar
+    if config.eval_steps:
+        trainer.add_callback(_periodic_eval(trainer, settings, config, held, reward))
     t0 = time.time()
-    trainer.train(resume_from_checkpoint=checkpoint)
+    if complete:  # the last checkpoint is the last step: finish the run from it, without another step
+        trainer._load_from_checkpoint(checkpoint)
+    else:
+        trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.time() - t0
     trainer.save_model(str(out / FINAL_DIR))
-    tokenizer.save_pretrained(str(out / FINAL_DIR))
-
-    heldout.measure(trainer.accelerator.unwrap_model(trainer.model), "after")
+    if state.is_main_process:
+        tokenizer.save_pretrained(str(out / FINAL_DIR))
+    heldout.measure(trainer, "after")
     heldout.record(train_seconds_this_session=train_seconds)
-    png = None
-    if settings.plot:
-        png = plot_curves(
-            out / METRICS_FILE, out / CURVES_FILE, title=f"{config.loss_type} on {settings.dataset}"
-        )
-    how = "greedy" if settings.eval_temperature == 0 else f"T={settings.eval_temperature}"
+    global_step = trainer.state.global_step if not complete else _checkpoint_step(checkpoint)
+    if state.is_main_process:
+        if settings.plot:
+            plot_curves(
+                out / METRICS_FILE, out / CURVES_FILE, title=f"{config.loss_type} on {settings.dataset}"
+            )
+        (out / DONE_FILE).write_text(json.dumps({"global_step": global_step}))
+    state.wait_for_everyone()
+    device = str(trainer.accelerator.device)
+    return _result(settings, config, out, train_seconds=train_seconds, global_step=global_step, device=device)
+
+
+def _checkpoint_step(checkpoint: str) -> int:
+    return int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+
+
+def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any) -> TrainResult:
+    """The TrainResult of the run in ``out`` as its files record it."""
+    held = json.loads((out / HELDOUT_FILE).read_text()) if (out / HELDOUT_FILE).is_file() else {}
+    if "global_step" not in values:
+        values["global_step"] = json.loads((out / DONE_FILE).read_text())["global_step"]
+    png = out / CURVES_FILE
     return TrainResult(
         output_dir=out,
-        global_step=trainer.state.global_step,
-        train_seconds=train_seconds,
-        heldout={k: heldout.results[k] for k in ("before", "after") if k in heldout.results},
-        eval_description=how,
+        train_seconds=values.pop("train_seconds", 0.0),
+        heldout={k: held[k] for k in ("before", "after") if k in held},
+        eval_description="greedy" if settings.eval_temperature == 0 else f"T={settings.eval_temperature}",
         metrics_file=out / METRICS_FILE,
         final_dir=out / FINAL_DIR,
-        curves_png=png,
+        curves_png=png if settings.plot and png.is_file() else None,
+        **values,
     )

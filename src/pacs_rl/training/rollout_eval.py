@@ -1,0 +1,205 @@
+"""Held-out evaluation through the trainer's own generation engine, once per run across processes.
+
+`pacs_rl.training.heldout.heldout_accuracy` evaluates the model of one process with the fast sampler. A run
+on several processes, with sharded weights (DeepSpeed ZeRO-3, FSDP) or with vLLM generating the rollouts
+evaluates here instead, through `PACSTrainer._generate_single_turn` (vLLM colocate or server, transformers
+`generate` with the ZeRO-3 gather, or the fast sampler: whatever generates the rollouts):
+
+    problems  ->  process r takes the r-th contiguous share, padded to the same length on every process
+              ->  n samples per problem at the evaluation's temperature / top-p / length
+              ->  graded by the run's reward function, gathered on every process (accelerate gather_object)
+
+Every process makes the same number of generation calls (collectives inside vLLM, ZeRO-3 and FSDP need that);
+padding rows are generated and dropped. The sampling settings are swapped in for the evaluation only, and the
+random state of every generator (python, numpy, torch, CUDA) is restored afterwards, so evaluating does not
+change the training run's random stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import random
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from pacs_rl.data import format_prompt
+from pacs_rl.evaluation.passk import pass_at_k
+
+
+def needs_engine(trainer) -> bool:
+    """Whether held-out accuracy must go through the trainer's engine (vLLM, several processes, sharded weights)
+    rather than `heldout_accuracy` on the local model."""
+    acc = trainer.accelerator
+    sharded = acc.distributed_type.value in ("DEEPSPEED", "FSDP")
+    return bool(trainer.use_vllm) or acc.num_processes > 1 or sharded
+
+
+@contextlib.contextmanager
+def _rng_preserved():
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.set_rng_state(state[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+@contextlib.contextmanager
+def _evaluation_sampling(trainer, temperature: float, top_p: float, max_new_tokens: int):
+    """Point every generation engine of ``trainer`` at the evaluation's sampling settings, then restore them:
+    the fast sampler reads trainer.temperature / top_p / max_completion_length, transformers' generate reads
+    trainer.generation_config, vLLM reads the same names on trainer.vllm_generation."""
+    greedy = temperature == 0
+    saved = {
+        k: getattr(trainer, k) for k in ("temperature", "top_p", "max_completion_length", "generation_config")
+    }
+    gen = copy.deepcopy(trainer.generation_config)
+    gen.max_new_tokens = max_new_tokens
+    gen.do_sample = not greedy
+    gen.temperature, gen.top_p = (None, None) if greedy else (temperature, top_p)
+    vllm = getattr(trainer, "vllm_generation", None)
+    vllm_saved = (
+        {k: getattr(vllm, k) for k in ("temperature", "top_p", "max_completion_length")} if vllm else {}
+    )
+    values = {
+        "temperature": temperature,
+        "top_p": 1.0 if greedy else top_p,
+        "max_completion_length": max_new_tokens,
+    }
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    was_training = unwrapped.training
+    try:
+        for k, v in values.items():
+            setattr(trainer, k, v)
+            if vllm is not None:
+                setattr(vllm, k, v)  # vLLM: temperature 0 is greedy
+        trainer.generation_config = gen
+        unwrapped.eval()
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(trainer, k, v)
+        for k, v in vllm_saved.items():
+            setattr(vllm, k, v)
+        unwrapped.train(was_training)
+
+
+def sample_and_grade(
+    trainer,
+    problems,
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    reward_func,
+    batch_size: int,
+    seed: int,
+) -> tuple[list[int], list[float]]:
+    """(correct samples out of n, mean completion length) per problem, in the order of ``problems``, on every
+    process. A sample is correct when the reward function scores it 1."""
+    acc = trainer.accelerator
+    world, rank = acc.num_processes, acc.process_index
+    per = math.ceil(len(problems) / world)  # every process: the same number of rows, padded
+    mine = list(range(rank * per, min((rank + 1) * per, len(problems))))
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    local: list[tuple[int, int, float]] = []
+    with _rng_preserved(), _evaluation_sampling(trainer, temperature, top_p, max_new_tokens), torch.no_grad():
+        torch.manual_seed(seed + rank)
+        for start in range(0, per, batch_size):
+            rows = mine[start : start + batch_size]
+            size = min(batch_size, per - start)
+            batch = [problems[i] for i in rows] + [problems[0]] * (size - len(rows))  # padding rows
+            prompt_ids = [
+                tokenizer(format_prompt(tokenizer, p.problem), add_special_tokens=False)["input_ids"]
+                for p in batch
+            ]
+            completions, _ = trainer._generate_single_turn(
+                [ids for ids in prompt_ids for _ in range(n)], None, {}, n
+            )  # n samples of each prompt, contiguous
+            kept = completions[: len(rows) * n]
+            if not rows:  # this process's share ended: it only kept the others' collectives in step
+                continue
+            texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
+            scores = reward_func(
+                [[{"role": "assistant", "content": t}] for t in texts],
+                answer=[problems[i].answer for i in rows for _ in range(n)],
+            )
+            for j, i in enumerate(rows):
+                group = slice(j * n, (j + 1) * n)
+                correct = sum(s == 1.0 for s in scores[group])
+                local.append((i, int(correct), sum(len(c) for c in kept[group]) / n))
+    if world > 1:
+        from accelerate.utils import gather_object
+
+        local = gather_object(local)
+    ordered = sorted(local)
+    return [c for _, c, _ in ordered], [length for _, _, length in ordered]
+
+
+def engine_accuracy(
+    trainer, problems, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+) -> dict:
+    """Held-out accuracy (one completion per problem) through the engine: the keys of `heldout_accuracy`."""
+    correct, lengths = sample_and_grade(
+        trainer, problems, 1, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+    )
+    n = len(problems)
+    return {
+        "accuracy": sum(correct) / n if n else float("nan"),
+        "n": n,
+        "correct": sum(correct),
+        "mean_length": sum(lengths) / max(n, 1),
+    }
+
+
+def passk_ks(n: int) -> list[int]:
+    """The k of pass@k reported for n samples: powers of two up to n, and n itself."""
+    ks = [2**i for i in range(int(math.log2(n)) + 1)] if n >= 1 else []
+    return ks + ([n] if n not in ks else [])
+
+
+def engine_pass_at_k(
+    trainer, problems, n, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+) -> dict[str, float]:
+    """pass@k (the unbiased estimator, mean over problems) for k in passk_ks(n), and the mean completion length."""
+    correct, lengths = sample_and_grade(
+        trainer, problems, n, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+    )
+    out = {f"pass@{k}": float(np.mean(pass_at_k(n, np.asarray(correct), k))) for k in passk_ks(n)}
+    out["mean_length"] = float(np.mean(lengths)) if lengths else float("nan")
+    return out
+
+
+class PeriodicEvalCallback(TrainerCallback):
+    """Every ``every`` optimizer steps, run ``evaluate()`` (a dict of floats) and queue its values as
+    ``eval/<key>`` in the trainer's metrics, so they reach metrics.jsonl and the trackers in the step's log row
+    (verl's test_freq, OpenRLHF's eval_steps)."""
+
+    def __init__(self, trainer, every: int, evaluate):
+        self.trainer, self.every, self.evaluate = trainer, every, evaluate
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every > 0 and state.global_step % self.every == 0:
+            for key, value in self.evaluate().items():
+                self.trainer._metrics["train"][f"eval/{key}"].append(value)
+        return control
+
+
+class CallOnTrainBegin(TrainerCallback):
+    """Call ``fn()`` once training is set up (model prepared and placed, checkpoint loaded), before the first
+    step: where the held-out "before" evaluation runs on every engine."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.fn(state)
+        return control
