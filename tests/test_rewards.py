@@ -151,6 +151,9 @@ def test_no_grader_refuses_an_equivalent_form_of_a_right_answer(grader):
         ("What is 12 + 6?", "20 - 2", "18"),  # an operation with a number of its own: not a restatement
         ("What is 1/2 + 1/4?", r"\frac{3}{4}", "0.75"),
         ("So the total is?", "180 + 24 = 204", "204"),  # an equation ending in the value
+        ("What is 33 - 51?", "3 - 5 - 16", "-18"),  # '3-5' inside '33-51' is not the question's operation
+        ("Balance CO + O_2 -> CO_2: the coefficient of O_2?", r"\frac{1}{2}", "0.5"),  # Minerva-Math 167
+        ("What is 51 + 0?", "51", "51"),  # a single number from the question is an answer
     ],
 )
 def test_restatement_rule_spares_answers_that_are_not_the_question(question, answer, gold):
@@ -174,7 +177,8 @@ def test_restatement_rule_spares_answers_that_are_not_the_question(question, ans
         ("What is 84 / 2?", "so it is 84 / 2", "42"),
         ("What is 36 / 2?", r"\boxed{\frac{36}{2}}", "18"),
         ("What is 33 - 51?", "I do not know. The answer is 33 - 51", "-18"),
-        ("What is 51 - 33 - 36?", r"\boxed{-36 + 51 - 33}", "-18"),  # the question's numbers, reordered
+        ("What is 36 + 0?", "add 0 to both sides: 36 + 0 = 36 + 0 = 36 + 0 =", "36"),  # the bundled model
+        ("What is 1,200 + 34?", r"\boxed{1200 + 34}", "1234"),
     ],
 )
 def test_restatement_rule_refuses_the_question_as_its_own_answer(question, completion, gold):
@@ -225,10 +229,13 @@ def test_echo_rule_ignores_text_that_repeats_the_prompt():
     assert verify(echo + " It is 42.", "42", grader="paper+echo", prompt=prompt).score == 1.0
 
 
-def test_sci_notation_rule_reads_minerva_golds_as_numbers():
-    for completion in [r"\boxed{3.83 \times 10^{35}}", r"\boxed{3.83e35}", "so about $3.83e35$"]:
-        assert verify(completion, "3.83e35", grader="paper+sci_notation").score == 1.0, completion
-    assert verify(r"\boxed{3.83 \times 10^{34}}", "3.83e35", grader="paper+sci_notation").reason == "wrong"
+def test_tiny_numbers_compare_equal_in_math_verify_so_no_rule_rewrites_e_notation():
+    # Why there is no rule reading Minerva's gold "1.325e-27" as 1.325 x 10^-27: math-verify rounds to six
+    # decimals, so two different tiny numbers are equal once both are read as numbers. The paper's call reads
+    # "1.325e-27" in LaTeX as 1.325*e-27 (Euler's e), which only the same text matches.
+    assert verify(r"\boxed{2.88 \times 10^{-19}}", r"1.325 \times 10^{-27}").score == 1.0
+    assert verify(r"\boxed{2.88e-19}", "1.325e-27").score == 0.0
+    assert verify(r"\boxed{1.325e-27}", "1.325e-27").score == 1.0
 
 
 def test_find_boxes_forms():

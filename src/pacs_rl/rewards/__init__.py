@@ -14,51 +14,42 @@ Public API::
     load_reward_funcs("math,mypkg.rewards:my_reward", grader="paper") -> list of reward functions
 
 A grader is ``paper`` (math-verify exactly as the PACS authors call it, the default) or ``strict`` (a
-``\\boxed{}`` answer), optionally with ``+rule``s (``restatement``, ``multiple_boxed``, ``echo``,
-``sci_notation``): see :mod:`pacs_rl.rewards.math_verifier`.
+``\\boxed{}`` answer), optionally with ``+rule``s (``restatement``, ``multiple_boxed``, ``echo``): see
+:mod:`pacs_rl.rewards.math_verifier`.
 """
 
-from pacs_rl.rewards.math_verifier import (
-    BASE_GRADERS,
-    DEFAULT_GRADER,
-    REASONS,
-    RULES,
-    Grader,
-    Verdict,
-    extract_answer,
-    find_boxes,
-    grader_name,
-    parse_grader,
-)
-from pacs_rl.rewards.pool import DEFAULT_TIMEOUT, BatchResult, RewardPool, math_reward, verify, verify_batch
-from pacs_rl.rewards.trl_reward import (
-    MathRewardFunction,
-    completion_text,
-    load_reward_funcs,
-    make_math_reward_func,
-    math_reward_func,
-)
+import importlib
 
-__all__ = [
-    "BASE_GRADERS",
-    "DEFAULT_GRADER",
-    "DEFAULT_TIMEOUT",
-    "REASONS",
-    "RULES",
-    "BatchResult",
-    "Grader",
-    "MathRewardFunction",
-    "RewardPool",
-    "Verdict",
-    "completion_text",
-    "extract_answer",
-    "find_boxes",
-    "grader_name",
-    "load_reward_funcs",
-    "make_math_reward_func",
-    "math_reward",
-    "math_reward_func",
-    "parse_grader",
-    "verify",
-    "verify_batch",
-]
+# Imported on first use, so that `pacs_rl.rewards.graders` (grader names) stays light: math-verify and sympy
+# load only when something is graded.
+_EXPORTS = {
+    "BASE_GRADERS": "graders",
+    "DEFAULT_GRADER": "graders",
+    "RULES": "graders",
+    "Grader": "graders",
+    "grader_name": "graders",
+    "parse_grader": "graders",
+    "REASONS": "math_verifier",
+    "Verdict": "math_verifier",
+    "extract_answer": "math_verifier",
+    "find_boxes": "math_verifier",
+    "DEFAULT_TIMEOUT": "pool",
+    "BatchResult": "pool",
+    "RewardPool": "pool",
+    "math_reward": "pool",
+    "verify": "pool",
+    "verify_batch": "pool",
+    "MathRewardFunction": "trl_reward",
+    "completion_text": "trl_reward",
+    "load_reward_funcs": "trl_reward",
+    "make_math_reward_func": "trl_reward",
+    "math_reward_func": "trl_reward",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"pacs_rl.rewards.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'pacs_rl.rewards' has no attribute {name!r}")

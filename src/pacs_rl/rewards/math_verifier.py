@@ -13,13 +13,11 @@ Graders are chosen by name. A name is a base grader, optionally followed by ``+r
 
 Rules (each refuses an answer the base grader found right, or changes what is read):
 
-- ``restatement``: refuse an answer to a numeric question that is still an operation on numbers all taken
-  from the question ("33 - 51" for "What is 33 - 51?"): math-verify evaluates it, so restating the question
+- ``restatement``: refuse an answer to a numeric question that is still an operation written in the
+  question itself ("33 - 51" for "What is 33 - 51?"): math-verify evaluates it, so restating the question
   would be paid. Needs the question (``prompt=``); without it the rule cannot apply.
 - ``multiple_boxed``: refuse a completion whose boxes hold mathematically different answers (hedging).
 - ``echo``: ignore text of the completion that repeats the prompt verbatim before reading the answer.
-- ``sci_notation``: read plain scientific notation (Minerva's gold ``3.83e35``, and the same inside a
-  box or ``$...$`` of the completion) as ``3.83 \\times 10^{35}`` (LaTeX reads it as 3.83·e·35).
 
 Everything here runs without any time bound of its own (math-verify's ``signal.alarm`` timeouts are
 switched off so it works in any thread). ``pacs_rl.rewards.pool`` adds the bound: an interval timer in the
@@ -28,11 +26,11 @@ thread that owns signals, or a worker process that is killed and replaced when i
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from dataclasses import dataclass
-from fractions import Fraction
+
+from pacs_rl.rewards.graders import DEFAULT_GRADER, Grader, parse_grader
 
 # math-verify logs a warning per unparseable prediction and per disabled timeout; at RL scale that floods
 # the console. Failures are counted in ``Verdict.reason`` instead.
@@ -55,36 +53,25 @@ REASONS = (
     "worker_crash",  # the worker process died on this input (e.g. out of memory): scored 0
 )
 
-DEFAULT_GRADER = "paper"
-BASE_GRADERS = {
-    "paper": "math-verify exactly as the PACS authors call it (a box or 'final answer is' first, else the "
-    "last expression; the rightmost match wins)",
-    "strict": "only the last \\boxed{} answer counts, read as the paper reads a box",
-}
-RULES = {
-    "restatement": "refuse an operation on the question's own numbers ('33 - 51') as the answer to a "
-    "numeric question (needs the question)",
-    "multiple_boxed": "refuse a completion whose boxes hold different answers",
-    "echo": "ignore text that repeats the prompt verbatim (needs the prompt)",
-    "sci_notation": "read plain scientific notation (3.83e35) in the gold and the completion as 3.83 \\times 10^{35}",
-}
-
 # The authors' extraction targets: gold by LaTeX (wrapped in \boxed{}), predictions by expressions and LaTeX.
 _GOLD_TARGETS = (LatexExtractionConfig(),)
 _PRED_TARGETS = (ExprExtractionConfig(), LatexExtractionConfig())
 
 # A plain number: -18, 3.5, 1,000, 1{,}000, 10\% (what a gold answer of a computation looks like).
 _PLAIN_NUMBER = re.compile(r"\s*[-+−]?\s*(?:\d{1,3}(?:(?:,|\{,\})\d{3})+|\d+)(?:\.\d+)?\s*(?:\\?%)?\s*")
-# Two numbers joined by a binary operator (33 - 51, 2*3, 4 \times 5, 6\cdot7, 8 ÷ 2), or a numeric \frac.
-_NUMBER_OPERATION = re.compile(
-    r"\d\s*\)?\s*(?:[-+*/×÷−]|\\times|\\cdot|\\div)\s*\(?\s*[-+−]?\s*\d|\\d?frac\s*\{\s*\d[\d.]*\s*\}\s*\{\s*\d"
-)
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+# Two numbers joined by a binary operator (33 - 51, 2*3, 4 \times 5, 6\cdot7, 8 ÷ 2), once normalized.
+_NUMBER_OPERATION = re.compile(r"\d\)?[-+*/]\(?-?\d")
 _THOUSANDS = re.compile(r"(?<=\d)(?:,|\{,\})(?=\d{3}(?!\d))")
+_FRACTION = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_OPERATOR_SPELLINGS = (
+    (re.compile(r"\\times|\\cdot|×|\bmultiplied by\b|\btimes\b"), "*"),
+    (re.compile(r"\\div|÷|\bdivided by\b|\bover\b"), "/"),
+    (re.compile(r"−|\bminus\b"), "-"),
+    (re.compile(r"\bplus\b"), "+"),
+    (re.compile(r"\\left|\\right|\$|\\[,;!: ]|\s+"), ""),
+)
 
 _BOX_COMMAND = re.compile(r"\\boxed(?![A-Za-z])")
-_MATH_SPAN = re.compile(r"\\boxed\{[^{}]*\}|(?<!\\)\$[^$]+(?<!\\)\$")
-_SCI_NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?|\.\d+)[eE]([-+]?\d+)(?![\w.])")
 _MAX_EXTRACTED_CHARS = 200
 
 
@@ -95,44 +82,6 @@ class Verdict:
     score: float
     extracted: str | None
     reason: str
-
-
-@dataclass(frozen=True)
-class Grader:
-    """A base grader and its opt-in rules; ``name`` is the canonical ``base+rule+...`` form."""
-
-    base: str
-    rules: tuple[str, ...] = ()
-
-    @property
-    def name(self) -> str:
-        return "+".join((self.base, *self.rules))
-
-
-@functools.lru_cache(maxsize=64)
-def parse_grader(name: str) -> Grader:
-    """``"paper+restatement"`` -> ``Grader("paper", ("restatement",))``; rules in canonical order.
-
-    Raises ValueError naming the unknown part and the choices."""
-    parts = [p.strip() for p in str(name).split("+")]
-    base, rules = parts[0], parts[1:]
-    if base not in BASE_GRADERS:
-        hint = f" (a rule comes after a base grader: paper+{base})" if base in RULES else ""
-        raise ValueError(
-            f"grader {name!r}: unknown base grader {base!r}{hint}. A grader is one of {list(BASE_GRADERS)}, "
-            f"optionally followed by +rule for rules in {list(RULES)}, e.g. paper+restatement."
-        )
-    unknown = [r for r in rules if r not in RULES]
-    if unknown:
-        raise ValueError(
-            f"grader {name!r}: unknown rule(s) {unknown}; rules are {list(RULES)} (e.g. {base}+restatement)."
-        )
-    return Grader(base, tuple(r for r in RULES if r in rules))
-
-
-def grader_name(name: str) -> str:
-    """The canonical name of a grader (``"paper+echo+restatement"`` -> ``"paper+restatement+echo"``)."""
-    return parse_grader(name).name
 
 
 def find_boxes(text: str) -> list[str | None]:
@@ -199,17 +148,6 @@ def _shorten(text: str | None) -> str | None:
     return text[: _MAX_EXTRACTED_CHARS - 3] + "..."
 
 
-def _sci_to_latex(text: str) -> str:
-    """Rule sci_notation: every plain ``3.83e35`` in ``text`` -> ``3.83\\times 10^{35}``."""
-    return _SCI_NUMBER.sub(lambda m: f"{m.group(1)}\\times 10^{{{int(m.group(2))}}}", text)
-
-
-def _sci_in_math(completion: str) -> str:
-    """Rule sci_notation in a completion: rewrite inside ``\\boxed{...}`` and ``$...$`` only (LaTeX reads
-    ``3.83e35`` there as 3.83·e·35; in plain text math-verify's expression reader sees its own numbers)."""
-    return _MATH_SPAN.sub(lambda m: _sci_to_latex(m.group(0)), completion)
-
-
 def _parse_gold(answer: str) -> list:
     return _mv_parse("\\boxed{" + answer + "}", _GOLD_TARGETS, parsing_timeout=None)
 
@@ -242,25 +180,31 @@ def _equal(gold: list, pred: list) -> bool:
     return bool(pred) and bool(_mv_verify(gold, pred, timeout_seconds=None))
 
 
-def _numbers(text: str) -> list[Fraction]:
-    return [Fraction(n) for n in _NUMBER.findall(_THOUSANDS.sub("", text))]
+def _expression_key(text: str) -> str:
+    """An arithmetic expression in one spelling: no spaces or thousands separators, ``\\frac{a}{b}`` as
+    ``a/b``, ``\\times``/``\\cdot``/"times" as ``*``, ``\\div``/"divided by" as ``/``, lower case."""
+    text = _FRACTION.sub(r"\1/\2", _THOUSANDS.sub("", text.lower()))
+    for pattern, replacement in _OPERATOR_SPELLINGS:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def restates_question(answer: str | None, gold: str, question: str | None) -> bool:
-    """Rule restatement: the gold is a plain number and ``answer`` is still an operation whose numbers all
-    come from ``question`` ("33 - 51" for "What is 33 - 51?", "\\frac{36}{2}" for "What is 36 / 2?").
+    """Rule restatement: the gold is a plain number and ``answer`` is an operation on numbers that the
+    question itself writes ("33 - 51" for "What is 33 - 51?", "\\frac{36}{2}" for "What is 36 / 2?",
+    "4 \\times 5" for "What is 4 times 5?"), compared in one spelling (:func:`_expression_key`).
 
     An equation read as the answer ("180 + 24 = 204") is judged by its last side, as math-verify compares
-    it. Answers with any number of their own (a computed value, "20 - 2" for 12 + 6), and answers to
-    non-numeric golds (fractions, expressions, intervals), are never refused.
+    it. A single number, an operation the question does not write ("20 - 2" for 12 + 6, "\\frac{1}{2}" for a
+    question that mentions 1 and 2 apart), and answers to non-numeric golds are never refused.
     """
     if not answer or not question or not _PLAIN_NUMBER.fullmatch(gold):
         return False
-    last_side = answer.rsplit("=", 1)[-1]
-    if not _NUMBER_OPERATION.search(last_side):
+    key = _expression_key(answer.rsplit("=", 1)[-1]).strip("()")
+    if not _NUMBER_OPERATION.search(key):
         return False
-    asked = set(_numbers(question))
-    return all(n in asked for n in _numbers(last_side))
+    # whole numbers only: "3-5" is not in "33-51", "6*7" is in "compute6*7."
+    return re.search(rf"(?<![\d.]){re.escape(key)}(?!\.?\d)", _expression_key(question)) is not None
 
 
 def _boxes_disagree(text: str) -> bool:
@@ -303,8 +247,6 @@ def check(completion, answer, grader: str = DEFAULT_GRADER, prompt: str | None =
     text = _as_text(completion)
     if "echo" in g.rules:
         text = remove_prompt_echo(text, prompt)
-    if "sci_notation" in g.rules:
-        text, gold_text = _sci_in_math(text), _sci_to_latex(gold_text)
     try:
         pred, extracted = _read(text, g)
         gold = _parse_gold(gold_text)

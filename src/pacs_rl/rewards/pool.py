@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-from pacs_rl.rewards.math_verifier import DEFAULT_GRADER, Verdict, check, parse_grader
+from pacs_rl.rewards.graders import DEFAULT_GRADER, parse_grader
+from pacs_rl.rewards.math_verifier import Verdict, check
 
 DEFAULT_TIMEOUT = 3.0  # seconds per (completion, answer) pair; legitimate checks take milliseconds
 

@@ -13,7 +13,7 @@ import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
-from pacs_rl.rewards.math_verifier import DEFAULT_GRADER, grader_name
+from pacs_rl.rewards.graders import DEFAULT_GRADER, grader_name
 from pacs_rl.rewards.pool import DEFAULT_TIMEOUT, BatchResult, RewardPool, verify_batch
 
 
