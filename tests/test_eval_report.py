@@ -60,7 +60,12 @@ def test_table_puts_two_benchmarks_side_by_side_and_fills_missing_k():
     assert "### aime24 (n = 8; 10 problems) | math500 (n = 8; 10 problems)" in t
     assert "| Model | aime24 k = 1 | 8 | math500 k = 1 | 2 |" in t
     first = t.split("### amc23")[0]
-    assert _cells(first, "A") == ["<u>10.00</u>", "50.00", "90.00", "95.00"]  # one value in a column: unmarked
+    assert _cells(first, "A") == [
+        "<u>10.00</u>",
+        "50.00",
+        "90.00",
+        "95.00",
+    ]  # one value in a column: unmarked
     assert _cells(first, "B") == ["**20.00**", "–", "–", "–"]
     assert "| Model | k = 1 |" in t.split("### amc23")[1]  # a benchmark alone keeps the plain header
 

@@ -57,6 +57,21 @@ class ScriptedSampler:
         return out
 
 
+@pytest.fixture()
+def built(tiny_tokenizer, monkeypatch):
+    """The models the runner loads (each load gives a ScriptedSampler), in order."""
+    import pacs_rl.evaluation.runner as runner
+
+    loads = []
+
+    def fake_build(config):
+        loads.append(config.model)
+        return ScriptedSampler(), tiny_tokenizer
+
+    monkeypatch.setattr(runner, "build_sampler", fake_build)
+    return loads
+
+
 def _config(tmp_path, **kw):
     base = dict(
         model="scripted",
@@ -163,16 +178,9 @@ def test_resume_refuses_other_settings_and_extends_n(tmp_path, tiny_tokenizer):
     assert sorted(Counter(r["sample_index"] for r in rows).items()) == [(0, 6), (1, 6), (2, 6), (3, 6)]
 
 
-def test_several_benchmarks_load_the_model_once_and_write_one_table(tmp_path, tiny_tokenizer, monkeypatch):
+def test_several_benchmarks_load_the_model_once_and_write_one_table(tmp_path, built):
     import pacs_rl.evaluation.runner as runner
 
-    built = []
-
-    def fake_build(config):
-        built.append(config.model)
-        return ScriptedSampler(), tiny_tokenizer
-
-    monkeypatch.setattr(runner, "build_sampler", fake_build)
     cfg = _config(tmp_path, ks=[1, 2, 4])
     benches = ["arithmetic?n=4&seed=1", "arithmetic?n=3&seed=2&ops=+"]
     n = {"arithmetic?n=4&seed=1": 2}  # the other benchmark keeps the config's n = 4
@@ -419,16 +427,9 @@ def test_tiny_model_crash_and_resume_on_arithmetic(tmp_path, tiny_model_dir, mon
     assert set(pairs) == {(pid, i) for pid in ids for i in range(3)} and max(pairs.values()) == 1
 
 
-def test_several_models_merge_into_one_table(tmp_path, tiny_tokenizer, monkeypatch):
+def test_several_models_merge_into_one_table(tmp_path, built):
     import pacs_rl.evaluation.runner as runner
 
-    built = []
-
-    def fake_build(config):
-        built.append(config.model)
-        return ScriptedSampler(), tiny_tokenizer
-
-    monkeypatch.setattr(runner, "build_sampler", fake_build)
     cfg = _config(tmp_path, n=2)
     results = runner.run_evals(cfg, ["m1", "org/m2"], labels=["Base", "PACS"])
     assert built == ["m1", "org/m2"] and [r["label"] for r in results] == ["Base", "PACS"]

@@ -173,6 +173,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "ks": [1, 2, 4],
             "max_new_tokens": 96,
             "batch_size": 64,
+            "grader": "paper+restatement",  # the arithmetic task's: a restated question is no answer
         },
     },
 }

@@ -111,7 +111,7 @@ def eval_command(
         "paper",
         "--grader",
         help="paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), or either with "
-        "+rules: restatement, multiple_boxed, echo, sci_notation (e.g. paper+restatement).",
+        "+rules: restatement, multiple_boxed, echo (e.g. paper+restatement).",
     ),
     backend: str = typer.Option("transformers", help="Sampling engine: transformers or vllm."),
     dtype: str = typer.Option(

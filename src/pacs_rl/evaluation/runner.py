@@ -136,7 +136,7 @@ class EvalConfig:
         default="paper",
         metadata={
             "help": "Answer grader: paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), "
-            "either with +rules (restatement, multiple_boxed, echo, sci_notation)."
+            "either with +rules (restatement, multiple_boxed, echo)."
         },
     )
     verify_timeout: float = field(default=3.0, metadata={"help": "Seconds per answer check at most."})

@@ -289,7 +289,11 @@ class PACSConfig(GRPOConfig):
     def _check_num_generations(self) -> None:
         """Every batch must hold whole groups of num_generations completions. Checked before TRL's own check,
         whose error names no setting to change; the micro-batch check also keeps a group on one process."""
-        G, per_device, gen = self.num_generations, self.per_device_train_batch_size, self.generation_batch_size
+        G, per_device, gen = (
+            self.num_generations,
+            self.per_device_train_batch_size,
+            self.generation_batch_size,
+        )
         if not isinstance(G, int) or G < 2:
             return  # TRL's own message: at least 2 generations per prompt
         if per_device % G != 0:

@@ -174,8 +174,8 @@ class RunSettings:
         default="auto",
         metadata={
             "help": "Grader of the math reward and the held-out accuracy: paper (math-verify as the PACS authors call "
-            "it), strict (a \\boxed{} answer), either with +rules (restatement, multiple_boxed, echo, "
-            f"sci_notation). auto = {ARITHMETIC_GRADER} on the built-in arithmetic task (a policy there learned "
+            "it), strict (a \\boxed{} answer), either with +rules (restatement, multiple_boxed, echo). "
+            f"auto = {ARITHMETIC_GRADER} on the built-in arithmetic task (a policy there learned "
             "to restate the question: '33 - 51' for 'What is 33 - 51?'), paper on any other data."
         },
     )
