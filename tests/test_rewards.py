@@ -318,21 +318,21 @@ def test_trl_reward_function_other_column_and_missing_column():
 
 
 def test_reward_functions_by_dotted_path_and_file(tmp_path, monkeypatch):
-    (tmp_path / "my_rewards.py").write_text(
+    (tmp_path / "custom_grading_rewards.py").write_text(
         "def short(completions, **kwargs):\n    return [1.0 if len(str(c)) < 5 else 0.0 for c in completions]\n"
         "NOT_CALLABLE = 3\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     math, by_module, by_file = load_reward_funcs(
-        f"math, my_rewards:short, {tmp_path / 'my_rewards.py'}:short", grader="strict"
+        f"math, custom_grading_rewards:short, {tmp_path / 'custom_grading_rewards.py'}:short", grader="strict"
     )
     assert math.grader == "strict" and by_module(completions=["ab", "abcdef"]) == [1.0, 0.0]
     assert by_file(completions=["abcdef"]) == [0.0]
     for spec, message in [
-        ("my_rewards", "neither 'math' nor 'module:function'"),
+        ("custom_grading_rewards", "neither 'math' nor 'module:function'"),
         ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
-        ("my_rewards:missing", "has no attribute 'missing'"),
-        ("my_rewards:NOT_CALLABLE", "not callable"),
+        ("custom_grading_rewards:missing", "has no attribute 'missing'"),
+        ("custom_grading_rewards:NOT_CALLABLE", "not callable"),
         (f"{tmp_path / 'absent.py'}:f", "does not exist"),
         ("", "no reward function given"),
     ]:

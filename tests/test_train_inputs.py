@@ -64,17 +64,17 @@ def _tiny_sets(model_dir, *extra):
 
 
 def test_a_reward_function_given_by_dotted_path_trains(tmp_path, tiny_model_dir, monkeypatch):
-    (tmp_path / "my_rewards.py").write_text(REWARD_MODULE)
+    (tmp_path / "custom_train_rewards.py").write_text(REWARD_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     settings, cfg = cli.resolve_settings(
-        None, {}, _tiny_sets(tiny_model_dir, "reward_funcs=my_rewards:short_answer")
+        None, {}, _tiny_sets(tiny_model_dir, "reward_funcs=custom_train_rewards:short_answer")
     )
     result = run_training(settings, build_config(cfg, tmp_path / "run"))
-    import my_rewards
+    import custom_train_rewards
 
     assert result.global_step == 2
-    assert my_rewards.CALLS, "the custom reward function was never called"
-    call = my_rewards.CALLS[0]
+    assert custom_train_rewards.CALLS, "the custom reward function was never called"
+    call = custom_train_rewards.CALLS[0]
     assert call["n"] == 8 and all(q.startswith("What is") for q in call["problem"])  # 4 prompts x G = 2
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("rewards/short_answer/mean" in row for row in logged)

@@ -133,19 +133,19 @@ def model_problem(name: str) -> str | None:
 
 
 def resolve_model(name_or_path: str) -> str:
-    """Map a bundled alias to its converted folder; pass Hub ids and local paths through.
-
-    Raises ModelError when ``name_or_path`` cannot name a model (see :func:`model_problem`)."""
-    problem = model_problem(name_or_path)
-    if problem:
-        raise ModelError(problem)
+    """Map a bundled alias to its converted folder; pass Hub ids and local paths through (an engine such as
+    vLLM reads formats of its own, a GGUF file included)."""
     if name_or_path in BUNDLED_MODELS:
         return str(convert_bundled(name_or_path))
     return name_or_path
 
 
 def _from_pretrained(factory, name_or_path: str, **kwargs: Any):
-    """``factory.from_pretrained`` with a one-line ModelError when the Hub has no such model."""
+    """``factory.from_pretrained``, with a one-line ModelError for a name that is no model (checked first,
+    without the network where that suffices: :func:`model_problem`) or that the Hub does not serve."""
+    problem = model_problem(name_or_path)
+    if problem:
+        raise ModelError(problem)
     path = resolve_model(name_or_path)
     try:
         return factory.from_pretrained(path, **kwargs)

@@ -44,6 +44,7 @@ from pacs_rl.evaluation.samples import (
     rewrite_samples,
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
+from pacs_rl.rewards.graders import grader_name, parse_grader  # names only: no math-verify
 
 # pacs_rl.sampling (torch) and pacs_rl.rewards (math-verify, sympy) are imported where they are used:
 # `pacs-rl --help` imports this module through the eval command.
@@ -194,6 +195,7 @@ class EvalConfig:
     def locked(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["dtype"] = self.resolved_dtype()
+        d["grader"] = grader_name(self.grader)  # canonical: paper+echo+restatement = paper+restatement+echo
         return {k: d[k] for k in LOCKED_SETTINGS}
 
     def prompt_kwargs(self) -> dict[str, Any]:
@@ -207,8 +209,6 @@ class EvalConfig:
 
     def problems(self) -> list[str]:
         """Every setting that cannot be used, each naming the setting and what to do (empty when all is well)."""
-        from pacs_rl.rewards.graders import parse_grader  # light: no math-verify
-
         out = []
         if self.n < 1:
             out.append(f"n={self.n}: give a whole number >= 1")
@@ -327,7 +327,7 @@ def assemble_metrics(
         "label": config.label or config.model,
         "model": config.model,
         "benchmark": config.benchmark,
-        "grader": config.grader,
+        "grader": grader_name(config.grader),
         "n": config.n,
         "ks": ks,
         "num_problems": len(problems),

@@ -161,7 +161,7 @@ class RunSettings:
         default=None, metadata={"help": "Held-out completion length; default: max_completion_length."}
     )
     eval_batch_size: int = field(default=50, metadata={"help": "Held-out problems sampled together."})
-    reward_funcs: str = field(
+    reward_funcs: str | list = field(
         default="math",
         metadata={
             "help": "Reward functions, comma-separated: math (the answer verifier, graded by `grader`) and/or your "
@@ -214,7 +214,7 @@ class RunSettings:
                 parse_grader(self.grader)
             except ValueError as e:
                 out.append(f"grader={self.grader!r}: {e}")
-        specs = split_reward_specs(self.reward_funcs) if isinstance(self.reward_funcs, str) else []
+        specs = split_reward_specs(self.reward_funcs) if isinstance(self.reward_funcs, (str, list)) else []
         if not specs:
             out.append(
                 f"reward_funcs={self.reward_funcs!r}: name at least one, e.g. math or mypkg.rewards:my_reward"
@@ -484,7 +484,7 @@ def load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list
 
 def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list[Problem]]:
     source = settings.dataset
-    arithmetic = source == "arithmetic" or source.startswith("arithmetic?")
+    arithmetic = settings.on_arithmetic()
     task: dict[str, Any] = {}
     if arithmetic:
         train, task = _arithmetic_sets(settings, seed)
