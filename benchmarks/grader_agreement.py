@@ -13,8 +13,8 @@ Completion sets (sampled once into ``--cache`` with ``pacs-rl eval``'s runner, s
   ``ops=+-``, ``digits=2,1``, seed 0), greedy, 96 tokens: what ``pacs-rl train`` reports as held-out accuracy,
   for the bundled model and for ``--arith-model`` (a model trained by the CPU default);
 - ``<arith-model>/arith-T0.7``: the same problems at the training temperature 0.7 (rollout-like samples);
-- ``solutions/<benchmark>``: the worked ``solution`` of each problem (MATH-500, Minerva, AIME 2024) against
-  its own gold answer and against the next problem's gold answer.
+- ``solutions/<set>``: the worked ``solution`` of each problem (MATH-500, Minerva, AIME 2024, AIME 1983-2023)
+  against its own gold answer and against the next problem's gold answer.
 
 Each completion is graded by ``authors_score`` (their ``compute_score``: math-verify's ``math_metric`` with
 its own 5 s ``signal.alarm`` limits, 0 on any error) and by every grader of ``--graders`` through
@@ -52,6 +52,10 @@ BENCH_FILES = {
     "minerva": "minerva_math.jsonl",
     "aime24": "aime24.jsonl",
     "amc23": "amc23.jsonl",
+}
+SOLUTION_FILES = {
+    **{k: BENCH_FILES[k] for k in ("math500", "minerva", "aime24")},
+    "aime83-23": "train_aime_1983_2023.jsonl",
 }
 HELD_OUT = "arithmetic?n=200&seed=10000&ops=+-&digits=2,1&split=test"  # the CPU default's, seed 0
 GRADERS = ["paper", "strict", ARITHMETIC_GRADER, "paper+multiple_boxed", "paper+echo"]
@@ -148,8 +152,8 @@ def completion_sets(args) -> dict[str, list[dict]]:
             }
             for r in rows
         ]
-    for name in ("math500", "minerva", "aime24"):
-        problems = [p for p in load_problems(Path(args.data) / BENCH_FILES[name]) if p.extras.get("solution")]
+    for name, file in SOLUTION_FILES.items():
+        problems = [p for p in load_problems(Path(args.data) / file) if p.extras.get("solution")]
         golds = [p.answer for p in problems]
         sets[f"solutions/{name}"] = [
             {"id": f"{p.id}{tag}", "completion": p.extras["solution"], "answer": gold, "question": p.problem}
@@ -221,6 +225,7 @@ def summarize(sets: dict[str, list[dict]], graded: dict[str, dict]) -> dict:
                 "correct": int(sum(v.score for v in verdicts)),
                 "disagreements": len(differ),
                 "timeouts": len(timeouts),
+                "timeout_ids": [items[i]["id"] for i in timeouts],
                 "by_reason": dict(
                     Counter(f"{verdicts[i].reason} (authors {g['authors'][i]:.0f})" for i in differ)
                 ),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -188,8 +189,10 @@ def load_reward_function(spec: str):
             path = Path(module_name).expanduser()
             if not path.is_file():
                 raise ValueError(f"reward function {spec!r}: file {path} does not exist")
-            loader_spec = importlib.util.spec_from_file_location(f"_pacs_rl_reward_{path.stem}", path)
+            name = f"_pacs_rl_reward_{path.stem}"
+            loader_spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[name] = module  # what the file defines (dataclasses, pickling) looks its module up
             loader_spec.loader.exec_module(module)
         else:
             module = importlib.import_module(module_name)
