@@ -114,6 +114,9 @@ def test_settings_errors_name_the_setting():
         resolve_settings(preset="smoke", config={"train": {"max_stepz": 3}})
     with pytest.raises(CompareError, match="unknown"):
         resolve_settings(preset="nope")
+    with pytest.raises(CompareError, match=r"eval\.grader: grader 'lenient': unknown base grader"):
+        resolve_settings(preset="smoke", config={"eval": {"grader": "lenient"}})
+    assert resolve_settings(preset="smoke")["eval"]["grader"] == "paper"  # the paper's verdicts by default
 
 
 def test_method_settings_change_one_method_and_never_the_budget():

@@ -48,17 +48,37 @@ def test_table_bold_and_underline_placement():
     assert _cells(t, "Base") == ["61.55", "73.90", "82.09"]
 
 
-def test_table_groups_benchmarks_and_fills_missing_k():
+def test_table_puts_two_benchmarks_side_by_side_and_fills_missing_k():
     runs = [
         _run("A", {1: 0.1, 8: 0.5}, bench="aime24"),
         _run("B", {1: 0.2}, bench="aime24"),
-        _run("A", {1: 0.9}),
+        _run("A", {1: 0.9, 2: 0.95}),
+        _run("C", {1: 0.3}, bench="amc23"),
     ]
     t = results_table(runs)
-    assert t.count("### ") == 2 and "### aime24" in t and "### math500" in t
-    aime = t.split("### math500")[0]
-    assert _cells(aime, "A") == ["<u>10.00</u>", "50.00"]  # only one value in the k=8 column: unmarked
-    assert _cells(aime, "B") == ["**20.00**", "–"]
+    assert t.count("### ") == 2  # aime24 and math500 side by side, then amc23 (as the paper's Tables 2, 3)
+    assert "### aime24 (n = 8; 10 problems) | math500 (n = 8; 10 problems)" in t
+    assert "| Model | aime24 k = 1 | 8 | math500 k = 1 | 2 |" in t
+    first = t.split("### amc23")[0]
+    assert _cells(first, "A") == [
+        "<u>10.00</u>",
+        "50.00",
+        "90.00",
+        "95.00",
+    ]  # one value in a column: unmarked
+    assert _cells(first, "B") == ["**20.00**", "–", "–", "–"]
+    assert "| Model | k = 1 |" in t.split("### amc23")[1]  # a benchmark alone keeps the plain header
+
+
+def test_table_names_the_grader_and_the_sampling():
+    runs = [_run("A", {1: 0.5}), _run("B", {1: 0.6})]
+    for r in runs:
+        r.update(grader="paper", sampling={"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 1024})
+    t = results_table(runs)
+    assert "grader: paper; sampling: T = 0.6, top-p = 0.95, at most 1024 new tokens." in t
+    runs[1]["grader"] = "strict"
+    t = results_table(runs)
+    assert "grader: paper, strict" in t and "| A (paper) |" in t and "| B (strict) |" in t
 
 
 def test_merge_finished_runs(tmp_path):

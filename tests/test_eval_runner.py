@@ -36,9 +36,11 @@ class ScriptedSampler:
         self.calls = 0
         self.crash_on = crash_on
         self.requested = 0
+        self.prompts = []
 
     def generate(self, prompts, params):
         self.calls += 1
+        self.prompts += prompts
         if self.crash_on is not None and self.calls == self.crash_on:
             raise RuntimeError("simulated crash")
         out = []
@@ -53,6 +55,21 @@ class ScriptedSampler:
             )
             self.requested += params.n
         return out
+
+
+@pytest.fixture()
+def built(tiny_tokenizer, monkeypatch):
+    """The models the runner loads (each load gives a ScriptedSampler), in order."""
+    import pacs_rl.evaluation.runner as runner
+
+    loads = []
+
+    def fake_build(config):
+        loads.append(config.model)
+        return ScriptedSampler(), tiny_tokenizer
+
+    monkeypatch.setattr(runner, "build_sampler", fake_build)
+    return loads
 
 
 def _config(tmp_path, **kw):
@@ -96,7 +113,9 @@ def test_outputs_and_passk_recomputed_from_samples(tmp_path, tiny_tokenizer):
     assert 0 < metrics["pass_at_k"]["1"] < 1
     t = on_disk["timing"]
     assert t["samples_generated_this_run"] == 24 and t["generation_seconds"] >= 0
-    assert (out / "results.md").read_text().startswith("### arithmetic?n=6&seed=3")
+    table = (out / "results.md").read_text()
+    assert "grader: paper" in table and "\n### arithmetic?n=6&seed=3 (n = 4; 6 problems)" in table
+    assert on_disk["grader"] == "paper" and on_disk["sampling"]["dtype"] == "float32"  # auto on a CPU
     assert (out / "passk.png").stat().st_size > 1000
 
 
@@ -146,11 +165,79 @@ def test_resume_refuses_other_settings_and_extends_n(tmp_path, tiny_tokenizer):
         run_eval(
             _config(tmp_path, n=2, max_new_tokens=5), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer
         )
+    with pytest.raises(ResumeMismatch, match="grader: samples have 'paper', this command has 'strict'"):
+        run_eval(_config(tmp_path, n=2, grader="strict"), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+    with pytest.raises(ValueError, match="unknown base grader"):
+        run_eval(
+            _config(tmp_path, n=2, grader="lenient"), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer
+        )
     more = ScriptedSampler()
     metrics = run_eval(_config(tmp_path, n=4), sampler=more, tokenizer=tiny_tokenizer)
     assert more.requested == 6 * 2 and metrics["n"] == 4  # only indices 2 and 3 were sampled
     rows, _ = read_samples(tmp_path / "run" / "samples.jsonl")
     assert sorted(Counter(r["sample_index"] for r in rows).items()) == [(0, 6), (1, 6), (2, 6), (3, 6)]
+
+
+def test_several_benchmarks_load_the_model_once_and_write_one_table(tmp_path, built):
+    import pacs_rl.evaluation.runner as runner
+
+    cfg = _config(tmp_path, ks=[1, 2, 4])
+    benches = ["arithmetic?n=4&seed=1", "arithmetic?n=3&seed=2&ops=+"]
+    n = {"arithmetic?n=4&seed=1": 2}  # the other benchmark keeps the config's n = 4
+    results = runner.run_evals(cfg, ["m1"], labels=["Base"], benchmarks=benches, n=n)
+    assert built == ["m1"] and [(r["n"], r["ks"]) for r in results] == [(2, [1, 2]), (4, [1, 2, 4])]
+    root = tmp_path / "run"
+    assert (root / "arithmetic_n_4_seed_1" / "metrics.json").is_file()
+    assert (root / "arithmetic_n_3_seed_2_ops_+" / "samples.jsonl").is_file()
+    table = (root / "results.md").read_text()
+    assert "| Model | arithmetic?n=4&seed=1 k = 1 | 2 | arithmetic?n=3&seed=2&ops=+ k = 1 | 2 | 4 |" in table
+    assert table.count("| Base |") == 1
+    again = runner.run_evals(cfg, ["m1"], labels=["Base"], benchmarks=benches, n=n)  # finished: resumes
+    assert built == ["m1"] and [r["pass_at_k"] for r in again] == [r["pass_at_k"] for r in results]
+    with pytest.raises(ValueError, match="match none of the benchmarks"):
+        runner.run_evals(cfg, ["m1"], benchmarks=benches, n={"math500": 3})
+    two = runner.run_evals(
+        _config(tmp_path, output_dir=str(tmp_path / "two")), ["a", "b"], benchmarks=benches
+    )
+    assert len(two) == 4 and (tmp_path / "two" / "b" / "arithmetic_n_4_seed_1" / "metrics.json").is_file()
+
+
+def test_prompt_settings_reach_the_sampler(tmp_path, tiny_tokenizer):
+    sampler = ScriptedSampler()
+    run_eval(_config(tmp_path, n=1, instruction="", system_prompt="Be brief."), sampler, tiny_tokenizer)
+    assert all(p.startswith("<|im_start|>system\nBe brief.<|im_end|>") for p in sampler.prompts)
+    assert not any("Please reason" in p for p in sampler.prompts)
+    data = tmp_path / "chat.jsonl"
+    messages = [{"role": "system", "content": "Terse."}, {"role": "user", "content": "What is 12 + 30?"}]
+    data.write_text(json.dumps({"id": "q", "messages": messages, "answer": "42"}) + "\n")
+    sampler = ScriptedSampler()
+    metrics = run_eval(
+        _config(
+            tmp_path, benchmark=str(data), prompt_field="messages", n=1, output_dir=str(tmp_path / "chat")
+        ),
+        sampler,
+        tiny_tokenizer,
+    )
+    assert sampler.prompts == [
+        tiny_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ]
+    assert metrics["num_problems"] == 1 and metrics["settings"]["prompt_field"] == "messages"
+
+
+def test_benchmark_and_n_options_of_the_command():
+    from pacs_rl.evaluation.cli import parse_n, split_benchmarks
+
+    assert split_benchmarks(["math500,aime24", "arithmetic?digits=2,1&n=5", " amc23 "]) == [
+        "math500",
+        "aime24",
+        "arithmetic?digits=2,1&n=5",
+        "amc23",
+    ]
+    assert parse_n("32", ["math500"]) == (32, {})
+    assert parse_n("paper", ["MATH-500", "aime24", "minerva"]) == (32, {"math500": 32, "aime24": 512})
+    assert parse_n("16,aime24=512", ["aime24"]) == (16, {"aime24": 512})
+    with pytest.raises(Exception, match="--n takes"):
+        parse_n("aime24=many", ["aime24"])
 
 
 def test_k_outside_n_and_plan_chunks(tmp_path):
@@ -206,6 +293,21 @@ def _cli(args):
     from pacs_rl.cli import app
 
     return CliRunner().invoke(app, args)
+
+
+def test_cli_several_benchmarks_one_table(tmp_path, tiny_model_dir):
+    out = tmp_path / "multi"
+    benches = "arithmetic?n=2&seed=0,arithmetic?n=2&seed=1&digits=2,1"
+    args = ["eval", "-m", str(tiny_model_dir), "-b", benches, "--n", "2,arithmetic?n=2&seed=0=1"]
+    r = _cli([*args, "--max-new-tokens", "3", "--verify-workers", "0", "--no-progress", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    first = json.loads((out / "arithmetic_n_2_seed_0" / "metrics.json").read_text())
+    second = json.loads((out / "arithmetic_n_2_seed_1_digits_2_1" / "metrics.json").read_text())
+    assert (first["n"], second["n"]) == (1, 2) and first["grader"] == "paper"
+    table = (out / "results.md").read_text()
+    assert "arithmetic?n=2&seed=0 k = 1 | arithmetic?n=2&seed=1&digits=2,1 k = 1 | 2 |" in table
+    r = _cli([*args[:5], "--grader", "paper+nonsense", "-o", str(tmp_path / "bad")])
+    assert r.exit_code == 2 and "unknown rule" in r.output
 
 
 def test_cli_tiny_model_on_shared_data_and_merge(tmp_path, tiny_model_dir, shared_data):
@@ -325,16 +427,9 @@ def test_tiny_model_crash_and_resume_on_arithmetic(tmp_path, tiny_model_dir, mon
     assert set(pairs) == {(pid, i) for pid in ids for i in range(3)} and max(pairs.values()) == 1
 
 
-def test_several_models_merge_into_one_table(tmp_path, tiny_tokenizer, monkeypatch):
+def test_several_models_merge_into_one_table(tmp_path, built):
     import pacs_rl.evaluation.runner as runner
 
-    built = []
-
-    def fake_build(config):
-        built.append(config.model)
-        return ScriptedSampler(), tiny_tokenizer
-
-    monkeypatch.setattr(runner, "build_sampler", fake_build)
     cfg = _config(tmp_path, n=2)
     results = runner.run_evals(cfg, ["m1", "org/m2"], labels=["Base", "PACS"])
     assert built == ["m1", "org/m2"] and [r["label"] for r in results] == ["Base", "PACS"]

@@ -1,4 +1,5 @@
-"""Math reward: equivalence, extraction precedence, strict mode and reward-hacking cases (in-process)."""
+"""Math reward: graders by name, the paper grader against the authors' call, what each rule refuses and
+what it must never refuse, robustness, the TRL adapter and reward functions named by dotted path."""
 
 from __future__ import annotations
 
@@ -11,158 +12,236 @@ import pytest
 
 from pacs_rl.rewards import (
     REASONS,
+    RULES,
     extract_answer,
     find_boxes,
+    grader_name,
+    load_reward_funcs,
     make_math_reward_func,
     math_reward,
     math_reward_func,
+    parse_grader,
     verify,
 )
+from pacs_rl.rewards.math_verifier import authors_score, restates_question
 
 PATHOLOGICAL = r"The answer is \boxed{9^{9^{9^{9}}}}."  # sympy tries to evaluate a power tower
+EVERY_RULE = "+".join(RULES)
+GRADERS = ["paper", "strict", *(f"paper+{r}" for r in RULES), f"strict+{EVERY_RULE}", f"paper+{EVERY_RULE}"]
+
+# ------------------------------------------------------------------------------------- paper = authors
+
+# (completion, gold): the issue's cases, box precedence, several boxes, text answers, odd golds.
+PAPER_CASES = [
+    (r"\boxed{3/4}", "0.75"),  # a slash fraction against a decimal gold: right
+    (r"First I thought \boxed{3} but actually the answer is \boxed{5}", "5"),  # the last box wins
+    (r"First I thought \boxed{3} but actually the answer is \boxed{5}", "3"),
+    (r"The answer is \boxed{3}. Then later 5", "5"),  # a box before later text: the box
+    (r"It is \boxed{3} or maybe \boxed{5}.", "5"),  # joined by "or": read as the set {3, 5}
+    ("So, the answer to 33 - 51 is 23 - 11.", "-18"),  # the restatement hack: paid by the paper's call
+    ("So the total is 25.", "025"),
+    ("so the probability is 3/4", r"\frac{3}{4}"),
+    ("The final answer is 25.", "25"),
+    ("12 + 30 = 42. So Tom has 42 apples.", "42"),
+    (r"\fbox{25}", "25"),  # math-verify does not read \fbox
+    (r"\boxed 25", "25"),
+    (r"\boxed{3.83 \times 10^{35}}", "3.83e35"),  # Minerva's gold reads as 3.83·e·35
+    (r"\boxed{3.83e35}", "3.83e35"),
+    (r"\boxed{}", "4"),
+    ("no answer here", "4"),
+    (r"\boxed{42", "42"),  # cut off inside the box
+    ("x", r"\boxed{"),  # a gold math-verify cannot parse
+    (r"Thus $\boxed{\textbf{(B)}}$", r"\text{(B)}"),
+]
+
+
+@pytest.mark.parametrize(("completion", "answer"), PAPER_CASES)
+def test_paper_grader_is_the_authors_call(completion, answer):
+    assert verify(completion, answer).score == authors_score(completion, answer), verify(completion, answer)
+
+
+def test_the_issue_examples_are_right_by_default():
+    assert math_reward(r"\boxed{3/4}", "0.75") == 1.0
+    assert math_reward(r"First I thought \boxed{3} but actually the answer is \boxed{5}", "5") == 1.0
+    assert math_reward_func(completions=[r"\boxed{3/4}"], answer=["0.75"]) == [1.0]
+
+
+def test_paper_grader_agrees_with_the_authors_on_real_solutions(shared_data):
+    rows = [json.loads(line) for line in (shared_data / "math500.jsonl").open()][:40]
+    rows += [json.loads(line) for line in (shared_data / "minerva_math.jsonl").open()][:20]
+    golds = [r["answer"] for r in rows]
+    pairs = [(r["solution"], g) for r, g in zip(rows, golds, strict=True)]
+    pairs += [(r["solution"], g) for r, g in zip(rows, golds[1:] + golds[:1], strict=True)]  # others' golds
+    for solution, gold in pairs:
+        assert verify(solution, gold, timeout=20).score == authors_score(solution, gold), (
+            solution[-200:],
+            gold,
+        )
+
+
+# ------------------------------------------------------------------------------------- names
+
+
+def test_grader_names():
+    assert parse_grader("paper").rules == ()
+    assert grader_name("paper + echo+restatement") == "paper+restatement+echo"  # canonical rule order
+    assert parse_grader("strict+multiple_boxed").base == "strict"
+    with pytest.raises(ValueError, match="unknown base grader 'lenient'"):
+        parse_grader("lenient")
+    with pytest.raises(ValueError, match=r"paper\+restatement"):
+        parse_grader("restatement")  # a rule alone: says to put a base grader first
+    with pytest.raises(ValueError, match="unknown rule"):
+        parse_grader("paper+nonsense")
+    with pytest.raises(ValueError, match="unknown base grader"):
+        verify("4", "4", grader="nope")
+
+
+# ------------------------------------------------------------------------------------- never refused
+
+QUESTION = "Find the value asked for in the figure."  # holds no number: no answer restates it
+# Every form of a right answer (boxed, so that strict reads it too) against golds written another way.
+EQUIVALENT_FORMS = [
+    (r"\boxed{3/4}", "0.75"),  # slash vs decimal
+    (r"\boxed{0.75}", r"\frac{3}{4}"),  # decimal vs \frac
+    (r"\boxed{\frac{3}{4}}", "0.75"),
+    (r"\boxed{\dfrac{3}{4}}", r"\frac34"),
+    (r"\boxed{\tfrac{3}{4}}", "3/4"),
+    (r"\boxed{75\%}", "0.75"),  # percent
+    (r"\boxed{0.75}", r"75\%"),
+    (r"\boxed{75}", r"75\%"),
+    (r"\boxed{1,000}", "1000"),  # thousands separators
+    (r"\boxed{1000}", "1,000"),
+    (r"\boxed{1{,}000}", "1000"),
+    (r"\boxed{12,345,678}", "12345678"),
+    (r"\boxed{-18}", "-18"),  # negative numbers
+    (r"\boxed{−18}", "-18"),
+    (r"\boxed{-\frac{1}{2}}", "-0.5"),
+    (r"\boxed{[1, 2)}", "[1,2)"),  # intervals
+    (r"\boxed{(-\infty, 3]}", r"(-\infty,3]"),
+    (r"\boxed{(3, -4)}", "(3,-4)"),  # tuples
+    (r"\boxed{\{2, 1\}}", r"\{1,2\}"),  # sets in any order
+    (r"\boxed{3, 1, 2}", "1,2,3"),
+    (r"\boxed{5 \text{ cm}}", "5"),  # units
+    (r"\boxed{12 \text{ dollars}}", "12"),
+    (r"\boxed{\$12}", "12"),
+    (r"\boxed{90^\circ}", "90"),
+    (r"\boxed{025}", "25"),  # AIME's leading zeros
+    (r"\boxed{x = 5}", "5"),
+    (r"\boxed{2\sqrt{3}}", r"\sqrt{12}"),
+    (r"\boxed{10^{3}}", "1000"),  # a power is a value
+]
+
+
+@pytest.mark.parametrize("grader", GRADERS)
+def test_no_grader_refuses_an_equivalent_form_of_a_right_answer(grader):
+    for form, gold in EQUIVALENT_FORMS:
+        completion = f"We work it out step by step. So the answer is {form}."
+        verdict = verify(completion, gold, grader=grader, prompt=QUESTION, timeout=20)
+        assert (verdict.score, verdict.reason) == (1.0, "correct"), (grader, form, gold, verdict)
 
 
 @pytest.mark.parametrize(
-    ("completion", "answer"),
+    ("question", "answer", "gold"),
     [
-        ("So the total is 25.", "025"),  # AIME gold with a leading zero
-        (r"The answer is \boxed{25}", "025"),
-        ("so the probability is 0.75", r"\frac{3}{4}"),
-        ("so the probability is 3/4", r"\frac{3}{4}"),
-        (r"Hence $\boxed{\dfrac{3}{4}}$.", "0.75"),
-        (r"\boxed{\frac{\sqrt{3}}{2}}", r"\frac{\sqrt3}{2}"),  # nested braces
-        (r"Thus \boxed 25.", "25"),  # brace-less form
-        (r"Thus \fbox{12}", "12"),
-        (r"We get \boxed{x = 5}.", "5"),
-        (r"The choice is $\boxed{\textbf{(B)}}$", r"\text{(B)}"),
-        (r"\boxed{3.83\times10^{35}}", "3.83e35"),  # Minerva's plain scientific notation
-        (r"First \boxed{\frac12}, i.e. \boxed{0.5}.", "1/2"),  # several boxes, same value
+        ("What is 33 - 51?", "-18", "-18"),
+        ("What is 1,000 - 3?", "997", "997"),
+        ("Write 3/4 as a percent.", r"75\%", r"75\%"),
+        ("Simplify 2/4.", r"\frac{1}{2}", r"\frac{1}{2}"),  # the gold is no plain number: rule off
+        ("Find 10^3.", r"10^{3}", "1000"),
+        ("What is 12 + 6?", "20 - 2", "18"),  # an operation with a number of its own: not a restatement
+        ("What is 1/2 + 1/4?", r"\frac{3}{4}", "0.75"),
+        ("So the total is?", "180 + 24 = 204", "204"),  # an equation ending in the value
+        ("What is 33 - 51?", "3 - 5 - 16", "-18"),  # '3-5' inside '33-51' is not the question's operation
+        ("Balance CO + O_2 -> CO_2: the coefficient of O_2?", r"\frac{1}{2}", "0.5"),  # Minerva-Math 167
+        ("What is 51 + 0?", "51", "51"),  # a single number from the question is an answer
     ],
 )
-def test_equal_answers_score_one(completion, answer):
-    verdict = verify(completion, answer)
-    assert (verdict.score, verdict.reason) == (1.0, "correct"), verdict
-    assert math_reward(completion, answer) == 1.0
+def test_restatement_rule_spares_answers_that_are_not_the_question(question, answer, gold):
+    verdict = verify(rf"\boxed{{{answer}}}", gold, grader="paper+restatement", prompt=question)
+    assert verdict.score == 1.0, verdict
+    assert not restates_question(answer, gold, question)
+
+
+# ------------------------------------------------------------------------------------- what rules refuse
 
 
 @pytest.mark.parametrize(
-    ("completion", "answer"),
-    [("So the total is 24.", "025"), (r"\boxed{\frac{3}{5}}", "0.75"), (r"\boxed{-5}", "5")],
+    ("question", "completion", "gold"),
+    [  # outputs of an RL run on two-digit arithmetic that learned to restate the question
+        ("What is 33 - 51?", "33 - 51 = 23 - 51 = 23 - 11\n\nSo, the answer to 33 - 51 is 23 - 11.", "-18"),
+        ("What is 29 + 41?", "29 + 41 = 72 + 41\n\nSo, the answer to 29 + 41 is 72 + 41.", "70"),
+        ("What is 33 - 51?", r"The answer is \boxed{33 - 51}.", "-18"),
+        ("What is 33 - 51?", r"The answer is \boxed{33-51}.", "-18"),
+        ("What is 4 times 5?", r"\boxed{4 \times 5}", "20"),
+        ("Compute 6 * 7.", r"\boxed{6\cdot 7}", "42"),
+        ("What is 84 / 2?", "so it is 84 / 2", "42"),
+        ("What is 36 / 2?", r"\boxed{\frac{36}{2}}", "18"),
+        ("What is 33 - 51?", "I do not know. The answer is 33 - 51", "-18"),
+        ("What is 36 + 0?", "add 0 to both sides: 36 + 0 = 36 + 0 = 36 + 0 =", "36"),  # the bundled model
+        ("What is 1,200 + 34?", r"\boxed{1200 + 34}", "1234"),
+    ],
 )
-def test_different_answers_score_zero(completion, answer):
-    assert verify(completion, answer).reason == "wrong"
-    assert math_reward(completion, answer) == 0.0
+def test_restatement_rule_refuses_the_question_as_its_own_answer(question, completion, gold):
+    assert verify(completion, gold, prompt=question).score == 1.0  # the paper's call pays it ...
+    verdict = verify(completion, gold, grader="paper+restatement", prompt=question)
+    assert (verdict.score, verdict.reason) == (0.0, "restatement"), verdict  # ... the rule does not
+    assert verify(completion, gold, grader="paper+restatement").score == 1.0  # no question: cannot apply
+    trl = make_math_reward_func("paper+restatement")
+    assert trl(completions=[completion], answer=[gold], problem=[question]) == [0.0]
+    assert trl(
+        completions=[completion], answer=[gold], prompts=[[{"role": "user", "content": question}]]
+    ) == [0.0]
 
 
-def test_box_takes_precedence_over_later_text():
-    completion = r"So $x = \boxed{7}$. Check: 7 + 1 = 8."
-    assert verify(completion, "7").reason == "correct"
-    assert verify(completion, "8").reason == "wrong"
-    assert extract_answer(completion) == "7"
+def test_multiple_boxed_rule_refuses_hedging_only():
+    hedge = r"First I thought \boxed{3} but actually the answer is \boxed{5}"
+    assert verify(hedge, "5").score == 1.0  # the paper's call reads the last box here
+    assert verify(hedge, "5", grader="paper+multiple_boxed").reason == "multiple_answers"
+    assert verify(hedge, "3", grader="paper+multiple_boxed").reason == "wrong"
+    listed = r"First guess \boxed{42}. Wait, recomputing: \boxed{41}."  # math-verify reads both: {42, 41}
+    assert (
+        verify(listed, "41").reason == verify(listed, "41", grader="paper+multiple_boxed").reason == "wrong"
+    )
+    boxed_listing = " ".join(rf"\boxed{{{i}}}" for i in range(1, 101))
+    assert verify(boxed_listing, "100", grader="strict+multiple_boxed").reason == "multiple_answers"
+    same_value = r"First \boxed{\frac12}, i.e. \boxed{0.5}."
+    assert verify(same_value, "1/2", grader="paper+multiple_boxed").score == 1.0
 
 
-def test_lenient_reads_the_last_number_strict_needs_a_box():
+def test_strict_needs_a_box_and_reads_the_last_one():
     completion = "12 + 30 = 42. So Tom has 42 apples."
     assert verify(completion, "42").score == 1.0
-    assert verify(completion, "42", strict=True).reason == "no_answer"
-    assert extract_answer(completion, strict=True) is None
+    assert verify(completion, "42", grader="strict").reason == "no_answer"
+    assert extract_answer(completion, grader="strict") is None
     assert extract_answer(completion) == "42"
-    assert verify(r"so \boxed{42}", "42", strict=True).score == 1.0
+    assert verify(r"so \boxed{42}", "42", grader="strict").score == 1.0
+    late_text = r"So \boxed{3}. The final answer is 5."
+    assert verify(late_text, "3", grader="strict").score == 1.0
+    for completion in [r"\boxed{}", r"The answer is \boxed{ }.", r"\boxed{42} then \boxed{}", r"\boxed{42"]:
+        assert verify(completion, "42", grader="strict").reason == "no_answer", completion
+
+
+def test_echo_rule_ignores_text_that_repeats_the_prompt():
+    prompt = "Compute 12 + 30."
+    echo = "Compute 12 + 30. I am not sure how."
+    assert verify(echo, "42").score == 1.0  # the paper's call reads the echoed "12 + 30"
+    assert verify(echo, "42", grader="paper+echo", prompt=prompt).reason == "no_answer"
+    assert verify(echo + " It is 42.", "42", grader="paper+echo", prompt=prompt).score == 1.0
+
+
+def test_tiny_numbers_compare_equal_in_math_verify_so_no_rule_rewrites_e_notation():
+    # Why there is no rule reading Minerva's gold "1.325e-27" as 1.325 x 10^-27: math-verify rounds to six
+    # decimals, so two different tiny numbers are equal once both are read as numbers. The paper's call reads
+    # "1.325e-27" in LaTeX as 1.325*e-27 (Euler's e), which only the same text matches.
+    assert verify(r"\boxed{2.88 \times 10^{-19}}", r"1.325 \times 10^{-27}").score == 1.0
+    assert verify(r"\boxed{2.88e-19}", "1.325e-27").score == 0.0
+    assert verify(r"\boxed{1.325e-27}", "1.325e-27").score == 1.0
 
 
 def test_find_boxes_forms():
-    text = r"\boxed{\frac{1}{2}} \boxed {3} \boxed 4. \fbox{x^{2}} \boxed{} \boxed{5"
-    assert find_boxes(text) == [r"\frac{1}{2}", "3", "4", "x^{2}", "", None]
+    text = r"\boxed{\frac{1}{2}} \boxed {3} \boxed 4. \boxed{} \boxed{5"
+    assert find_boxes(text) == [r"\frac{1}{2}", "3", "4", "", None]
     assert find_boxes(r"\boxedfoo{3}") == []  # another command, not a box
-
-
-# ------------------------------------------------------------------------------------- reward hacking
-
-
-@pytest.mark.parametrize("answer", ["3", "5"])
-def test_several_different_boxes_score_zero_whichever_is_right(answer):
-    # Hedging: whichever box a grader reads, the policy would be paid for a guess. Zero for any gold.
-    for strict in (False, True):
-        verdict = verify(r"It is \boxed{3} or maybe \boxed{5}.", answer, strict=strict)
-        assert (verdict.score, verdict.reason) == (0.0, "multiple_answers")
-
-
-def test_right_box_followed_by_a_wrong_box_scores_zero():
-    completion = r"First guess \boxed{42}. Wait, recomputing: \boxed{41}."
-    assert verify(completion, "42").score == 0.0
-    assert verify(completion, "42", strict=True).score == 0.0
-    assert verify(completion, "41").score == 0.0  # still two different answers
-
-
-def test_enumeration_of_candidates_scores_zero():
-    listing = ", ".join(str(i) for i in range(1, 101))
-    assert verify(f"The answer is one of {listing}", "42").score == 0.0
-    assert verify(f"Candidates: ${listing}$", "42").score == 0.0
-    assert verify(r"The answer is one of $\{1, 2, \dots, 100\}$", "42").score == 0.0
-    boxed_listing = " ".join(rf"\boxed{{{i}}}" for i in range(1, 101))
-    assert verify(boxed_listing, "42").reason == "multiple_answers"
-
-
-def test_empty_box_pays_nothing():
-    for completion in [r"\boxed{}", r"The answer is \boxed{ }.", r"\boxed{} 42", r"\boxed{42} then \boxed{}"]:
-        for strict in (False, True):
-            verdict = verify(completion, "42", strict=strict)
-            assert (verdict.score, verdict.reason) == (0.0, "no_answer"), (completion, strict, verdict)
-
-
-def test_unclosed_box_is_no_answer():
-    assert verify(r"so the answer is \boxed{42", "42").reason == "no_answer"
-
-
-def test_answer_only_in_an_echo_of_the_prompt_scores_zero():
-    prompt = "Compute 12 + 30."
-    echo = "Compute 12 + 30. I am not sure how."
-    # Without the prompt the plain-expression reader reads the echoed question "12 + 30" (which
-    # math-verify evaluates to 42); the unevaluated-answer rule refuses it ...
-    assert verify(echo, "42").reason == "unevaluated"
-    # ... and with the prompt passed, its echo is not read at all.
-    assert verify(echo, "42", prompt=prompt).reason == "no_answer"
-    assert verify(echo + " It is 42.", "42", prompt=prompt).score == 1.0
-    # TRL passes prompts= to reward functions: the same guard applies there.
-    assert math_reward_func(completions=[echo], answer=["42"], prompts=[prompt]) == [0.0]
-    conversational = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": prompt}]]
-    assert math_reward_func(completions=[echo], answer=["42"], prompts=conversational) == [0.0]
-
-
-@pytest.mark.parametrize(
-    ("completion", "answer"),
-    [  # outputs of an RL run on two-digit arithmetic that learned to restate the question
-        ("33 - 51 = 23 - 51 = 23 - 11\n\nSo, the answer to 33 - 51 is 23 - 11.", "-18"),
-        ("29 + 41 = 72 + 41\n\nSo, the answer to 29 + 41 is 72 + 41.", "70"),
-        (r"The answer is \boxed{33 - 51}.", "-18"),
-        (r"\boxed{4 \times 5}", "20"),
-        (r"\boxed{6\cdot 7}", "42"),
-        ("so it is 84 / 2", "42"),
-    ],
-)
-def test_unevaluated_expression_for_a_numeric_gold_scores_zero(completion, answer):
-    verdict = verify(completion, answer)
-    assert (verdict.score, verdict.reason) == (0.0, "unevaluated"), verdict
-    assert math_reward_func(completions=[completion], answer=[answer]) == [0.0]
-
-
-@pytest.mark.parametrize(
-    ("completion", "answer"),
-    [
-        (r"\boxed{-18}", "-18"),
-        ("33 - 51 = -18. The answer is -18.", "-18"),
-        (r"\boxed{1,000}", "1000"),
-        (r"\boxed{10^{3}}", "1000"),  # a power is a value, not an operation on two numbers
-        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
-        ("1/2", r"\frac{1}{2}"),  # the gold is not a plain number: expressions stay allowed
-        (r"\boxed{2\sqrt{3}}", r"2\sqrt{3}"),
-        (r"\boxed{3 - \sqrt{2}}", r"3-\sqrt{2}"),
-        ("So the total is 180 + 24 = 204", "204"),  # an equation ending in the value (AIME 2024 solution)
-    ],
-)
-def test_evaluated_answers_and_non_numeric_golds_are_untouched(completion, answer):
-    verdict = verify(completion, answer)
-    assert (verdict.score, verdict.reason) == (1.0, "correct"), verdict
 
 
 # ------------------------------------------------------------------------------------- robustness
@@ -178,7 +257,6 @@ def test_evaluated_answers_and_non_numeric_golds_are_untouched(completion, answe
         ("4", None, "empty_gold"),
         ("4", 4, "correct"),  # an int gold from a dataset column
         ("Nothing to see here.", "4", "no_answer"),
-        (r"\boxed{\frac{", "4", "no_answer"),
         ("\\boxed{\x00\udcff}", "4", "wrong"),
     ],
 )
@@ -219,11 +297,12 @@ def test_trl_reward_function_signature_and_name():
         log_metric=lambda name, value: logged.__setitem__(name, value),
     )
     assert rewards == [1.0, 1.0, 0.0, 0.0]
-    assert math_reward_func.__name__ == "math_reward"
+    assert math_reward_func.__name__ == "math_reward" and math_reward_func.grader == "paper"
     assert logged["math_reward/no_answer_frac"] == pytest.approx(1 / 4)
-    strict = make_math_reward_func(strict=True)
+    strict = make_math_reward_func("strict")
     assert strict.__name__ == "math_reward_strict"
     assert strict(completions=completions, answer=["4", "5", "7", "1"]) == [1.0, 0.0, 0.0, 0.0]
+    assert make_math_reward_func("paper+echo+restatement").__name__ == "math_reward_paper+restatement+echo"
 
 
 def test_trl_reward_function_other_column_and_missing_column():
@@ -235,12 +314,38 @@ def test_trl_reward_function_other_column_and_missing_column():
     assert clone.__name__ == "acc" and clone(completions=["8"], solution_answer=["7"]) == [0.0]
 
 
+# ------------------------------------------------------------------------------------- reward functions by name
+
+
+def test_reward_functions_by_dotted_path_and_file(tmp_path, monkeypatch):
+    (tmp_path / "custom_grading_rewards.py").write_text(
+        "def short(completions, **kwargs):\n    return [1.0 if len(str(c)) < 5 else 0.0 for c in completions]\n"
+        "NOT_CALLABLE = 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    math, by_module, by_file = load_reward_funcs(
+        f"math, custom_grading_rewards:short, {tmp_path / 'custom_grading_rewards.py'}:short", grader="strict"
+    )
+    assert math.grader == "strict" and by_module(completions=["ab", "abcdef"]) == [1.0, 0.0]
+    assert by_file(completions=["abcdef"]) == [0.0]
+    for spec, message in [
+        ("custom_grading_rewards", "neither 'math' nor 'module:function'"),
+        ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
+        ("custom_grading_rewards:missing", "has no attribute 'missing'"),
+        ("custom_grading_rewards:NOT_CALLABLE", "not callable"),
+        (f"{tmp_path / 'absent.py'}:f", "does not exist"),
+        ("", "no reward function given"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            load_reward_funcs(spec)
+
+
 # ------------------------------------------------------------------------------------- real data
 
 
 def test_real_worked_solutions_match_their_gold(shared_data):
     rows = [json.loads(line) for line in (shared_data / "math500.jsonl").open()][:60]
-    assert all(verify(r["solution"], r["answer"]).reason == "correct" for r in rows)
+    assert all(verify(r["solution"], r["answer"], timeout=20).reason == "correct" for r in rows)
     # pair each solution with another problem's integer answer that differs: must be wrong
     ints = [r for r in rows if re.fullmatch(r"\d+", r["answer"])]
     mismatched = [

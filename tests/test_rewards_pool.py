@@ -100,6 +100,19 @@ def test_bad_arguments_are_explained(pool):
     closed.close()
     with pytest.raises(RuntimeError, match="closed"):
         closed.verify_batch(["1"], ["1"])
+    with pytest.raises(ValueError, match="unknown base grader 'lenient'"):
+        pool.verify_batch(["1"], ["1"], grader="lenient")
+
+
+def test_graders_and_questions_reach_the_workers(pool):
+    completions = [r"\boxed{33 - 51}", r"\boxed{-18}", "so it is 42", r"\boxed{3} or \boxed{5}"]
+    answers, questions = ["-18", "-18", "42", "5"], ["What is 33 - 51?"] * 2 + ["q", "q"]
+    for grader in ("paper", "paper+restatement", "strict+multiple_boxed"):
+        in_process = verify_batch(completions, answers, grader, num_workers=0, prompts=questions)
+        pooled = pool.verify_batch(completions, answers, grader, prompts=questions)
+        assert pooled.verdicts == in_process.verdicts, grader
+    reasons = pool.verify_batch(completions, answers, "strict+restatement", prompts=questions).reasons
+    assert reasons == {"restatement": 1, "correct": 2, "no_answer": 1}  # strict reads the last box, 5
 
 
 def test_hard_deadline_spares_a_starved_worker_but_not_forever():

@@ -93,18 +93,77 @@ def convert_bundled(name: str = "smollm2-135m", force: bool = False) -> Path:
     return target
 
 
+class ModelError(ValueError):
+    """A model name that is no bundled alias, no model folder and no loadable Hub model. One line, naming
+    what was tried and what to do."""
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+
+
+def model_problem(name: str) -> str | None:
+    """Why ``name`` cannot be loaded, as far as it can be told without the network; None when it may be.
+
+    A bundled alias and a folder with a ``config.json`` (or a PEFT ``adapter_config.json``) are fine; a Hub id
+    must be well formed (``owner/name``) and, offline (``HF_HUB_OFFLINE=1``), already in the local cache."""
+    if name in BUNDLED_MODELS:
+        return None
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
+            return None
+        return f"model folder {path} has no config.json: give the folder save_pretrained wrote"
+    tried = f"model {name!r} is no bundled alias ({', '.join(BUNDLED_MODELS)}), no folder"
+    if path.exists():
+        return f"model {name!r} is a file; give the folder that holds config.json and the weights"
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return f"{tried} and no Hugging Face Hub id (owner/name). Check the spelling or the path."
+    if _offline() and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return (
+            f"{tried}, and the Hub model {name!r} is not in the local cache while offline (HF_HUB_OFFLINE=1). "
+            "Check the spelling or the path, or download it where the Hub is reachable."
+        )
+    return None
+
+
 def resolve_model(name_or_path: str) -> str:
-    """Map a bundled alias to its converted folder; pass Hub ids and local paths through."""
+    """Map a bundled alias to its converted folder; pass Hub ids and local paths through (an engine such as
+    vLLM reads formats of its own, a GGUF file included)."""
     if name_or_path in BUNDLED_MODELS:
         return str(convert_bundled(name_or_path))
     return name_or_path
+
+
+def _from_pretrained(factory, name_or_path: str, **kwargs: Any):
+    """``factory.from_pretrained``, with a one-line ModelError for a name that is no model (checked first,
+    without the network where that suffices: :func:`model_problem`) or that the Hub does not serve."""
+    problem = model_problem(name_or_path)
+    if problem:
+        raise ModelError(problem)
+    path = resolve_model(name_or_path)
+    try:
+        return factory.from_pretrained(path, **kwargs)
+    except OSError as e:  # transformers' "not a valid model identifier" / "couldn't connect" errors
+        if Path(path).is_dir():
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(
+            f"model {name_or_path!r} is no bundled alias ({', '.join(BUNDLED_MODELS)}), no folder, and could "
+            f"not be loaded from the Hugging Face Hub ({first}). Check the spelling, the path, or the network."
+        ) from None
 
 
 def load_tokenizer(name_or_path: str, padding_side: str = "left", **kwargs: Any):
     """The tokenizer of a bundled alias, Hub id or local path; ``kwargs`` go to from_pretrained (revision, ...)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(resolve_model(name_or_path), **kwargs)
+    tok = _from_pretrained(AutoTokenizer, name_or_path, **kwargs)
     tok.padding_side = padding_side
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -112,12 +171,12 @@ def load_tokenizer(name_or_path: str, padding_side: str = "left", **kwargs: Any)
 
 
 def load_model(name_or_path: str, dtype: str = "float32", device: str = "cpu", **kwargs: Any):
-    """Load a causal LM by bundled alias, Hub id or local path."""
+    """Load a causal LM by bundled alias, Hub id or local path. Raises ModelError for a name that is none."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(name_or_path), dtype=torch_dtype, **kwargs)
+    model = _from_pretrained(AutoModelForCausalLM, name_or_path, dtype=torch_dtype, **kwargs)
     return model.to(device)
 
 

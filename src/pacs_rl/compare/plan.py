@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from pacs_rl.rewards.graders import parse_grader
+
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 
@@ -129,7 +131,7 @@ EVAL_DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 64,
     "seed": 0,
     "batch_size": 64,
-    "strict": False,
+    "grader": "paper",  # math-verify as the PACS authors call it (pacs_rl.rewards graders)
     "verify_workers": 0,
     "plain_prompt": False,
     "backend": "transformers",  # or vllm
@@ -187,6 +189,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "ks": [1, 2, 4],
             "max_new_tokens": 96,
             "batch_size": 64,
+            "grader": "paper+restatement",  # the arithmetic task's: a restated question is no answer
         },
     },
 }
@@ -375,6 +378,10 @@ def check_settings(settings: dict[str, Any]) -> None:
     ks = ev.get("ks")
     if ks is not None and any(int(k) < 1 or int(k) > int(ev["n"]) for k in ks):
         raise CompareError(f"eval.ks {ks} must lie in 1..n (n = {ev['n']}).")
+    try:
+        parse_grader(str(ev["grader"]))
+    except ValueError as e:
+        raise CompareError(f"eval.grader: {e}") from None
 
 
 def _check_method_settings(settings: dict[str, Any]) -> None:

@@ -335,7 +335,7 @@ def header_section(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> 
         "",
         f"Evaluation (same for every row): n = {ev['n']} samples per problem, temperature {ev['temperature']}, "
         f"top-p {ev['top_p']}, max {ev['max_new_tokens']} new tokens, sampling seed {ev['seed']}; "
-        "pass@k by the unbiased estimator (paper eq. 10), in %.",
+        f"answers graded by `{ev.get('grader', 'paper')}`; pass@k by the unbiased estimator (paper eq. 10), in %.",
         "",
     ]
     missing = [s.key for s in plan if not (out / s.folder / TRAIN_DONE_FILE).is_file()]

@@ -106,14 +106,42 @@ def _as_text(value: Any, name: str, allow_numbers: bool) -> str:
     raise _RowError(f"field {name!r} must be a string, got {type(value).__name__} {value!r:.60}")
 
 
+def _as_messages(value: Any, name: str) -> list[dict[str, str]]:
+    """A prompt column: a list of chat messages ({"role": ..., "content": ...}), or a string = one user turn."""
+    if isinstance(value, str) and value.strip():
+        return [{"role": "user", "content": value}]
+    if not isinstance(value, list) or not value:
+        raise _RowError(
+            f"field {name!r} must hold chat messages (a list of {{'role', 'content'}} objects) or a string, "
+            f"got {type(value).__name__} {value!r:.60}"
+        )
+    for i, m in enumerate(value):
+        if not (isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)):
+            raise _RowError(
+                f"field {name!r}, message {i}: expected {{'role': str, 'content': str}}, got {m!r:.80}"
+            )
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
 class _RowReader:
     """Turns rows into Problems, enforcing the schema and unique ids; raises or skips+counts."""
 
-    def __init__(self, source: str, problem_field, answer_field, id_field, id_prefix, on_error, limit):
+    def __init__(
+        self,
+        source: str,
+        problem_field,
+        answer_field,
+        id_field,
+        id_prefix,
+        on_error,
+        limit,
+        prompt_field=None,
+    ):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         self.source, self.on_error, self.limit = source, on_error, limit
         self.problem_field, self.answer_field, self.id_field = problem_field, answer_field, id_field
+        self.prompt_field = prompt_field
         self.id_prefix = id_prefix
         self.out = ProblemSet(source=source)
         self.seen: set[str] = set()
@@ -138,10 +166,23 @@ class _RowReader:
             self.bad(where, f"expected a JSON object, got {type(row).__name__}")
             return
         try:
-            for name in (self.problem_field, self.answer_field):
+            messages = None
+            needed = [self.answer_field]
+            if self.prompt_field is None or self.problem_field in row:
+                needed.append(self.problem_field)
+            if self.prompt_field is not None:
+                needed.append(self.prompt_field)
+            for name in needed:
                 if name not in row:
                     raise _RowError(f"missing field {name!r} (fields present: {', '.join(map(str, row))})")
-            problem = _as_text(row[self.problem_field], self.problem_field, allow_numbers=False)
+            if self.prompt_field is not None:
+                messages = _as_messages(row[self.prompt_field], self.prompt_field)
+            if self.problem_field in row:
+                problem = _as_text(row[self.problem_field], self.problem_field, allow_numbers=False)
+            else:  # the question is the last user turn of the prompt
+                problem = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
+                if not problem.strip():
+                    raise _RowError(f"field {self.prompt_field!r} has no user message")
             answer = _as_text(row[self.answer_field], self.answer_field, allow_numbers=True)
             id_key = self.id_field or next((k for k in ("id", "unique_id") if k in row), None)
             if id_key is not None and id_key in row:
@@ -156,9 +197,9 @@ class _RowReader:
             self.bad(where, str(e))
             return
         self.seen.add(pid)
-        skip = {self.problem_field, self.answer_field, id_key}
+        skip = {self.problem_field, self.answer_field, self.prompt_field, id_key}
         extras = {k: v for k, v in row.items() if k not in skip}
-        self.out.append(Problem(id=pid, problem=problem, answer=answer, extras=extras))
+        self.out.append(Problem(id=pid, problem=problem, answer=answer, extras=extras, messages=messages))
 
     def finish(self) -> ProblemSet:
         if self.out.skipped:
@@ -257,22 +298,28 @@ def load_problems(
     limit: int | None = None,
     on_error: Literal["raise", "skip"] = "raise",
     id_field: str | None = None,
+    prompt_field: str | None = None,
 ) -> ProblemSet:
     """Load problems from a benchmark name, a local file, a Hub dataset id or a procedural task.
 
     ``problem_field``/``answer_field`` default to ``"problem"``/``"answer"`` (for a named benchmark
-    read from the Hub, to that dataset's own fields). ``limit`` keeps the first ``limit`` valid rows in
-    file order. ``id_field`` defaults to ``id`` or ``unique_id`` when present, else the row position.
+    read from the Hub, to that dataset's own fields). ``prompt_field``: a column that already holds the
+    prompt as chat messages (or as one user turn of text), used as is (``Problem.messages``); the problem
+    text is then ``problem_field`` when the row has it, else the last user message. ``limit`` keeps the
+    first ``limit`` valid rows in file order. ``id_field`` defaults to ``id`` or ``unique_id`` when present,
+    else the row position.
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     src = os.fspath(source)
     if procedural.is_procedural(src):
+        if prompt_field is not None:
+            raise DataError(f"{src!r} is a procedural task: it has no prompt column ({prompt_field!r})")
         problems = procedural.load_procedural(src, split=split)
         return ProblemSet(problems[:limit] if limit else problems, source=src)
 
     def reader(name: str, pf: str | None, af: str | None, idf: str | None, prefix: str) -> _RowReader:
-        return _RowReader(name, pf or "problem", af or "answer", idf, prefix, on_error, limit)
+        return _RowReader(name, pf or "problem", af or "answer", idf, prefix, on_error, limit, prompt_field)
 
     path = Path(src).expanduser()
     if path.is_file():

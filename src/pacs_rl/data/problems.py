@@ -18,15 +18,20 @@ class DataError(ValueError):
 
 @dataclass
 class Problem:
-    """One prompt with its reference answer. ``extras`` keeps the other fields of the row."""
+    """One prompt with its reference answer. ``extras`` keeps the other fields of the row.
+
+    ``messages``: the whole prompt as chat messages, when the data gives one (a prompt column); then the
+    prompt is used as is (no instruction appended) and ``problem`` is the text of its last user turn."""
 
     id: str
     problem: str
     answer: str
     extras: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, str]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "problem": self.problem, "answer": self.answer, **self.extras}
+        out = {"id": self.id, "problem": self.problem, "answer": self.answer, **self.extras}
+        return out if self.messages is None else {**out, "messages": self.messages}
 
 
 class ProblemSet(list):

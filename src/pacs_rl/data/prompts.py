@@ -22,12 +22,22 @@ def user_turn(problem: str, instruction: str = INSTRUCTION) -> str:
 
 
 def build_messages(
-    problem: str, system_prompt: str | None = None, instruction: str = INSTRUCTION
+    problem: str,
+    system_prompt: str | None = None,
+    instruction: str = INSTRUCTION,
+    messages: list[dict[str, str]] | None = None,
 ) -> list[dict[str, str]]:
-    """Chat messages for one problem. No system turn unless given: the template adds its default."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": user_turn(problem, instruction)})
-    return messages
+    """Chat messages for one problem. No system turn unless given: the template adds its default.
+
+    ``messages``: a prompt the data already holds as chat messages (``Problem.messages``): used as is,
+    with ``system_prompt`` put first when given and the messages have no system turn of their own."""
+    if messages is not None:
+        has_system = any(m.get("role") == "system" for m in messages)
+        head = [{"role": "system", "content": system_prompt}] if system_prompt and not has_system else []
+        return head + [dict(m) for m in messages]
+    out = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    out.append({"role": "user", "content": user_turn(problem, instruction)})
+    return out
 
 
 def plain_prompt(problem: str, instruction: str = INSTRUCTION) -> str:
@@ -41,23 +51,30 @@ def format_prompt(
     system_prompt: str | None = None,
     instruction: str = INSTRUCTION,
     plain_fallback: bool = False,
+    messages: list[dict[str, str]] | None = None,
+    chat_template_kwargs: dict[str, Any] | None = None,
 ) -> str:
     """Render one problem as generation-ready text with the tokenizer's chat template.
 
-    A tokenizer without a chat template raises ``ValueError``, unless ``plain_fallback=True``, which
-    uses :func:`plain_prompt` instead (``"Question: ... Answer:"``).
+    ``messages``: the prompt as chat messages when the data holds one (see :func:`build_messages`).
+    ``chat_template_kwargs``: extra variables for the template (``{"enable_thinking": False}``), as TRL's
+    ``GRPOConfig.chat_template_kwargs``. A tokenizer without a chat template raises ``ValueError``, unless
+    ``plain_fallback=True``, which uses :func:`plain_prompt` instead (``"Question: ... Answer:"``).
     """
     if getattr(tokenizer, "chat_template", None) is None:
-        if plain_fallback:
+        if plain_fallback and messages is None:
             return plain_prompt(problem, instruction)
         name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
         raise ValueError(
             f"tokenizer {name!r} has no chat template, so the paper's prompt (Appendix B.1) cannot be "
             "rendered. Use an instruct/chat model, set tokenizer.chat_template, or pass "
-            "plain_fallback=True (CLI: --plain-prompt) for a plain 'Question: ... Answer:' prompt."
+            "plain_fallback=True (CLI: --plain-prompt) for a plain 'Question: ... Answer:' prompt"
+            + (" (not for a prompt given as chat messages)." if messages is not None else ".")
         )
-    messages = build_messages(problem, system_prompt=system_prompt, instruction=instruction)
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    messages = build_messages(problem, system_prompt, instruction, messages)
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, **(chat_template_kwargs or {})
+    )
 
 
 def format_prompts(tokenizer: Any, problems: list[str], **kwargs: Any) -> list[str]:

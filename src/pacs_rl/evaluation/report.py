@@ -1,6 +1,7 @@
-"""Tables and plots from finished runs (``metrics.json`` files), laid out like the paper's tables:
-rows = models, columns = k, pass@k in percent, the best value of a column in bold and the second best
-underlined (``<u>..</u>``, as Markdown has no underline)."""
+"""Tables and plots from finished runs (``metrics.json`` files), laid out like the paper's Tables 2 and 3:
+rows = models, columns = k grouped by benchmark (two benchmarks side by side), pass@k in percent, the best
+value of a column in bold and the second best underlined (``<u>..</u>``, as Markdown has no underline),
+with a caption naming the grader and the sampling settings."""
 
 from __future__ import annotations
 
@@ -69,27 +70,84 @@ def bench_title(run: dict[str, Any]) -> str:
     return Path(b).stem if b.lower().endswith((".jsonl", ".json", ".parquet")) else b
 
 
-def results_table(runs: list[dict[str, Any]]) -> str:
-    """Markdown: one table per benchmark, rows = runs (their ``label``), columns = k, pass@k in %."""
-    by_bench: dict[str, list[dict[str, Any]]] = {}
+def _grader(run: dict[str, Any]) -> str:
+    """The grader a run was scored with (runs from before graders had names: their strictness)."""
+    if run.get("grader"):
+        return str(run["grader"])
+    strict = (run.get("sampling") or {}).get("strict")
+    return "?" if strict is None else ("strict (old)" if strict else "lenient (old)")
+
+
+def _rows(runs: list[dict[str, Any]]) -> list[dict[str, dict[str, Any]]]:
+    """Table rows: runs grouped by label, one run per benchmark in a row (a second run of the same label
+    and benchmark, e.g. another seed, starts a new row)."""
+    rows: list[tuple[str, dict[str, dict[str, Any]]]] = []
     for r in runs:
-        by_bench.setdefault(bench_title(r), []).append(r)
-    parts = []
-    for bench, rs in by_bench.items():
-        ks = sorted({int(k) for r in rs for k in r["pass_at_k"]})
-        ns = sorted({r.get("n") for r in rs if r.get("n") is not None})
-        probs = sorted({r.get("num_problems") for r in rs if r.get("num_problems") is not None})
-        lines = [
-            f"### {bench} (pass@k, %; n = {', '.join(map(str, ns))}; {', '.join(map(str, probs))} problems)",
-            "",
-            "| Model | " + " | ".join(f"k = {k}" if i == 0 else str(k) for i, k in enumerate(ks)) + " |",
-            "|---|" + "---:|" * len(ks),
+        bench = bench_title(r)
+        row = next((cells for label, cells in rows if label == r["label"] and bench not in cells), None)
+        if row is None:
+            row = {}
+            rows.append((r["label"], row))
+        row[bench] = r
+    return [cells for _, cells in rows]
+
+
+def _caption(runs: list[dict[str, Any]]) -> str:
+    graders = list(dict.fromkeys(_grader(r) for r in runs))
+    settings = list(
+        dict.fromkeys(
+            "T = {temperature}, top-p = {top_p}, at most {max_new_tokens} new tokens".format(**r["sampling"])
+            for r in runs
+            if {"temperature", "top_p", "max_new_tokens"} <= set(r.get("sampling") or {})
+        )
+    )
+    return (
+        f"pass@k (%), unbiased estimator from n samples per problem; grader: {', '.join(graders)}"
+        + (f"; sampling: {'; '.join(settings)}" if settings else "")
+        + "."
+    )
+
+
+def results_table(runs: list[dict[str, Any]], benchmarks_per_table: int = 2) -> str:
+    """Markdown laid out like the paper's Tables 2 and 3: rows = models (their ``label``), columns = k
+    grouped by benchmark, two benchmarks side by side per table, pass@k in %; the best value of a column
+    bold, the second best underlined. A caption names the grader and the sampling settings."""
+    benches = list(dict.fromkeys(bench_title(r) for r in runs))
+    rows = _rows(runs)
+    several_graders = len({_grader(r) for r in runs}) > 1
+    parts = [_caption(runs)]
+    for start in range(0, len(benches), benchmarks_per_table):
+        block = benches[start : start + benchmarks_per_table]
+        in_block = [row for row in rows if any(b in row for b in block)]
+        columns = [
+            (b, k)
+            for b in block
+            for k in sorted({int(k) for row in in_block if b in row for k in row[b]["pass_at_k"]})
         ]
-        grid = [[_get(r, k) for k in ks] for r in rs]
-        marks_by_col = [rank_marks([row[j] for row in grid]) for j in range(len(ks))]
-        for i, r in enumerate(rs):
-            cells = [_cell(grid[i][j], marks_by_col[j][i]) for j in range(len(ks))]
-            lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
+        heading = []
+        for b in block:
+            ns = sorted({row[b].get("n") for row in in_block if b in row and row[b].get("n") is not None})
+            probs = sorted(
+                {row[b].get("num_problems") for row in in_block if b in row and row[b].get("num_problems")}
+            )
+            heading.append(f"{b} (n = {', '.join(map(str, ns))}; {', '.join(map(str, probs))} problems)")
+        header = [
+            (f"{b} k = {k}" if len(block) > 1 else f"k = {k}") if i == 0 or columns[i - 1][0] != b else str(k)
+            for i, (b, k) in enumerate(columns)
+        ]
+        grid = [[_get(row[b], k) if b in row else None for b, k in columns] for row in in_block]
+        marks_by_col = [rank_marks([line[j] for line in grid]) for j in range(len(columns))]
+        lines = [
+            f"### {' | '.join(heading)}",
+            "",
+            "| Model | " + " | ".join(header) + " |",
+            "|---|" + "---:|" * len(columns),
+        ]
+        for i, row in enumerate(in_block):
+            first = next(iter(row.values()))
+            label = f"{first['label']} ({_grader(first)})" if several_graders else first["label"]
+            cells = [_cell(grid[i][j], marks_by_col[j][i]) for j in range(len(columns))]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
         parts.append("\n".join(lines))
     legend = "**Bold**: best in the column; <u>underlined</u>: second best (compared at two decimals)."
     return "\n\n".join(parts) + "\n\n" + legend + "\n"

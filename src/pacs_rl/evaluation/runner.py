@@ -9,15 +9,19 @@ One run = one model on one benchmark, in one folder::
 
 Resumable: rerunning the same command samples only the (problem, index) pairs missing from
 ``samples.jsonl``. A different sampling setting (model, benchmark, temperature, top-p, max new tokens,
-seed, prompt, backend, dtype, verifier strictness) is refused; a larger ``n`` or ``limit`` extends the
-run. A resumed run is statistically equivalent to an uninterrupted one; it is bit-identical only when
-it restarts at a chunk boundary (each chunk's seed derives from the run seed and its first problem).
+seed, prompt, backend, dtype, grader) is refused; a larger ``n`` or ``limit`` extends the run. A resumed
+run is statistically equivalent to an uninterrupted one; it is bit-identical only when it restarts at a
+chunk boundary (each chunk's seed derives from the run seed and its first problem).
+
+:func:`run_evals` runs several models on several benchmarks (each model loaded once) into one folder and
+writes one table laid out like the paper's Tables 2 and 3.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -28,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from pacs_rl.data import Problem, ProblemSet, format_prompt, load_problems
+from pacs_rl.data import Problem, ProblemSet, benchmark_name, format_prompt, load_problems
 from pacs_rl.data.prompts import INSTRUCTION
 from pacs_rl.evaluation.passk import mean_pass_at_k
 from pacs_rl.evaluation.report import METRICS_FILE, write_report
@@ -40,6 +44,7 @@ from pacs_rl.evaluation.samples import (
     rewrite_samples,
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
+from pacs_rl.rewards.graders import grader_name, parse_grader  # names only: no math-verify
 
 # pacs_rl.sampling (torch) and pacs_rl.rewards (math-verify, sympy) are imported where they are used:
 # `pacs-rl --help` imports this module through the eval command.
@@ -57,12 +62,16 @@ LOCKED_SETTINGS = (
     "top_p",
     "max_new_tokens",
     "seed",
-    "strict",
+    "grader",
     "plain_prompt",
     "instruction",
+    "system_prompt",
+    "prompt_field",
+    "chat_template_kwargs",
     "backend",
     "dtype",
 )
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -86,7 +95,13 @@ class EvalConfig:
     top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling top-p (paper, Table 4: 0.95)."})
     max_new_tokens: int = field(default=1024, metadata={"help": "Tokens generated at most per sample."})
     backend: str = field(default="transformers", metadata={"help": "Sampling engine: transformers or vllm."})
-    dtype: str = field(default="float32", metadata={"help": "Model dtype (float32 on CPU; bfloat16 on GPU)."})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "Model dtype: auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16, float16. With "
+            "transformers on CPU, bfloat16 keeps fp32 weights and samples under bf16 autocast."
+        },
+    )
     device: str = field(
         default="auto", metadata={"help": "transformers device: auto (cuda if any), cpu, cuda:0."}
     )
@@ -108,10 +123,23 @@ class EvalConfig:
     split: str | None = field(default=None, metadata={"help": "Dataset split (Hub datasets / procedural)."})
     problem_field: str | None = field(default=None, metadata={"help": "Field holding the problem text."})
     answer_field: str | None = field(default=None, metadata={"help": "Field holding the reference answer."})
-    on_error: str = field(
-        default="skip", metadata={"help": "Bad data rows: 'skip' (count, report) or 'raise'."}
+    prompt_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "Field that already holds the prompt as chat messages (used as is, no instruction)."
+        },
     )
-    strict: bool = field(default=False, metadata={"help": "Only a final \\boxed{} answer counts."})
+    on_error: str = field(
+        default="skip",
+        metadata={"help": "Bad data rows: 'skip' (the default of every command: count, report) or 'raise'."},
+    )
+    grader: str = field(
+        default="paper",
+        metadata={
+            "help": "Answer grader: paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), "
+            "either with +rules (restatement, multiple_boxed, echo)."
+        },
+    )
     verify_timeout: float = field(default=3.0, metadata={"help": "Seconds per answer check at most."})
     verify_workers: int = field(
         default=1, metadata={"help": "Verifier processes (0 = in this process, bounded by a signal timer)."}
@@ -119,6 +147,27 @@ class EvalConfig:
     plain_prompt: bool = field(
         default=False,
         metadata={"help": "Use 'Question: ... Answer:' when the tokenizer has no chat template."},
+    )
+    instruction: str = field(
+        default=INSTRUCTION, metadata={"help": "Appended to each problem in the user turn ('' = none)."}
+    )
+    system_prompt: str | None = field(
+        default=None, metadata={"help": "A system turn; default none (the chat template adds its own)."}
+    )
+    chat_template_kwargs: dict | None = field(
+        default=None,
+        metadata={"help": "Extra chat-template variables, e.g. {'enable_thinking': False} (TRL's field)."},
+    )
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM: GPUs per model replica."})
+    data_parallel_size: int = field(
+        default=1,
+        metadata={"help": "vLLM: model replicas (passed to vllm.LLM; needs a vLLM that supports it)."},
+    )
+    gpu_memory_utilization: float | None = field(
+        default=None, metadata={"help": "vLLM: fraction of GPU memory it may use (default vLLM's, 0.9)."}
+    )
+    max_model_len: int | None = field(
+        default=None, metadata={"help": "vLLM: context length (prompt + completion) to reserve per sequence."}
     )
     label: str | None = field(default=None, metadata={"help": "Row name in results.md (default: the model)."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
@@ -133,10 +182,47 @@ class EvalConfig:
             )
         return sorted(set(self.ks))
 
+    def resolved_dtype(self) -> str:
+        """``dtype`` with ``auto`` made concrete: bfloat16 when sampling on a GPU, float32 otherwise."""
+        if self.dtype != "auto":
+            return self.dtype
+        if self.backend == "transformers" and self.device != "auto" and not self.device.startswith("cuda"):
+            return "float32"
+        import torch
+
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+
     def locked(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
-        d["instruction"] = INSTRUCTION
+        d["dtype"] = self.resolved_dtype()
+        d["grader"] = grader_name(self.grader)  # canonical: paper+echo+restatement = paper+restatement+echo
         return {k: d[k] for k in LOCKED_SETTINGS}
+
+    def prompt_kwargs(self) -> dict[str, Any]:
+        """The prompt settings, as :func:`pacs_rl.data.format_prompt` takes them."""
+        return {
+            "system_prompt": self.system_prompt,
+            "instruction": self.instruction,
+            "plain_fallback": self.plain_prompt,
+            "chat_template_kwargs": self.chat_template_kwargs,
+        }
+
+    def problems(self) -> list[str]:
+        """Every setting that cannot be used, each naming the setting and what to do (empty when all is well)."""
+        out = []
+        if self.n < 1:
+            out.append(f"n={self.n}: give a whole number >= 1")
+        if self.dtype not in DTYPES:
+            out.append(f"dtype={self.dtype!r}: choose one of {list(DTYPES)}")
+        if self.backend not in ("transformers", "vllm"):
+            out.append(f"backend={self.backend!r}: choose transformers or vllm")
+        if self.on_error not in ("skip", "raise"):
+            out.append(f"on_error={self.on_error!r}: choose skip or raise")
+        try:
+            parse_grader(self.grader)
+        except ValueError as e:
+            out.append(str(e))
+        return out
 
 
 class ResumeMismatch(RuntimeError):
@@ -241,6 +327,7 @@ def assemble_metrics(
         "label": config.label or config.model,
         "model": config.model,
         "benchmark": config.benchmark,
+        "grader": grader_name(config.grader),
         "n": config.n,
         "ks": ks,
         "num_problems": len(problems),
@@ -258,9 +345,8 @@ def assemble_metrics(
             "max_new_tokens": config.max_new_tokens,
             "seed": config.seed,
             "backend": config.backend,
-            "dtype": config.dtype,
+            "dtype": config.resolved_dtype(),
             "batch_size": config.batch_size,
-            "strict": config.strict,
         },
         "settings": dataclasses.asdict(config),
         "timing": timing.as_metrics(),
@@ -283,6 +369,7 @@ def eval_problems(config: EvalConfig, problems: list[Problem] | None = None) -> 
             split=config.split,
             limit=config.limit,
             on_error=config.on_error,
+            prompt_field=config.prompt_field,
         )
     else:  # given by the caller: no rows were skipped here
         problems = ProblemSet(problems[: config.limit] if config.limit else problems, source=config.benchmark)
@@ -343,14 +430,25 @@ def slug(model: str) -> str:
 def build_sampler(config: EvalConfig):
     """Load the model and its sampling engine. Returns (sampler, tokenizer).
 
-    transformers: ``dtype`` bfloat16 keeps fp32 weights and samples under autocast (AMX on CPU);
-    float16 loads half weights (GPU). vllm: the engine loads the weights itself."""
+    transformers: ``bfloat16`` on a GPU loads bf16 weights; on CPU it keeps fp32 weights and samples under
+    bf16 autocast (AMX); float16 loads half weights. vllm: the engine loads the weights itself, with the
+    parallelism and memory settings of ``config``."""
     from pacs_rl.sampling import get_sampler  # torch
 
+    dtype = config.resolved_dtype()
     if config.backend == "vllm":
         tokenizer = load_tokenizer(config.model)
+        llm_kwargs = {
+            "tensor_parallel_size": config.tensor_parallel_size,
+            "data_parallel_size": config.data_parallel_size,
+            "gpu_memory_utilization": config.gpu_memory_utilization,
+            "max_model_len": config.max_model_len,
+        }
+        # vLLM's own defaults for what is unset (a data_parallel_size of 1 is not passed: older vLLMs lack it)
+        defaults = {"tensor_parallel_size": 1, "data_parallel_size": 1}
+        llm_kwargs = {k: v for k, v in llm_kwargs.items() if v is not None and v != defaults.get(k)}
         sampler = get_sampler(
-            "vllm", config.model, tokenizer, dtype=config.dtype, batch_size=config.batch_size
+            "vllm", config.model, tokenizer, dtype=dtype, batch_size=config.batch_size, **llm_kwargs
         )
         return sampler, tokenizer
     if config.backend != "transformers":
@@ -359,33 +457,36 @@ def build_sampler(config: EvalConfig):
 
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    bf16 = config.dtype in ("bfloat16", "bf16")
     device = config.device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    autocast = dtype == "bfloat16" and not device.startswith("cuda")
     model, tokenizer = load_model_and_tokenizer(
-        config.model, dtype="float32" if bf16 else config.dtype, device=device
+        config.model, dtype="float32" if autocast else dtype, device=device
     )
     model.eval()
     sampler = get_sampler(
-        "transformers", model, tokenizer, dtype="bfloat16" if bf16 else None, batch_size=config.batch_size
+        "transformers", model, tokenizer, dtype="bfloat16" if autocast else None, batch_size=config.batch_size
     )
     return sampler, tokenizer
 
 
 @contextlib.contextmanager
-def open_verifier(config: EvalConfig) -> Iterator[Callable[[list[str], list[str]], Any]]:
-    """Yield verify(completions, answers) -> BatchResult with ``config``'s strictness and time limit: in a
-    RewardPool of ``config.verify_workers`` processes (closed on exit), or in this process when 0."""
+def open_verifier(config: EvalConfig) -> Iterator[Callable[[list[str], list[str], list[str]], Any]]:
+    """Yield verify(completions, answers, questions) -> BatchResult with ``config``'s grader and time limit:
+    in a RewardPool of ``config.verify_workers`` processes (closed on exit), or in this process when 0."""
     from pacs_rl.rewards import RewardPool, verify_batch  # math-verify, sympy
 
+    grader, timeout = config.grader, config.verify_timeout
     if config.verify_workers <= 0:
-        yield lambda completions, answers: verify_batch(
-            completions, answers, strict=config.strict, num_workers=0, timeout=config.verify_timeout
+        yield lambda completions, answers, questions: verify_batch(
+            completions, answers, grader, num_workers=0, timeout=timeout, prompts=questions
         )
         return
-    with RewardPool(num_workers=config.verify_workers, timeout=config.verify_timeout) as pool:
-        yield lambda completions, answers: pool.verify_batch(completions, answers, strict=config.strict)
+    with RewardPool(num_workers=config.verify_workers, timeout=timeout) as pool:
+        yield lambda completions, answers, questions: pool.verify_batch(
+            completions, answers, grader, prompts=questions
+        )
 
 
 class _Progress:
@@ -434,7 +535,8 @@ def sample_chunk(config: EvalConfig, sampler, tokenizer, chunk: list[tuple[Probl
     from pacs_rl.sampling import SamplingParams  # torch
 
     first, first_missing = chunk[0]
-    prompts = [format_prompt(tokenizer, p.problem, plain_fallback=config.plain_prompt) for p, _ in chunk]
+    kwargs = config.prompt_kwargs()
+    prompts = [format_prompt(tokenizer, p.problem, messages=p.messages, **kwargs) for p, _ in chunk]
     params = SamplingParams(
         n=len(first_missing),
         temperature=config.temperature,
@@ -496,8 +598,10 @@ def sample_missing(
             outputs = sample_chunk(config, sampler, tokenizer, chunk)
             timing.generation_seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
-            answers = [p.answer for (p, _), samples in zip(chunk, outputs, strict=True) for _ in samples]
-            result = verify([s.text for samples in outputs for s in samples], answers)
+            pairs = [(p, s) for (p, _), samples in zip(chunk, outputs, strict=True) for s in samples]
+            result = verify(
+                [s.text for _, s in pairs], [p.answer for p, _ in pairs], [p.problem for p, _ in pairs]
+            )
             timing.verification_seconds += time.perf_counter() - t0
             rows = sample_rows(chunk, outputs, result.verdicts)
             append_samples(samples_file, rows)
@@ -512,16 +616,24 @@ def sample_missing(
 # Running
 
 
-def run_eval(config: EvalConfig, sampler=None, tokenizer=None, problems=None) -> dict[str, Any]:
+def run_eval(
+    config: EvalConfig,
+    sampler=None,
+    tokenizer=None,
+    problems=None,
+    load: Callable[[], tuple[Any, Any]] | None = None,
+) -> dict[str, Any]:
     """Run (or resume) one evaluation into ``config.output_dir``; return the metrics written.
 
-    ``sampler``/``tokenizer`` may be passed in (already loaded); otherwise they are built from
-    ``config.model`` and ``config.backend``. ``problems`` overrides loading ``config.benchmark``.
+    ``sampler``/``tokenizer`` may be passed in (already loaded), or ``load()`` returns them when sampling
+    is needed; otherwise they are built from ``config.model`` and ``config.backend``. ``problems``
+    overrides loading ``config.benchmark``.
     """
     timing = RunTiming()
+    problems_found = config.problems()
+    if problems_found:
+        raise ValueError("; ".join(problems_found))
     ks = config.resolved_ks()
-    if config.n < 1:
-        raise ValueError(f"n must be >= 1, got {config.n}")
     out = Path(config.output_dir)
     problems = eval_problems(config, problems)
     rows, timing.dropped_lines = prepare_run_dir(config, out)
@@ -531,7 +643,7 @@ def run_eval(config: EvalConfig, sampler=None, tokenizer=None, problems=None) ->
     if todo:
         t0 = time.perf_counter()
         if sampler is None:
-            sampler, tokenizer = build_sampler(config)
+            sampler, tokenizer = (load or functools.partial(build_sampler, config))()
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with the sampler")
         timing.load_seconds = time.perf_counter() - t0
@@ -548,22 +660,86 @@ def run_eval(config: EvalConfig, sampler=None, tokenizer=None, problems=None) ->
     return metrics
 
 
-def run_evals(config: EvalConfig, models: list[str], labels: list[str] | None = None) -> list[dict[str, Any]]:
-    """Evaluate several models on one benchmark: each into ``output_dir/<model>``, and a merged
-    ``results.md`` / ``passk.png`` in ``output_dir``. With one model, the run folder is ``output_dir``."""
-    if len(models) == 1:
-        cfg = dataclasses.replace(config, model=models[0], label=(labels or [config.label])[0])
-        return [run_eval(cfg)]
-    names: list[str] = []
-    for m in models:
-        s = slug(m)
-        while s in names:
-            s += "_"
-        names.append(s)
+def bench_slug(source: str) -> str:
+    """A folder name for a benchmark: its name (``MATH-500`` -> ``math500``), a file's stem, else the source."""
+    name = benchmark_name(source)
+    if name:
+        return name
+    p = Path(source)
+    base = p.stem if p.suffix.lower() in (".jsonl", ".json", ".parquet") else source
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", base) or "benchmark"
+
+
+def _unique(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        while name in out:
+            name += "_"
+        out.append(name)
+    return out
+
+
+def samples_per_benchmark(benchmarks: list[str], n: dict[str, int] | None, default: int) -> list[int]:
+    """``n`` for each benchmark: ``n[key]`` where key is the benchmark as given, its name or its folder
+    name (``math500``), else ``default``. A key that matches no benchmark is refused (a typo)."""
+    n = dict(n or {})
+    keys = [{b, bench_slug(b), benchmark_name(b) or b} for b in benchmarks]
+    stray = [k for k in n if not any(k in ks or benchmark_name(k) in ks for ks in keys)]
+    if stray:
+        raise ValueError(
+            f"--n names {stray}, which match none of the benchmarks {[bench_slug(b) for b in benchmarks]}"
+        )
+    out = []
+    for ks in keys:
+        hits = [v for k, v in n.items() if k in ks or benchmark_name(k) in ks]
+        out.append(hits[-1] if hits else default)
+    return out
+
+
+def run_evals(
+    config: EvalConfig,
+    models: list[str],
+    labels: list[str] | None = None,
+    benchmarks: list[str] | None = None,
+    n: dict[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Evaluate several models on several benchmarks, each model loaded once; return every run's metrics.
+
+    Folders: one model and one benchmark -> ``output_dir``; several benchmarks -> ``output_dir/<benchmark>``;
+    several models -> ``output_dir/<model>`` (``output_dir/<model>/<benchmark>`` with several benchmarks).
+    With more than one run, ``output_dir`` also gets the combined ``results.md`` (laid out like the paper's
+    Tables 2 and 3) and ``passk.png``. ``n`` maps benchmarks to their sample counts (paper: 32 for
+    MATH-500, 512 for AIME and AMC; others ``config.n``); ``config.ks`` above a benchmark's n are left out
+    for that benchmark.
+    """
+    benchmarks = list(benchmarks or [config.benchmark])
+    ns = samples_per_benchmark(benchmarks, n, config.n)
+    model_dirs, bench_dirs = _unique([slug(m) for m in models]), _unique([bench_slug(b) for b in benchmarks])
+    per_model: list[list[EvalConfig]] = []
+    for i, m in enumerate(models):
+        label = labels[i] if labels and i < len(labels) else config.label
+        root = Path(config.output_dir) / model_dirs[i] if len(models) > 1 else Path(config.output_dir)
+        runs = []
+        for b, bn, bdir in zip(benchmarks, ns, bench_dirs, strict=True):
+            ks = config.ks
+            if ks and len(benchmarks) > 1:
+                ks = [k for k in ks if k <= bn] or ks  # none fits: resolved_ks names the problem
+            out = root / bdir if len(benchmarks) > 1 else root
+            runs.append(
+                dataclasses.replace(
+                    config, model=m, benchmark=b, n=bn, ks=ks, label=label, output_dir=str(out)
+                )
+            )
+        per_model.append(runs)
+    for cfg in (c for runs in per_model for c in runs):  # every setting checked before any model loads
+        problems = cfg.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        cfg.resolved_ks()
     results = []
-    for i, (m, s) in enumerate(zip(models, names, strict=True)):
-        label = labels[i] if labels and i < len(labels) else None
-        cfg = dataclasses.replace(config, model=m, label=label, output_dir=str(Path(config.output_dir) / s))
-        results.append(run_eval(cfg))
-    write_report(results, config.output_dir)
+    for runs in per_model:
+        load = functools.cache(functools.partial(build_sampler, runs[0]))  # the model loads once, if needed
+        results += [run_eval(cfg, load=load) for cfg in runs]
+    if len(results) > 1:
+        write_report(results, config.output_dir)
     return results

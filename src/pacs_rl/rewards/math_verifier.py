@@ -1,21 +1,27 @@
 """Verifiable math reward: is the completion's final answer mathematically equal to the gold answer?
 
-Grading follows the PACS authors' reward (ritzz-ai/PACS ``src/reward_function.py``), built on
-``math-verify``: the gold answer is wrapped in ``\\boxed{...}`` and parsed as LaTeX; the prediction is read
-by LaTeX and plain-expression extraction. On top of that this module adds, in this order:
+Graders are chosen by name. A name is a base grader, optionally followed by ``+rule`` for opt-in rules
+(``paper``, ``strict``, ``paper+restatement``, ``strict+multiple_boxed``):
 
-1. boxed answers take precedence: when the completion holds a ``\\boxed{...}``/``\\fbox{...}``/``\\boxed x``,
-   the LAST box is the answer and the rest of the text is not read;
-2. anti-hacking rules (see ``docs/EVALUATION.md, "Verifier"``): an empty or unclosed last box is "no_answer"; several
-   boxes with mathematically different contents score 0 ("multiple_answers"); text that repeats the
-   prompt (when the prompt is given) is removed before extraction; when the gold answer is a plain number,
-   an answer that is still an arithmetic expression of numbers ("33 - 51" for -18) scores 0
-   ("unevaluated"): math-verify would evaluate it, so restating the question would be rewarded;
-3. ``strict=True`` accepts only a non-empty last box (no plain-text fallback).
+- ``paper`` (the default everywhere): ``math-verify`` called exactly as the PACS authors call it
+  (ritzz-ai/PACS ``src/reward_function.py``): the gold answer wrapped in ``\\boxed{...}`` and parsed with
+  LaTeX extraction; the whole completion parsed with plain-expression and LaTeX extraction (math-verify's
+  own priorities: a boxed answer or a "final answer is ..." first, the rightmost match wins); then
+  ``verify``. A gold that math-verify cannot parse scores 0, as in the authors' ``except`` branch.
+- ``strict``: only an answer in ``\\boxed{}`` counts: the content of the last box, read as the paper reads a
+  box. No box, an empty or an unclosed last box is "no_answer".
+
+Rules (each refuses an answer the base grader found right, or changes what is read):
+
+- ``restatement``: refuse an answer to a numeric question that is still an operation written in the
+  question itself ("33 - 51" for "What is 33 - 51?"): math-verify evaluates it, so restating the question
+  would be paid. Needs the question (``prompt=``); without it the rule cannot apply.
+- ``multiple_boxed``: refuse a completion whose boxes hold mathematically different answers (hedging).
+- ``echo``: ignore text of the completion that repeats the prompt verbatim before reading the answer.
 
 Everything here runs without any time bound of its own (math-verify's ``signal.alarm`` timeouts are
-switched off so it works in any thread). ``pacs_rl.rewards.pool`` adds the bound: a wall-clock timer in
-the thread that owns signals, or a worker process that is killed and replaced when it overruns.
+switched off so it works in any thread). ``pacs_rl.rewards.pool`` adds the bound: an interval timer in the
+thread that owns signals, or a worker process that is killed and replaced when it overruns.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+
+from pacs_rl.rewards.graders import DEFAULT_GRADER, Grader, parse_grader
 
 # math-verify logs a warning per unparseable prediction and per disabled timeout; at RL scale that floods
 # the console. Failures are counted in ``Verdict.reason`` instead.
@@ -37,28 +45,33 @@ REASONS = (
     "correct",  # final answer equals the gold answer
     "wrong",  # an answer was read and it differs from the gold answer
     "no_answer",  # nothing to read: no box (strict), empty/unclosed last box, no number or expression
-    "multiple_answers",  # several boxes with different contents (hedging): scored 0
-    "unevaluated",  # the gold is a number but the answer is an expression of numbers (33 - 51): scored 0
+    "multiple_answers",  # rule multiple_boxed: right, but other boxes hold different answers
+    "restatement",  # rule restatement: right, but only as an operation on the question's own numbers
     "timeout",  # the check overran its time limit: scored 0
     "parse_error",  # the gold answer could not be parsed, or math-verify failed internally
     "empty_gold",  # the gold answer is empty or missing: a data problem, scored 0
     "worker_crash",  # the worker process died on this input (e.g. out of memory): scored 0
 )
 
-# Gold is parsed as LaTeX (the authors wrap it in \boxed{}); predictions by plain expressions and LaTeX.
+# The authors' extraction targets: gold by LaTeX (wrapped in \boxed{}), predictions by expressions and LaTeX.
 _GOLD_TARGETS = (LatexExtractionConfig(),)
 _PRED_TARGETS = (ExprExtractionConfig(), LatexExtractionConfig())
-_BOX_TARGETS = (LatexExtractionConfig(boxed_match_priority=0),)
-_EXPR_TARGETS = (ExprExtractionConfig(),)
 
 # A plain number: -18, 3.5, 1,000, 1{,}000, 10\% (what a gold answer of a computation looks like).
 _PLAIN_NUMBER = re.compile(r"\s*[-+−]?\s*(?:\d{1,3}(?:(?:,|\{,\})\d{3})+|\d+)(?:\.\d+)?\s*(?:\\?%)?\s*")
-# Two numbers joined by a binary operator: 33 - 51, 2*3, 4 \times 5, 6\cdot7, 8 ÷ 2, 29+41.
-_NUMBER_OPERATION = re.compile(r"\d\s*\)?\s*(?:[-+*/×÷−]|\\times|\\cdot|\\div)\s*\(?\s*[-+−]?\s*\d")
+# Two numbers joined by a binary operator (33 - 51, 2*3, 4 \times 5, 6\cdot7, 8 ÷ 2), once normalized.
+_NUMBER_OPERATION = re.compile(r"\d\)?[-+*/]\(?-?\d")
+_THOUSANDS = re.compile(r"(?<=\d)(?:,|\{,\})(?=\d{3}(?!\d))")
+_FRACTION = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_OPERATOR_SPELLINGS = (
+    (re.compile(r"\\times|\\cdot|×|\bmultiplied by\b|\btimes\b"), "*"),
+    (re.compile(r"\\div|÷|\bdivided by\b|\bover\b"), "/"),
+    (re.compile(r"−|\bminus\b"), "-"),
+    (re.compile(r"\bplus\b"), "+"),
+    (re.compile(r"\\left|\\right|\$|\\[,;!: ]|\s+"), ""),
+)
 
-_BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_SCI_NUMBER = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+))[eE]([-+]?\d+)\s*")
-_TEXT_OPTION = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf)\{\s*\(\s*([^{}()]+?)\s*\)\s*\}")
+_BOX_COMMAND = re.compile(r"\\boxed(?![A-Za-z])")
 _MAX_EXTRACTED_CHARS = 200
 
 
@@ -72,7 +85,7 @@ class Verdict:
 
 
 def find_boxes(text: str) -> list[str | None]:
-    """Contents of every ``\\boxed``/``\\fbox`` in ``text``, in order of appearance.
+    """Contents of every ``\\boxed`` in ``text``, in order of appearance.
 
     Handles nested braces (``\\boxed{\\frac{1}{2}}``), a space before the brace and the brace-less form
     ``\\boxed 25`` (read up to the next whitespace or ``$``, trailing ``.,;:`` dropped). An unclosed box
@@ -107,19 +120,8 @@ def _strip_trailing_punctuation(content: str) -> str:
     return re.sub(r"(?:\s|\\[,;:! ]|[.,;:])+$", "", content.strip())
 
 
-def _clean_box(content: str) -> str:
-    """Undo answer wrappers math-verify reads as text: ``\\textbf{(073)}`` -> ``073``; ``4.5e33`` -> LaTeX."""
-    wrapped = _TEXT_OPTION.fullmatch(content)
-    if wrapped:
-        content = wrapped.group(1)
-    sci = _SCI_NUMBER.fullmatch(content)
-    if sci:
-        content = f"{sci.group(1)}\\times 10^{{{int(sci.group(2))}}}"
-    return content
-
-
 def remove_prompt_echo(completion: str, prompt: str | None) -> str:
-    """Blank out text of ``completion`` that repeats ``prompt``.
+    """Blank out text of ``completion`` that repeats ``prompt`` (rule ``echo``).
 
     The whole prompt and each of its lines of at least 16 characters are removed wherever they occur
     verbatim, so a numeral or an expression that only appears in an echoed question is not read as the
@@ -147,112 +149,139 @@ def _shorten(text: str | None) -> str | None:
 
 
 def _parse_gold(answer: str) -> list:
-    # Plain scientific notation ("3.83e35", Minerva) reads in LaTeX as 3.83·e·35: rewritten first.
-    answer = _clean_box(answer)
-    gold = _mv_parse("\\boxed{" + answer + "}", _GOLD_TARGETS, parsing_timeout=None)
-    if not gold:  # not LaTeX: try a plain expression ("np.arcsin(10/13)" still fails: counted)
-        gold = _mv_parse(answer, _EXPR_TARGETS, parsing_timeout=None)
-    return gold
+    return _mv_parse("\\boxed{" + answer + "}", _GOLD_TARGETS, parsing_timeout=None)
 
 
-def _parse_box(content: str) -> list:
-    content = _clean_box(content)
-    parsed = _mv_parse("\\boxed{" + content + "}", _BOX_TARGETS, parsing_timeout=None)
-    if not parsed:
-        parsed = _mv_parse(content, _EXPR_TARGETS, parsing_timeout=None)
-    return parsed
-
-
-def _equal(gold: list, pred: list) -> bool:
-    return bool(pred) and bool(_mv_verify(gold, pred, timeout_seconds=None))
-
-
-def _normalise_box(content: str) -> str:
-    content = _clean_box(content)
-    return re.sub(r"\s+|\\[,;!: ]|\\left|\\right", "", content).replace("\\dfrac", "\\frac")
-
-
-def _boxes_agree(contents: list[str]) -> bool:
-    """True when every box holds the same answer as the last one (textually or mathematically)."""
-    last = contents[-1]
-    others = {c for c in contents[:-1] if _normalise_box(c) != _normalise_box(last)}
-    if not others:
-        return True
-    last_parsed = _parse_box(last)
-    return all(_equal(_parse_box(c), last_parsed) for c in others)
-
-
-def extract_answer(completion: str, strict: bool = False, prompt: str | None = None) -> str | None:
-    """The final answer as the verifier reads it, for logging; ``None`` when there is none.
-
-    This is the content of the last box when there is one; otherwise (lenient mode only) the string that
-    math-verify's plain-expression / LaTeX extraction picks, usually the last number in the text.
-    """
-    text = remove_prompt_echo(_as_text(completion), prompt)
-    boxes = find_boxes(text)
-    if boxes:
-        return _shorten(boxes[-1]) or None
-    if strict:
-        return None
-    try:
-        pred = _mv_parse(text, _PRED_TARGETS, parsing_timeout=None)
-    except Exception:
-        return None
-    return _shorten(_pred_string(pred))
+def _read_box(content: str) -> list:
+    """A box's content read the way the paper's call reads a completion that ends in that box."""
+    return _mv_parse("\\boxed{" + content + "}", _PRED_TARGETS, parsing_timeout=None)
 
 
 def _pred_string(pred: list) -> str | None:
+    """The text math-verify matched (its fallback string, the last item), else the parsed value."""
     if not pred:
         return None
     return str(pred[-1]) if len(pred) > 1 else str(pred[0])
 
 
-def _unevaluated(extracted: str | None, gold_text: str) -> bool:
-    """True when the gold answer is a plain number and the answer read is an operation on numbers.
+def _read(text: str, grader: Grader) -> tuple[list, str | None]:
+    """(parsed prediction, the answer as text) as ``grader``'s base reads ``text``; ([], None) when none."""
+    if grader.base == "strict":
+        boxes = find_boxes(text)
+        if not boxes or not boxes[-1]:  # no box, or an empty/unclosed last box: nothing declared
+            return [], None
+        return _read_box(boxes[-1]), boxes[-1]
+    pred = _mv_parse(text, _PRED_TARGETS, parsing_timeout=None)
+    return pred, _pred_string(pred)
 
-    "What is 33 - 51?" answered "the answer to 33 - 51 is ..." is read as ``33 - 51``, which math-verify
-    evaluates to -18: without this rule, restating the question scores 1 (an RL run on two-digit
-    arithmetic learned exactly that). Answers to non-numeric golds (expressions, fractions) are untouched.
+
+def _equal(gold: list, pred: list) -> bool:
+    # The authors' math_metric calls verify(gold, pred, 6): float_rounding=6, the default.
+    return bool(pred) and bool(_mv_verify(gold, pred, timeout_seconds=None))
+
+
+def _expression_key(text: str) -> str:
+    """An arithmetic expression in one spelling: no spaces or thousands separators, ``\\frac{a}{b}`` as
+    ``a/b``, ``\\times``/``\\cdot``/"times" as ``*``, ``\\div``/"divided by" as ``/``, lower case."""
+    text = _FRACTION.sub(r"\1/\2", _THOUSANDS.sub("", text.lower()))
+    for pattern, replacement in _OPERATOR_SPELLINGS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def restates_question(answer: str | None, gold: str, question: str | None) -> bool:
+    """Rule restatement: the gold is a plain number and ``answer`` is an operation on numbers that the
+    question itself writes ("33 - 51" for "What is 33 - 51?", "\\frac{36}{2}" for "What is 36 / 2?",
+    "4 \\times 5" for "What is 4 times 5?"), compared in one spelling (:func:`_expression_key`).
+
+    An equation read as the answer ("180 + 24 = 204") is judged by its last side, as math-verify compares
+    it. A single number, an operation the question does not write ("20 - 2" for 12 + 6, "\\frac{1}{2}" for a
+    question that mentions 1 and 2 apart), and answers to non-numeric golds are never refused.
     """
-    if not extracted or not _PLAIN_NUMBER.fullmatch(gold_text):
+    if not answer or not question or not _PLAIN_NUMBER.fullmatch(gold):
         return False
-    # an equation read as the answer ("180 + 24 = 204") is judged by its last side, as math-verify compares it
-    return bool(_NUMBER_OPERATION.search(extracted.rsplit("=", 1)[-1]))
+    key = _expression_key(answer.rsplit("=", 1)[-1]).strip("()")
+    if not _NUMBER_OPERATION.search(key):
+        return False
+    # whole numbers only: "3-5" is not in "33-51", "6*7" is in "compute6*7."
+    return re.search(rf"(?<![\d.]){re.escape(key)}(?!\.?\d)", _expression_key(question)) is not None
 
 
-def check(completion, answer, strict: bool = False, prompt: str | None = None) -> Verdict:
+def _boxes_disagree(text: str) -> bool:
+    """Rule multiple_boxed: some non-empty box holds another answer than the last one (text or value)."""
+    contents = [b for b in find_boxes(text) if b]
+    if len(contents) < 2:
+        return False
+
+    def key(c: str) -> str:
+        return re.sub(r"\s+|\\[,;!: ]|\\left|\\right", "", c).replace("\\dfrac", "\\frac")
+
+    last = contents[-1]
+    others = {c for c in contents[:-1] if key(c) != key(last)}
+    last_read = _read_box(last)
+    return any(not _equal(_read_box(c), last_read) for c in others)
+
+
+def extract_answer(completion, grader: str = DEFAULT_GRADER, prompt: str | None = None) -> str | None:
+    """The final answer as ``grader`` reads it, for logging; ``None`` when there is none."""
+    g = parse_grader(grader)
+    text = _as_text(completion)
+    if "echo" in g.rules:
+        text = remove_prompt_echo(text, prompt)
+    try:
+        return _shorten(_read(text, g)[1])
+    except Exception:
+        return None
+
+
+def check(completion, answer, grader: str = DEFAULT_GRADER, prompt: str | None = None) -> Verdict:
     """Grade one completion against one gold answer, with no time bound (see ``pacs_rl.rewards.verify``).
 
+    ``prompt`` (the question, or the whole prompt) is read by the rules ``restatement`` and ``echo`` only.
     Never raises on model output: any failure inside math-verify becomes ``reason="parse_error"``.
     """
+    g = parse_grader(grader)
     gold_text = _as_text(answer).strip()
     if not gold_text:
         return Verdict(0.0, None, "empty_gold")
-    text = remove_prompt_echo(_as_text(completion), prompt)
+    text = _as_text(completion)
+    if "echo" in g.rules:
+        text = remove_prompt_echo(text, prompt)
     try:
-        boxes = find_boxes(text)
-        if boxes:
-            if not boxes[-1]:  # empty or unclosed last box: the declared answer is nothing
-                return Verdict(0.0, None, "no_answer")
-            contents = [b for b in boxes if b]
-            extracted = boxes[-1]
-            if len(contents) > 1 and not _boxes_agree(contents):
-                return Verdict(0.0, _shorten(extracted), "multiple_answers")
-            pred = _parse_box(extracted)
-        elif strict:
-            return Verdict(0.0, None, "no_answer")
-        else:
-            pred = _mv_parse(text, _PRED_TARGETS, parsing_timeout=None)
-            extracted = _pred_string(pred)
-            if not pred:
-                return Verdict(0.0, None, "no_answer")
+        pred, extracted = _read(text, g)
         gold = _parse_gold(gold_text)
-        if not gold:
+        if not gold:  # the authors' math_metric raises here; their compute_score scores it 0
             return Verdict(0.0, _shorten(extracted), "parse_error")
-        if _unevaluated(extracted, gold_text):
-            return Verdict(0.0, _shorten(extracted), "unevaluated")
-        if _equal(gold, pred):
-            return Verdict(1.0, _shorten(extracted), "correct")
-        return Verdict(0.0, _shorten(extracted), "wrong")
+        if not pred:
+            return Verdict(0.0, None, "no_answer")
+        if not _equal(gold, pred):
+            return Verdict(0.0, _shorten(extracted), "wrong")
+        # Right by the base grader; an opt-in rule may still refuse it.
+        if "multiple_boxed" in g.rules and _boxes_disagree(text):
+            return Verdict(0.0, _shorten(extracted), "multiple_answers")
+        if "restatement" in g.rules and restates_question(extracted, gold_text, prompt):
+            return Verdict(0.0, _shorten(extracted), "restatement")
+        return Verdict(1.0, _shorten(extracted), "correct")
     except Exception:
         return Verdict(0.0, None, "parse_error")
+
+
+def authors_score(completion: str, answer: str) -> float:
+    """The PACS authors' own grading call (ritzz-ai/PACS ``src/reward_function.py``), as they make it:
+    ``math_metric`` with LaTeX extraction for the gold and expression + LaTeX extraction for the completion,
+    the gold wrapped in ``\\boxed{}``, math-verify's own ``signal.alarm`` time limits (5 s per parse and per
+    comparison), and 0.0 for any error or timeout.
+
+    The reference the ``paper`` grader is checked against (tests, ``benchmarks/grader_agreement.py``). It
+    works only in a process's main thread (math-verify's alarms), and its time limits count wall-clock
+    seconds, so use :func:`pacs_rl.rewards.verify` for rewards.
+    """
+    from math_verify.errors import TimeoutException
+    from math_verify.metric import math_metric
+
+    metric = math_metric(gold_extraction_target=_GOLD_TARGETS, pred_extraction_target=_PRED_TARGETS)
+    try:
+        score, _ = metric(["\\boxed{" + answer + "}"], [completion])
+    except (Exception, TimeoutException):  # their compute_score: `except Exception: pass`, timeouts -> 0
+        return 0.0
+    return float(score)

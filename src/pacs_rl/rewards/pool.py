@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
+from pacs_rl.rewards.graders import DEFAULT_GRADER, parse_grader
 from pacs_rl.rewards.math_verifier import Verdict, check
 
 DEFAULT_TIMEOUT = 3.0  # seconds per (completion, answer) pair; legitimate checks take milliseconds
@@ -45,7 +46,7 @@ def _in_main_thread() -> bool:
 
 
 def _check_with_alarm(
-    completion, answer, strict: bool, prompt, timeout: float | None, cpu_clock: bool = False
+    completion, answer, grader: str, prompt, timeout: float | None, cpu_clock: bool = False
 ) -> Verdict:
     """``check`` bounded by an interval timer. Call only from a main thread.
 
@@ -53,7 +54,7 @@ def _check_with_alarm(
     whole process (SIGPROF), which a busy machine cannot exhaust: use it only in a single-threaded worker.
     """
     if not timeout or timeout <= 0:
-        return check(completion, answer, strict=strict, prompt=prompt)
+        return check(completion, answer, grader=grader, prompt=prompt)
     which, signum = (
         (signal.ITIMER_PROF, signal.SIGPROF) if cpu_clock else (signal.ITIMER_REAL, signal.SIGALRM)
     )
@@ -65,7 +66,7 @@ def _check_with_alarm(
     old_delay, _ = signal.setitimer(which, timeout)
     started = time.monotonic()
     try:
-        return check(completion, answer, strict=strict, prompt=prompt)
+        return check(completion, answer, grader=grader, prompt=prompt)
     except _CheckTimeout:
         return Verdict(0.0, None, "timeout")
     finally:
@@ -98,7 +99,7 @@ def _process_cpu_seconds(pid: int) -> float | None:
 
 
 def _worker_main(conn, soft_timeout: bool) -> None:
-    """Worker loop: receive ``(task_id, completion, answer, strict, prompt, timeout)``, send back
+    """Worker loop: receive ``(task_id, completion, answer, grader, prompt, timeout)``, send back
     ``(task_id, score, extracted, reason, cpu_seconds_so_far)``; ``None`` or a closed pipe stops it.
 
     The worker's own limit counts its CPU time, so a machine crowded by other jobs does not turn slow
@@ -112,11 +113,11 @@ def _worker_main(conn, soft_timeout: bool) -> None:
             return
         if task is None:
             return
-        task_id, completion, answer, strict, prompt, timeout = task
+        task_id, completion, answer, grader, prompt, timeout = task
         if soft_timeout:
-            verdict = _check_with_alarm(completion, answer, strict, prompt, timeout, cpu_clock=True)
+            verdict = _check_with_alarm(completion, answer, grader, prompt, timeout, cpu_clock=True)
         else:
-            verdict = check(completion, answer, strict=strict, prompt=prompt)
+            verdict = check(completion, answer, grader=grader, prompt=prompt)
         conn.send((task_id, verdict.score, verdict.extracted, verdict.reason, time.process_time()))
 
 
@@ -267,7 +268,7 @@ class RewardPool:
     def wait_ready(self) -> RewardPool:
         """Block until every worker has imported its libraries (optional; batches wait anyway)."""
         with self._lock:
-            self._run([], [], False, None, self.timeout, None)
+            self._run([], [], DEFAULT_GRADER, None, self.timeout, None)
         return self
 
     def close(self) -> None:
@@ -299,7 +300,7 @@ class RewardPool:
         self,
         completions: Sequence,
         answers: Sequence,
-        strict: bool = False,
+        grader: str = DEFAULT_GRADER,
         timeout: float | None = None,
         progress: bool = False,
         prompts: Sequence | None = None,
@@ -308,13 +309,14 @@ class RewardPool:
         if self._closed:
             raise RuntimeError("this RewardPool is closed; create a new one (or use it inside `with`).")
         _check_lengths(completions, answers, prompts)
+        grader = parse_grader(grader).name  # an unknown grader fails here, not in every worker
         timeout = self.timeout if timeout is None else float(timeout)
         started = time.perf_counter()
         with self._lock:
-            verdicts = self._run(completions, answers, strict, prompts, timeout, progress)
+            verdicts = self._run(completions, answers, grader, prompts, timeout, progress)
         return _result(verdicts, time.perf_counter() - started, self.num_workers)
 
-    def _run(self, completions, answers, strict, prompts, timeout, progress) -> list[Verdict]:
+    def _run(self, completions, answers, grader, prompts, timeout, progress) -> list[Verdict]:
         n = len(completions)
         results: list[Verdict | None] = [None] * n
         pending = collections.deque(range(n))
@@ -332,7 +334,7 @@ class RewardPool:
                             worker.head_started, worker.next_check = now, now + hard_limit
                         try:
                             worker.conn.send(
-                                (task_id, completions[task_id], answers[task_id], strict, prompt, timeout)
+                                (task_id, completions[task_id], answers[task_id], grader, prompt, timeout)
                             )
                         except (OSError, ValueError):  # the worker died: blame its current task, if any
                             pending.appendleft(task_id)
@@ -454,43 +456,54 @@ def _result(verdicts: list[Verdict], seconds: float, num_workers: int) -> BatchR
 
 
 def verify(
-    completion, answer, strict: bool = False, timeout: float = DEFAULT_TIMEOUT, prompt: str | None = None
+    completion,
+    answer,
+    grader: str = DEFAULT_GRADER,
+    timeout: float = DEFAULT_TIMEOUT,
+    prompt: str | None = None,
 ) -> Verdict:
-    """Grade one completion against one gold answer, bounded by ``timeout`` seconds; never raises.
+    """Grade one completion against one gold answer, bounded by ``timeout`` seconds; never raises on model
+    output (an unknown grader name raises ValueError).
 
     Args:
         completion: model output (``None`` or non-strings are read as text).
         answer: gold answer as LaTeX or plain text, e.g. ``"025"``, ``"\\frac{3}{4}"``.
-        strict: only a non-empty last ``\\boxed{...}`` counts (no plain-text fallback).
-        timeout: wall-clock limit in seconds; an overrun scores 0 with reason "timeout".
-        prompt: the prompt text, when known: text of the completion repeating it is ignored.
+        grader: ``paper`` (math-verify as the PACS authors call it), ``strict`` (a ``\\boxed{}`` answer),
+            either with ``+rule``s: see ``pacs_rl.rewards.math_verifier``.
+        timeout: time limit in seconds; an overrun scores 0 with reason "timeout".
+        prompt: the question or prompt text, for the rules ``restatement`` and ``echo``.
     """
+    grader = parse_grader(grader).name
     if _in_main_thread():
-        return _check_with_alarm(completion, answer, strict, prompt, timeout, _only_thread_of_process())
+        return _check_with_alarm(completion, answer, grader, prompt, timeout, _only_thread_of_process())
     return (
         _guard_pool()
-        .verify_batch([completion], [answer], strict=strict, timeout=timeout, prompts=[prompt])
+        .verify_batch([completion], [answer], grader=grader, timeout=timeout, prompts=[prompt])
         .verdicts[0]
     )
 
 
 def math_reward(
-    completion, answer, strict: bool = False, timeout: float = DEFAULT_TIMEOUT, prompt: str | None = None
+    completion,
+    answer,
+    grader: str = DEFAULT_GRADER,
+    timeout: float = DEFAULT_TIMEOUT,
+    prompt: str | None = None,
 ) -> float:
     """1.0 when the completion's final answer equals the gold answer, else 0.0 (``verify(...).score``)."""
-    return verify(completion, answer, strict=strict, timeout=timeout, prompt=prompt).score
+    return verify(completion, answer, grader=grader, timeout=timeout, prompt=prompt).score
 
 
 def verify_batch(
     completions: Sequence,
     answers: Sequence,
-    strict: bool = False,
+    grader: str = DEFAULT_GRADER,
     num_workers: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     progress: bool = False,
     prompts: Sequence | None = None,
 ) -> BatchResult:
-    """Grade ``completions[i]`` against ``answers[i]`` for every i, in input order.
+    """Grade ``completions[i]`` against ``answers[i]`` (with ``prompts[i]``, if given) for every i, in order.
 
     ``num_workers`` = 0 or 1 checks in this process (bounded by a signal timer in the main thread, by a
     one-worker guard pool in other threads); more starts a temporary :class:`RewardPool` (each of its
@@ -498,10 +511,11 @@ def verify_batch(
     ``None`` = one worker per available CPU.
     """
     _check_lengths(completions, answers, prompts)
+    grader = parse_grader(grader).name
     workers = _default_workers() if num_workers is None else int(num_workers)
     if workers <= 1:
         if not _in_main_thread():
-            return _guard_pool().verify_batch(completions, answers, strict, timeout, progress, prompts)
+            return _guard_pool().verify_batch(completions, answers, grader, timeout, progress, prompts)
         started = time.perf_counter()
         bar = _progress_bar(len(completions), progress and len(completions) > 0, "verifying")
         verdicts = []
@@ -509,7 +523,7 @@ def verify_batch(
         try:
             for i, (completion, answer) in enumerate(zip(completions, answers, strict=True)):
                 prompt = None if prompts is None else prompts[i]
-                verdicts.append(_check_with_alarm(completion, answer, strict, prompt, timeout, cpu_clock))
+                verdicts.append(_check_with_alarm(completion, answer, grader, prompt, timeout, cpu_clock))
                 if bar is not None:
                     bar.advance(0)
         finally:
@@ -517,4 +531,4 @@ def verify_batch(
                 bar.stop()
         return _result(verdicts, time.perf_counter() - started, 1)
     with RewardPool(num_workers=workers, timeout=timeout) as pool:
-        return pool.verify_batch(completions, answers, strict=strict, progress=progress, prompts=prompts)
+        return pool.verify_batch(completions, answers, grader=grader, progress=progress, prompts=prompts)

@@ -8,8 +8,13 @@ column arrives as a keyword list (so the gold answers arrive as ``answer=[...]``
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from pacs_rl.rewards.graders import DEFAULT_GRADER, grader_name
 from pacs_rl.rewards.pool import DEFAULT_TIMEOUT, BatchResult, RewardPool, verify_batch
 
 
@@ -64,29 +69,33 @@ class MathRewardFunction:
     """A picklable TRL reward function: 1.0 per completion whose final answer equals ``answer``.
 
     Args:
-        strict: only a non-empty last ``\\boxed{}`` counts (see ``docs/EVALUATION.md, "Verifier"`` for the tradeoff).
+        grader: ``paper`` (default: math-verify as the PACS authors call it), ``strict``, or either with
+            ``+rule``s (``paper+restatement``); see ``pacs_rl.rewards.math_verifier`` and docs/EVALUATION.md.
         timeout: per-completion time limit in seconds.
         pool: a :class:`RewardPool` to check batches in parallel; ``None`` checks in-process.
         answer_column: the dataset column holding the gold answers.
-        ignore_prompt_echo: ignore text of a completion that repeats its prompt (uses TRL's ``prompts``).
-        name: the name TRL logs the reward under.
+        name: the name TRL logs the reward under; default ``math_reward`` for ``paper``, else
+            ``math_reward_<grader>``.
+
+    The rules ``restatement`` and ``echo`` read the question from the dataset column ``problem`` when TRL
+    passes it, else from TRL's ``prompts``.
     """
 
     def __init__(
         self,
-        strict: bool = False,
+        grader: str = DEFAULT_GRADER,
         timeout: float = DEFAULT_TIMEOUT,
         pool: RewardPool | None = None,
         answer_column: str = "answer",
-        ignore_prompt_echo: bool = True,
         name: str | None = None,
     ):
-        self.strict = strict
+        self.grader = grader_name(grader)
         self.timeout = timeout
         self.pool = pool
         self.answer_column = answer_column
-        self.ignore_prompt_echo = ignore_prompt_echo
-        self.__name__ = name or ("math_reward_strict" if strict else "math_reward")
+        self.__name__ = name or (
+            "math_reward" if self.grader == DEFAULT_GRADER else f"math_reward_{self.grader}"
+        )
         self.last_result: BatchResult | None = None  # the verdicts of the latest call, for inspection
 
     def __call__(self, completions: Sequence, answer: Sequence | None = None, **kwargs) -> list[float]:
@@ -98,21 +107,23 @@ class MathRewardFunction:
                 "the column or pass answer_column= to make_math_reward_func."
             )
         texts = [completion_text(c) for c in completions]
-        prompts = kwargs.get("prompts")
-        prompts = (
-            [prompt_text(p) for p in prompts] if (self.ignore_prompt_echo and prompts is not None) else None
-        )
+        questions = kwargs.get("problem")
+        if questions is None and kwargs.get("prompts") is not None:
+            questions = [prompt_text(p) for p in kwargs["prompts"]]
+        questions = None if questions is None else list(questions)
         if self.pool is not None:
-            result = self.pool.verify_batch(texts, list(answers), self.strict, self.timeout, prompts=prompts)
+            result = self.pool.verify_batch(
+                texts, list(answers), self.grader, self.timeout, prompts=questions
+            )
         else:
             result = verify_batch(
-                texts, list(answers), self.strict, num_workers=0, timeout=self.timeout, prompts=prompts
+                texts, list(answers), self.grader, num_workers=0, timeout=self.timeout, prompts=questions
             )
         self.last_result = result
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and result.scores:  # TRL >= 1.x: averaged per logging step
             n = len(result.scores)
-            for reason in ("no_answer", "timeout", "multiple_answers", "unevaluated", "parse_error"):
+            for reason in ("no_answer", "timeout", "multiple_answers", "restatement", "parse_error"):
                 log_metric(f"{self.__name__}/{reason}_frac", result.reasons.get(reason, 0) / n)
         return result.scores
 
@@ -127,16 +138,93 @@ _TRL_EXTRAS = {"prompts", "completion_ids", "trainer_state", "log_extra", "log_m
 
 
 def make_math_reward_func(
-    strict: bool = False,
+    grader: str = DEFAULT_GRADER,
     timeout: float = DEFAULT_TIMEOUT,
     pool: RewardPool | None = None,
     answer_column: str = "answer",
-    ignore_prompt_echo: bool = True,
     name: str | None = None,
 ) -> MathRewardFunction:
     """Build a TRL reward function; pass a long-lived :class:`RewardPool` to check batches in parallel."""
-    return MathRewardFunction(strict, timeout, pool, answer_column, ignore_prompt_echo, name)
+    return MathRewardFunction(grader, timeout, pool, answer_column, name)
 
 
 math_reward_func = MathRewardFunction()
-"""Default TRL reward: lenient, in-process, 3 s per completion, gold answers in column ``answer``."""
+"""Default TRL reward: the ``paper`` grader, in-process, 3 s per completion, gold answers in column ``answer``."""
+
+
+# ----------------------------------------------------------------------------------- reward functions by name
+MATH_REWARD = "math"
+
+
+def split_reward_specs(spec: str | Sequence[str]) -> list[str]:
+    """``"math, mypkg.rewards:my_reward"`` (or a list) -> ``["math", "mypkg.rewards:my_reward"]``."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    return [s.strip() for s in items if str(s).strip()]
+
+
+def reward_spec_problem(spec: str) -> str | None:
+    """Why ``spec`` cannot name a reward function (None when it can): ``math``, ``package.module:function``
+    or ``path/to/file.py:function``."""
+    if spec == MATH_REWARD:
+        return None
+    module, sep, func = spec.rpartition(":")
+    if not sep or not module or not func.isidentifier():
+        return (
+            f"{spec!r} is neither 'math' nor 'module:function' (e.g. mypkg.rewards:my_reward or "
+            "path/to/rewards.py:my_reward)"
+        )
+    return None
+
+
+def load_reward_function(spec: str):
+    """Import the reward function ``package.module:function`` or ``path/to/file.py:function``.
+
+    Raises ValueError naming the spec and what is missing (module, file, attribute, not callable)."""
+    problem = reward_spec_problem(spec)
+    if problem:
+        raise ValueError(f"reward function {problem}")
+    module_name, _, func_name = spec.rpartition(":")
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name).expanduser()
+            if not path.is_file():
+                raise ValueError(f"reward function {spec!r}: file {path} does not exist")
+            name = f"_pacs_rl_reward_{path.stem}"
+            loader_spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[name] = module  # what the file defines (dataclasses, pickling) looks its module up
+            loader_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"reward function {spec!r}: cannot import {module_name!r} ({e}). Install the package, or put its "
+            "folder on PYTHONPATH, or give a file: path/to/rewards.py:function."
+        ) from None
+    func = getattr(module, func_name, None)
+    if func is None:
+        raise ValueError(f"reward function {spec!r}: {module_name!r} has no attribute {func_name!r}")
+    if not callable(func):
+        raise ValueError(f"reward function {spec!r}: {func_name!r} is a {type(func).__name__}, not callable")
+    return func
+
+
+def load_reward_funcs(
+    spec: str | Sequence[str],
+    grader: str = DEFAULT_GRADER,
+    timeout: float = DEFAULT_TIMEOUT,
+    pool: RewardPool | None = None,
+    answer_column: str = "answer",
+) -> list:
+    """TRL reward functions from names: ``math`` (the math verifier with ``grader``) and user functions
+    ``package.module:function`` / ``path/to/file.py:function`` in TRL's form
+    ``f(completions, prompts=..., **dataset_columns) -> list[float]``. Weights are TRL's ``reward_weights``."""
+    specs = split_reward_specs(spec)
+    if not specs:
+        raise ValueError("no reward function given; use 'math' or 'package.module:function'")
+    return [
+        make_math_reward_func(grader, timeout, pool, answer_column)
+        if s == MATH_REWARD
+        else load_reward_function(s)
+        for s in specs
+    ]

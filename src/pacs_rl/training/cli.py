@@ -18,6 +18,8 @@ from typing import Any
 
 import typer
 
+from pacs_rl.models import ModelError
+
 
 def summary_lines(result) -> list[str]:
     """The lines printed at the end of a run (a `pacs_rl.training.run.TrainResult`)."""
@@ -126,7 +128,9 @@ def train_command(
     problem_field: str = typer.Option(None, "--problem-field", help="Column holding the problem text."),
     answer_field: str = typer.Option(None, "--answer-field", help="Column holding the reference answer."),
     skip_bad_rows: bool = typer.Option(
-        None, "--skip-bad-rows/--no-skip-bad-rows", help="Skip and count bad rows."
+        None,
+        "--skip-bad-rows/--no-skip-bad-rows",
+        help="Skip bad data rows, counted and reported (the default, as in pacs-rl eval); --no-skip-bad-rows stops at the first.",
     ),
     eval_size: int = typer.Option(
         None, "--eval-size", help="Held-out problems for before/after accuracy (0 = off)."
@@ -175,7 +179,7 @@ def train_command(
             return
         settings, cfg = run.split_settings(values)
         result = run.run_training(settings, run.build_config(cfg, output_dir), resume=resume)
-    except run.SettingsError as e:  # a setting, a data row or a config check: refused before any training
+    except (run.SettingsError, ModelError) as e:  # a setting, a data row, a config check, a model name
         raise typer.BadParameter(str(e)) from None
     if not _is_main_process():
         return

@@ -225,6 +225,7 @@ class PACSConfig(GRPOConfig):
         self.loss_options = dict(self.loss_options or {})
         self._set_optimizer_step()
         self._set_schedule()
+        self._check_num_generations()
         super().__post_init__()  # derives generation_batch_size / steps_per_generation, checks TRL's own rules
         self._check_schedule()
         self._check_groups_whole()
@@ -380,16 +381,34 @@ class PACSConfig(GRPOConfig):
                     f"fast_sampler=True does not implement {name}={value!r}; set fast_sampler=False."
                 )
 
-    def _check_groups_whole(self) -> None:
-        """Refuse settings that would put the rows of one group in different micro-batches or processes."""
-        G = self.num_generations
-        if self.per_device_train_batch_size % G != 0:
+    def _check_num_generations(self) -> None:
+        """Every batch must hold whole groups of num_generations completions. Checked before TRL's own check,
+        whose error names no setting to change; the micro-batch check also keeps a group on one process."""
+        G, per_device, gen = (
+            self.num_generations,
+            self.per_device_train_batch_size,
+            self.generation_batch_size,
+        )
+        if not isinstance(G, int) or G < 2:
+            return  # TRL's own message: at least 2 generations per prompt
+        if per_device % G != 0:
+            divisors = [d for d in range(2, per_device + 1) if per_device % d == 0]
             raise ValueError(
-                f"per_device_train_batch_size={self.per_device_train_batch_size} is not a multiple of "
-                f"num_generations={G}: a group of {G} completions would be split across micro-batches (or "
-                f"processes), and PACS/RLOO/GRPO need a whole group to form its score. Set "
-                f"per_device_train_batch_size to a multiple of {G} (e.g. {G * max(1, self.per_device_train_batch_size // G)})."
+                f"per_device_train_batch_size={per_device} is not a multiple of num_generations={G}: a group of "
+                f"{G} completions would be split across micro-batches (or processes), and PACS/RLOO/GRPO need a "
+                f"whole group to form its score. Set per_device_train_batch_size to a multiple of {G} (e.g. "
+                f"{G * max(1, per_device // G)}), or num_generations to one of {divisors or 'its divisors'}."
             )
+        if gen is not None and gen % G != 0:
+            raise ValueError(
+                f"generation_batch_size={gen} is not a multiple of num_generations={G}: a rollout batch must hold "
+                f"whole groups of {G} completions. Set generation_batch_size to a multiple of {G} (e.g. "
+                f"{G * max(1, gen // G)}), or leave it unset and choose mini_batches_per_rollout."
+            )
+
+    def _check_groups_whole(self) -> None:
+        """Refuse evaluation settings that would split a group (the training batches: _check_num_generations)."""
+        G = self.num_generations
         if self.do_eval and self.eval_strategy != "no":
             G_eval = self.num_generations_eval or G
             if self.per_device_eval_batch_size % G_eval != 0:

@@ -29,12 +29,14 @@ def heldout_accuracy(
     reward_func=None,
     progress: bool = True,
     description: str = "held-out",
+    prompt_kwargs: dict | None = None,
 ) -> dict:
     """Accuracy of ``model`` on ``problems`` (list of pacs_rl.data.Problem), one completion each.
 
     Sampled with pacs_rl.sampling.TransformersSampler (temperature 0 = greedy). Returns {"accuracy", "n",
     "correct", "mean_length"}. The global torch RNG is saved and restored, so calling this does not
-    change a training run's random stream.
+    change a training run's random stream. ``prompt_kwargs``: the run's prompt settings, as
+    ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt).
     """
     reward_func = reward_func or math_reward_func
     rng_state = torch.get_rng_state()
@@ -45,7 +47,10 @@ def heldout_accuracy(
         bar = _progress(progress, description, len(problems))
         for k, batch in enumerate(batches):
             prompt_ids = [
-                tokenizer(format_prompt(tokenizer, p.problem), add_special_tokens=False)["input_ids"]
+                tokenizer(
+                    format_prompt(tokenizer, p.problem, messages=p.messages, **(prompt_kwargs or {})),
+                    add_special_tokens=False,
+                )["input_ids"]
                 for p in batch
             ]
             params = SamplingParams(
@@ -59,6 +64,7 @@ def heldout_accuracy(
             scores = reward_func(
                 [[{"role": "assistant", "content": s.text}] for s in samples],
                 answer=[p.answer for p in batch],
+                problem=[p.problem for p in batch],  # the question, for graders that read it
             )
             correct += int(sum(s == 1.0 for s in scores))
             lengths += [len(s.token_ids) for s in samples]

@@ -102,9 +102,11 @@ def sample_and_grade(
     reward_func,
     batch_size: int,
     seed: int,
+    prompt_kwargs: dict | None = None,
 ) -> tuple[list[int], list[float]]:
     """(correct samples out of n, mean completion length) per problem, in the order of ``problems``, on every
-    process. A sample is correct when the reward function scores it 1."""
+    process. A sample is correct when the reward function scores it 1. ``prompt_kwargs``: the run's prompt
+    settings, as ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt)."""
     acc = trainer.accelerator
     world, rank = acc.num_processes, acc.process_index
     per = math.ceil(len(problems) / world)  # every process: the same number of rows, padded
@@ -118,7 +120,10 @@ def sample_and_grade(
             size = min(batch_size, per - start)
             batch = [problems[i] for i in rows] + [problems[0]] * (size - len(rows))  # padding rows
             prompt_ids = [
-                tokenizer(format_prompt(tokenizer, p.problem), add_special_tokens=False)["input_ids"]
+                tokenizer(
+                    format_prompt(tokenizer, p.problem, messages=p.messages, **(prompt_kwargs or {})),
+                    add_special_tokens=False,
+                )["input_ids"]
                 for p in batch
             ]
             completions, _ = trainer._generate_single_turn(
@@ -131,6 +136,7 @@ def sample_and_grade(
             scores = reward_func(
                 [[{"role": "assistant", "content": t}] for t in texts],
                 answer=[problems[i].answer for i in rows for _ in range(n)],
+                problem=[problems[i].problem for i in rows for _ in range(n)],  # for graders that read it
             )
             for j, i in enumerate(rows):
                 group = slice(j * n, (j + 1) * n)
@@ -145,11 +151,11 @@ def sample_and_grade(
 
 
 def engine_accuracy(
-    trainer, problems, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+    trainer, problems, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs=None
 ) -> dict:
     """Held-out accuracy (one completion per problem) through the engine: the keys of `heldout_accuracy`."""
     correct, lengths = sample_and_grade(
-        trainer, problems, 1, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+        trainer, problems, 1, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs
     )
     n = len(problems)
     return {
@@ -167,11 +173,20 @@ def passk_ks(n: int) -> list[int]:
 
 
 def engine_pass_at_k(
-    trainer, problems, n, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+    trainer,
+    problems,
+    n,
+    temperature,
+    top_p,
+    max_new_tokens,
+    reward_func,
+    batch_size,
+    seed,
+    prompt_kwargs=None,
 ) -> dict[str, float]:
     """pass@k (the unbiased estimator, mean over problems) for k in passk_ks(n), and the mean completion length."""
     correct, lengths = sample_and_grade(
-        trainer, problems, n, temperature, top_p, max_new_tokens, reward_func, batch_size, seed
+        trainer, problems, n, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs
     )
     out = {f"pass@{k}": float(np.mean(pass_at_k(n, np.asarray(correct), k))) for k in passk_ks(n)}
     out["mean_length"] = float(np.mean(lengths)) if lengths else float("nan")

@@ -37,17 +37,21 @@ from datasets import Dataset
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from pacs_rl.data import (
+    INSTRUCTION,
     DataError,
     Problem,
     arithmetic_pool_size,
     arithmetic_problems,
+    benchmark_name,
     build_messages,
     load_problems,
     split_disjoint,
 )
-from pacs_rl.data.procedural import parse_query
+from pacs_rl.data.procedural import is_procedural, parse_query
 from pacs_rl.models import load_tokenizer, resolve_model, save_tiny_model
-from pacs_rl.rewards import make_math_reward_func
+from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
+from pacs_rl.rewards.graders import parse_grader
+from pacs_rl.rewards.trl_reward import reward_spec_problem, split_reward_specs
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, RichProgressCallback
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.heldout import heldout_accuracy, plot_curves
@@ -72,7 +76,9 @@ FINAL_DIR = "final"
 TRAINERS: tuple[tuple[type[PACSConfig], type], ...] = ((PACSConfig, PACSTrainer), (PPOConfig, PPOTrainer))
 
 
-REWARDS = ("math", "math_strict")
+# The grader `grader: auto` picks for the built-in arithmetic task: a PACS run there learned to answer
+# "What is 33 - 51?" with "33 - 51", which math-verify evaluates; the restatement rule refuses exactly that.
+ARITHMETIC_GRADER = "paper+restatement"
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -96,11 +102,41 @@ class RunSettings:
         },
     )
     dataset_split: str | None = field(default=None, metadata={"help": "Split of a Hub dataset."})
-    problem_field: str | None = field(default=None, metadata={"help": "Column holding the problem text."})
-    answer_field: str | None = field(default=None, metadata={"help": "Column holding the reference answer."})
+    problem_field: str | None = field(
+        default=None,
+        metadata={"help": "Column holding the problem text (default problem; also read from eval_dataset)."},
+    )
+    answer_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column holding the reference answer (default answer; also read from eval_dataset)."
+        },
+    )
+    prompt_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column that already holds the prompt as chat messages, used as is (no instruction added); "
+            "the problem text is then problem_field if present, else the last user message."
+        },
+    )
+    instruction: str = field(
+        default=INSTRUCTION,
+        metadata={
+            "help": "Appended to each problem in the user turn; default the paper's (Appendix B.1); '' = none."
+        },
+    )
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A system turn before each problem; default none (the chat template adds its own)."
+        },
+    )
     skip_bad_rows: bool = field(
-        default=False,
-        metadata={"help": "Skip and count bad data rows instead of stopping at the first one."},
+        default=True,
+        metadata={
+            "help": "Skip bad data rows (counted and reported), as `pacs-rl eval` does by default; false stops at "
+            "the first one."
+        },
     )
     arithmetic_ops: str = field(
         default="+-",
@@ -120,7 +156,8 @@ class RunSettings:
     eval_dataset: str | None = field(
         default=None,
         metadata={
-            "help": "Held-out problems; default: the held-out arithmetic split when training on arithmetic."
+            "help": "Held-out problems; default: the held-out arithmetic split when training on arithmetic. A file "
+            "or Hub dataset is read with the training set's field names, a named benchmark with its own."
         },
     )
     eval_size: int = field(
@@ -133,10 +170,22 @@ class RunSettings:
         default=None, metadata={"help": "Held-out completion length; default: max_completion_length."}
     )
     eval_batch_size: int = field(default=50, metadata={"help": "Held-out problems sampled together."})
-    reward: str = field(
+    reward_funcs: str | list = field(
         default="math",
         metadata={
-            "help": "math (lenient: the last number or expression counts) | math_strict (a \\boxed{} answer)."
+            "help": "Reward functions, comma-separated: math (the answer verifier, graded by `grader`) and/or your "
+            "own as package.module:function or path/to/file.py:function, called as TRL calls reward functions "
+            "(completions=..., prompts=..., one keyword per dataset column: answer, problem, problem_id). Weights: "
+            "TRL's reward_weights."
+        },
+    )
+    grader: str = field(
+        default="auto",
+        metadata={
+            "help": "Grader of the math reward and the held-out accuracy: paper (math-verify as the PACS authors call "
+            "it), strict (a \\boxed{} answer), either with +rules (restatement, multiple_boxed, echo). "
+            f"auto = {ARITHMETIC_GRADER} on the built-in arithmetic task (a policy there learned "
+            "to restate the question: '33 - 51' for 'What is 33 - 51?'), paper on any other data."
         },
     )
     model_dtype: str = field(
@@ -173,11 +222,39 @@ class RunSettings:
             out.append(f"eval_batch_size={self.eval_batch_size!r}: give a whole number >= 1")
         if not isinstance(self.eval_temperature, (int, float)) or self.eval_temperature < 0:
             out.append(f"eval_temperature={self.eval_temperature!r}: give a number >= 0 (0 = greedy)")
-        if self.reward not in REWARDS:
-            out.append(f"reward={self.reward!r}: choose one of {list(REWARDS)}")
+        if self.grader != "auto":
+            try:
+                parse_grader(self.grader)
+            except ValueError as e:
+                out.append(f"grader={self.grader!r}: {e}")
+        specs = split_reward_specs(self.reward_funcs) if isinstance(self.reward_funcs, (str, list)) else []
+        if not specs:
+            out.append(
+                f"reward_funcs={self.reward_funcs!r}: name at least one, e.g. math or mypkg.rewards:my_reward"
+            )
+        out += [f"reward_funcs: {p}" for p in map(reward_spec_problem, specs) if p]
         if self.model_dtype not in MODEL_DTYPES:
             out.append(f"model_dtype={self.model_dtype!r}: choose one of {list(MODEL_DTYPES)}")
         return out
+
+    def on_arithmetic(self) -> bool:
+        """Whether the training set is the built-in arithmetic task."""
+        return self.dataset == "arithmetic" or self.dataset.startswith("arithmetic?")
+
+    def resolved_grader(self) -> str:
+        """``grader`` with ``auto`` made concrete (ARITHMETIC_GRADER on the arithmetic task, else paper)."""
+        if self.grader == "auto":
+            return ARITHMETIC_GRADER if self.on_arithmetic() else "paper"
+        return parse_grader(self.grader).name
+
+    def prompt_kwargs(self, config: PACSConfig | None = None) -> dict[str, Any]:
+        """The prompt settings as :func:`pacs_rl.data.format_prompt` takes them (``chat_template_kwargs`` is
+        the trainer config's own field, which TRL applies to the training prompts)."""
+        return {
+            "system_prompt": self.system_prompt,
+            "instruction": self.instruction,
+            "chat_template_kwargs": getattr(config, "chat_template_kwargs", None),
+        }
 
 
 # The config of the CPU default run (configs/cpu_default.yaml mirrors these and RunSettings' defaults; a test
@@ -383,14 +460,21 @@ def _arithmetic_sets(settings: RunSettings, seed: int) -> tuple[list[Problem], d
     return arithmetic_problems(want, seed=int(opts.get("seed", seed)), split="train", **task), task
 
 
+def _field_names(settings: RunSettings) -> dict[str, str | None]:
+    return {
+        "problem_field": settings.problem_field,
+        "answer_field": settings.answer_field,
+        "prompt_field": settings.prompt_field,
+    }
+
+
 def _file_problems(settings: RunSettings) -> list[Problem]:
     problems = load_problems(
         settings.dataset,
-        problem_field=settings.problem_field,
-        answer_field=settings.answer_field,
         split=settings.dataset_split,
         limit=settings.train_size or None,
         on_error="skip" if settings.skip_bad_rows else "raise",
+        **_field_names(settings),
     )
     if problems.skipped:
         log.warning("skipped %d bad rows of %s:", problems.skipped, settings.dataset)
@@ -413,7 +497,7 @@ def load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list
 
 def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list[Problem]]:
     source = settings.dataset
-    arithmetic = source == "arithmetic" or source.startswith("arithmetic?")
+    arithmetic = settings.on_arithmetic()
     task: dict[str, Any] = {}
     if arithmetic:
         train, task = _arithmetic_sets(settings, seed)
@@ -425,7 +509,10 @@ def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], lis
             n = min(settings.eval_size, arithmetic_pool_size(split="test", **task))
             held = arithmetic_problems(n, seed=10_000 + seed, split="test", **task)
         elif settings.eval_dataset is not None:
-            held = list(load_problems(settings.eval_dataset, limit=settings.eval_size, on_error="skip"))
+            source = settings.eval_dataset
+            own_fields = benchmark_name(source) is not None or is_procedural(source)
+            fields = {} if own_fields else _field_names(settings)
+            held = list(load_problems(source, limit=settings.eval_size, on_error="skip", **fields))
     if held:
         train, dropped = split_disjoint(train, held)
         if dropped:
@@ -435,11 +522,44 @@ def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], lis
     return train, held
 
 
-def build_dataset(problems: list[Problem]) -> Dataset:
-    """The trainer's dataset: the paper's chat prompt, the gold answer and the problem id per row."""
+def build_dataset(problems: list[Problem], settings: RunSettings | None = None) -> Dataset:
+    """The trainer's dataset, one row per problem: the chat prompt (the paper's unless the settings say
+    otherwise, or the row's own messages), the gold answer, the problem text (the restatement rule's question)
+    and the problem id."""
+    settings = settings or RunSettings()
     return Dataset.from_list(
-        [{"prompt": build_messages(p.problem), "answer": p.answer, "problem_id": p.id} for p in problems]
+        [
+            {
+                "prompt": build_messages(p.problem, settings.system_prompt, settings.instruction, p.messages),
+                "answer": p.answer,
+                "problem": p.problem,
+                "problem_id": p.id,
+            }
+            for p in problems
+        ]
     )
+
+
+def build_reward_funcs(settings: RunSettings, config: PACSConfig) -> list:
+    """The trainer's reward functions (``reward_funcs``; the math one graded by the resolved grader).
+
+    Raises SettingsError for a function that cannot be imported, or reward_weights of another length."""
+    try:
+        funcs = load_reward_funcs(settings.reward_funcs, grader=settings.resolved_grader())
+    except ValueError as e:
+        raise SettingsError(f"reward_funcs={settings.reward_funcs!r}: {e}") from None
+    weights = getattr(config, "reward_weights", None)
+    if weights is not None and len(weights) != len(funcs):
+        raise SettingsError(
+            f"reward_weights={list(weights)} has {len(weights)} weight(s) for {len(funcs)} reward function(s) "
+            f"({settings.reward_funcs!r}); give one weight per function."
+        )
+    return funcs
+
+
+def heldout_reward(settings: RunSettings):
+    """What held-out accuracy counts: the math verifier with the run's resolved grader."""
+    return make_math_reward_func(settings.resolved_grader())
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -639,6 +759,7 @@ class _HeldOut:
                 self.reward,
                 s.eval_batch_size,
                 c.seed,
+                prompt_kwargs=s.prompt_kwargs(c),
             )
         else:
             result = heldout_accuracy(
@@ -651,6 +772,7 @@ class _HeldOut:
                 seed=c.seed,
                 reward_func=self.reward,
                 description=f"held-out, {when}",
+                prompt_kwargs=s.prompt_kwargs(c),
             )
         self.results[when] = result
         self.record()
@@ -671,7 +793,7 @@ def _periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems,
     def evaluate() -> dict[str, float]:
         return engine_pass_at_k(
             trainer, problems, n, settings.eval_temperature, top_p, tokens, reward, settings.eval_batch_size,
-            config.seed,
+            config.seed, settings.prompt_kwargs(config),
         )  # fmt: skip
 
     return PeriodicEvalCallback(trainer, int(config.eval_steps), evaluate)
@@ -720,15 +842,16 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
         revision=init.get("revision"),
         trust_remote_code=init.get("trust_remote_code", config.trust_remote_code),
     )
-    reward = make_math_reward_func(strict=settings.reward == "math_strict")
+    rewards = build_reward_funcs(settings, config)
+    reward = heldout_reward(settings)
     heldout = _HeldOut(settings, config, held, reward, out)
 
     _, trainer_cls = config_and_trainer_classes(config.loss_type)
     trainer = trainer_cls(
         model_id,
-        reward,
+        rewards,
         args=config,
-        train_dataset=build_dataset(train_problems),
+        train_dataset=build_dataset(train_problems, settings),
         processing_class=tokenizer,
         callbacks=[MetricsJsonlCallback()],
         peft_config=_peft_config(settings),
