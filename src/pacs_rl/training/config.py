@@ -160,6 +160,16 @@ class PACSConfig(GRPOConfig):
         },
     )
 
+    shared_prompt_forward: bool = field(
+        default=True,
+        metadata={
+            "help": "With the 'logits' log-prob path (logprob_impl='logits', or 'auto' on CPU): run each distinct "
+            "prompt of a batch once and share its KV cache (with gradient) among its G completions, and trim the "
+            "completions to the longest one. Same function as a forward over every full row, with (G-1)/G of the "
+            "prompt work and the trailing padding left out. Off under gradient checkpointing (it drops the cache)."
+        },
+    )
+
     # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
     bf16: bool | None = field(
         default=None,

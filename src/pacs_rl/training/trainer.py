@@ -9,7 +9,8 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
   shuffle *groups*, so every micro-batch holds whole groups (ψ_i of PACS needs all r̂_j of its group).
 - `_compute_loss`: per-token log-probs, then `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`.
 - `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
-  completion positions only; otherwise TRL's fused head.
+  completion positions only, and (`shared_prompt_forward`) each distinct prompt runs once per batch with the
+  completions trimmed to the longest; otherwise TRL's fused head.
 - `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: also save the buffered rollout batch, TRL's
   micro-step counter and the frozen reference, so a resumed run continues exactly.
@@ -85,6 +86,55 @@ def group_mixed_fraction(rewards: torch.Tensor, group_size: int) -> float:
     """Fraction of groups whose completions do not all share one reward. rewards: (B,), B = groups × G."""
     grouped = rewards.view(-1, group_size)
     return (grouped.max(dim=1).values != grouped.min(dim=1).values).float().mean().item()
+
+
+def completion_logits_shared_prompt(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> tuple[torch.Tensor, int]:
+    """Logits that predict the completion tokens, with each distinct prompt run through the model once.
+
+    input_ids, attention_mask: (B, P + T), a left-padded prompt then a right-padded completion of
+    T = ``logits_to_keep`` tokens. Rows that share a prompt (the G completions of a group) share its
+    forward: the prompt's KV cache (with gradient) is computed for the distinct prompts and copied to their
+    rows, then only the completion tokens run, trimmed to the longest completion of the batch. The same
+    function as one forward over every full row (same positions relative to each row's first real token,
+    same masks), with (G − 1)/G of the prompt work and the trailing padding left out.
+    Returns (logits (B, used, V), used): ``logits[:, t]`` predicts completion token t, for t < used.
+    """
+    from transformers import DynamicCache
+
+    P = input_ids.size(1) - logits_to_keep
+    prompt_ids, prompt_mask = input_ids[:, :P], attention_mask[:, :P]
+    completion_ids, completion_mask = input_ids[:, P:], attention_mask[:, P:]
+    filled = completion_mask.any(0).nonzero()
+    used = int(filled[-1]) + 1 if len(filled) else 1  # longest completion in the batch (>= 1 column)
+    first = int(prompt_mask.any(0).nonzero()[0]) if prompt_mask.any() else 0  # drop all-padding columns
+    prompt_ids, prompt_mask = prompt_ids[:, first:], prompt_mask[:, first:]
+
+    unique, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
+    u_ids, u_mask = unique[:, : prompt_ids.size(1)], unique[:, prompt_ids.size(1) :]
+    cache = DynamicCache(config=model.config)
+    head = model(
+        input_ids=u_ids,
+        attention_mask=u_mask,
+        position_ids=(u_mask.cumsum(-1) - 1).clamp_min(0),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits  # (U, 1, V): the last prompt position predicts completion token 0
+    cache.batch_select_indices(inverse)
+    if used == 1:
+        return head[inverse], used
+    mask = torch.cat([prompt_mask, completion_mask[:, : used - 1]], dim=1)  # (B, P' + used - 1)
+    start = prompt_mask.sum(-1, keepdim=True)  # (B, 1): position of completion token 0
+    tail = model(
+        input_ids=completion_ids[:, : used - 1],  # token t predicts token t + 1
+        attention_mask=mask,
+        position_ids=start + torch.arange(used - 1, device=input_ids.device),
+        past_key_values=cache,
+        use_cache=True,
+    ).logits  # (B, used - 1, V)
+    return torch.cat([head[inverse], tail], dim=1), used
 
 
 class PACSTrainer(GRPOTrainer):
@@ -179,8 +229,10 @@ class PACSTrainer(GRPOTrainer):
         With ``logprob_impl='logits'`` (the CPU default) the model's own forward computes the LM head on the
         completion positions only (``logits_to_keep``), at the sampling temperature, followed by a log-softmax;
         TRL's fused head would score every prompt position too and, without Triton, in Python-level tiles
-        (docs/TRAINING.md has the measured cost). Same values as TRL's path (tested); entropies carry no
-        gradient (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
+        (docs/TRAINING.md has the measured cost). With ``shared_prompt_forward`` (default) each distinct prompt
+        of a batch runs once and only the completion tokens, trimmed to the longest, run per row
+        (``completion_logits_shared_prompt``). Same values as TRL's path (tested); entropies carry no gradient
+        (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
         """
         if (
             compute_aux_loss
@@ -198,24 +250,34 @@ class PACSTrainer(GRPOTrainer):
                 **multimodal,
             )
         batch_size = batch_size or input_ids.size(0)
+        shared = self.args.shared_prompt_forward and not _checkpoints_activations(model)
         all_logps, all_entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
-            ids = input_ids[start : start + batch_size]
+            rows = slice(start, start + batch_size)
             with self.accelerator.autocast():
-                logits = model(
-                    input_ids=ids,
-                    attention_mask=attention_mask[start : start + batch_size],
-                    logits_to_keep=logits_to_keep + 1,
-                    use_cache=False,
-                ).logits
-            logits = logits[:, :-1].float() / self.temperature  # position t predicts token t + 1
+                if shared:
+                    logits, used = completion_logits_shared_prompt(
+                        model, input_ids[rows], attention_mask[rows], logits_to_keep
+                    )
+                else:
+                    logits = model(
+                        input_ids=input_ids[rows],
+                        attention_mask=attention_mask[rows],
+                        logits_to_keep=logits_to_keep + 1,
+                        use_cache=False,
+                    ).logits[:, :-1]  # position t predicts token t + 1
+                    used = logits_to_keep
+            logits = logits.float() / self.temperature  # (b, used, V)
             log_z = torch.logsumexp(logits, dim=-1)
-            targets = ids[:, -logits_to_keep:]
-            all_logps.append(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z)
+            targets = input_ids[rows, input_ids.size(1) - logits_to_keep :][:, :used]
+            pad = (0, logits_to_keep - used)  # trimmed padding columns: log-prob 0 (masked by the caller)
+            logps = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+            all_logps.append(torch.nn.functional.pad(logps, pad))
             if compute_entropy:
                 with torch.no_grad():
                     probs = torch.softmax(logits, dim=-1)
-                    all_entropies.append(log_z - (probs * logits).sum(-1))
+                    all_entropies.append(torch.nn.functional.pad(log_z - (probs * logits).sum(-1), pad))
+            del logits, log_z
         logps = torch.cat(all_logps)
         return logps, (torch.cat(all_entropies) if compute_entropy else None), None
 
@@ -418,6 +480,14 @@ def _to_device(obj, device):
     if isinstance(obj, list):
         return [_to_device(v, device) for v in obj]
     return obj
+
+
+def _checkpoints_activations(model) -> bool:
+    """Whether activation (gradient) checkpointing is on: it drops a KV cache passed to a layer in training."""
+    flag = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5.x name
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(flag)
 
 
 def _is_peft(model) -> bool:
