@@ -10,7 +10,12 @@ import torch
 
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics
-from pacs_rl.training.trainer import group_mixed_fraction, last_complete_checkpoint, shuffle_groups
+from pacs_rl.training.trainer import (
+    group_mixed_fraction,
+    last_complete_checkpoint,
+    sequence_tensors,
+    shuffle_groups,
+)
 from train_helpers import G, parity_reward, tiny_run_kwargs
 
 
@@ -289,6 +294,44 @@ def test_fast_sampler_rollouts_train_and_resume_exactly(tmp_path, tiny_tokenizer
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     with pytest.raises(ValueError, match="top_k"):
         _config(tmp_path, fast_sampler=True, top_k=5)
+
+
+def test_old_logprobs_from_the_fp32_sampler_equal_a_forward(tmp_path, tiny_tokenizer, monkeypatch):
+    """old_logprobs_from_sampler: the rollout's old log-probs are the sampler's, no forward runs for them, and
+    they equal the forward's (at the sampling temperature) up to float rounding; the first mini-batch still
+    has r̂ ≈ 0. Under bf16 the forward runs, with a warning."""
+    from pacs_rl.models import tiny_random_model
+
+    extra = dict(fast_sampler=True, temperature=0.7, max_steps=1, old_logprobs_from_sampler=True)
+    trainer = _trainer(
+        tmp_path, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, cls=RecordingTrainer, **extra
+    )
+    from pacs_rl.training import trainer as trainer_module
+
+    forwards = []
+    real = trainer_module.completion_logits_shared_prompt
+    monkeypatch.setattr(trainer_module, "completion_logits_shared_prompt",
+                        lambda *a, **k: forwards.append(1) or real(*a, **k))  # fmt: skip
+    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    assert forwards == []  # the sampler scored the rollout: no old-log-prob forward
+    old = batch["old_per_token_logps"]
+    input_ids, attention_mask, mask = sequence_tensors(batch)
+    with torch.no_grad():
+        fresh, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, mask.size(1)
+        )
+    assert old.shape == fresh.shape and mask.sum() > 0
+    torch.testing.assert_close(old * mask, fresh * mask, rtol=1e-5, atol=1e-5)
+
+    trainer.train()
+    [row] = [r for r in read_metrics(tmp_path / METRICS_FILE) if "pacs/psi_abs_max" in r]
+    assert row["pacs/psi_abs_max"] < 1e-3  # first mini-batch: π = π_old up to rounding
+
+    with pytest.warns(UserWarning, match="old_logprobs_from_sampler=True needs fp32"):
+        bf16 = _trainer(tmp_path / "bf16", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra,
+                        fast_sampler_dtype="bfloat16")  # fmt: skip
+        batch = bf16._generate_and_score_completions(next(iter(bf16.get_train_dataloader())))
+    assert batch["old_per_token_logps"] is not None and forwards  # computed by a forward
 
 
 # ---------------------------------------------------------------- log-prob implementations

@@ -13,8 +13,9 @@ differs is the work done per token:
   ``softmax`` + ``torch.multinomial``, and top-p uses a partial sort (``topk``) instead of a full sort;
 - rows that produced a stop token leave the batch (the cache is compacted) instead of being padded
   to the longest sample;
-- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX); it changes numerics, so the
-  same-distribution statement holds for fp32 only.
+- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX); it
+  changes numerics, so the same-distribution statement holds for fp32 only. A CPU without them emulates
+  bf16 matmuls, several times slower than fp32 (``cpu_has_native_bf16``; a warning says so).
 
 Determinism: with the same seed, model weights, prompts, ``SamplingParams``, ``batch_size``, dtype,
 device and torch thread count, the samples are identical. Changing the batch composition (other
@@ -25,6 +26,7 @@ samples differ while their distribution does not.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -69,6 +71,21 @@ def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Te
         input_ids[row, width - len(ids) :] = torch.as_tensor(ids, dtype=torch.long)
         mask[row, width - len(ids) :] = 1
     return input_ids, mask
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bf16 dot-product instructions (AVX512-BF16 or AMX) that make bf16 matmuls faster
+    than fp32. Without them (e.g. AVX2 only) oneDNN/torch emulate bf16 and a matmul runs several times slower
+    than in fp32 (docs/TRAINING.md has the measurement)."""
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+BF16_SLOW_WARNING = (
+    "{what}: this CPU has no bf16 matmul instructions (AVX512-BF16 or AMX), so bf16 runs several times slower "
+    "than fp32 here; set {setting} for fp32."
+)
 
 
 def common_prefix_length(prompt_ids: Sequence[Sequence[int]]) -> int:
@@ -176,6 +193,15 @@ class TransformersSampler:
         self.model = model
         self.tokenizer = tokenizer
         self.autocast_dtype = torch.bfloat16 if dtype in ("bfloat16", "bf16") else None
+        if (
+            self.autocast_dtype is not None
+            and _model_device(model).type == "cpu"
+            and not cpu_has_native_bf16()
+        ):
+            warnings.warn(
+                BF16_SLOW_WARNING.format(what=f"TransformersSampler(dtype={dtype!r})", setting="dtype=None"),
+                stacklevel=2,
+            )
         self.batch_size = batch_size
         self.progress = progress
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -302,7 +328,8 @@ class TransformersSampler:
             ids_live = row_ids[live].cpu()
             out[ids_live, step] = token[live].cpu()
             if out_lp is not None:
-                lp = logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, -1)
+                z = logits if params.logprob_temperature == 1.0 else logits / params.logprob_temperature
+                lp = z.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(z, -1)
                 out_lp[ids_live, step] = lp[live].cpu()
             length[ids_live] = step + 1
             hit = torch.isin(token, stop_t) & live

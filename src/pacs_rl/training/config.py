@@ -145,6 +145,15 @@ class PACSConfig(GRPOConfig):
             "help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (bf16 matmul units of the CPU or GPU); None = model dtype."
         },
     )
+    old_logprobs_from_sampler: bool = field(
+        default=False,
+        metadata={
+            "help": "With fast_sampler in fp32 (bf16=False, fast_sampler_dtype=None, fp32 weights): the log-probs the "
+            "sampler computed while drawing the rollout (at the sampling temperature) are the old log-probs, so "
+            "TRL's extra forward over the rollout batch is skipped. Same policy, same weights: they differ from that "
+            "forward by float rounding only. Otherwise (bf16, vLLM) the forward runs as usual, with a warning."
+        },
+    )
     fast_sampler_batch_size: int = field(
         default=64,
         metadata={"help": "With fast_sampler: sequences decoded together (bounds memory)."},

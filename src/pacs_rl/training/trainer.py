@@ -11,7 +11,9 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
 - `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
   completion positions only, and (`shared_prompt_forward`) each distinct prompt runs once per batch with the
   completions trimmed to the longest; otherwise TRL's fused head.
-- `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling.
+- `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling; with
+  `old_logprobs_from_sampler` (fp32 only) the sampler's log-probs of the rollout serve as TRL's old log-probs
+  instead of a second forward over the rollout batch.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: also save the buffered rollout batch, TRL's
   micro-step counter and the frozen reference, so a resumed run continues exactly.
 
@@ -39,6 +41,7 @@ from trl.trainer.utils import (
 
 from pacs_rl.algorithms import compute_policy_loss, policy_loss_options
 from pacs_rl.sampling import SamplingParams, TransformersSampler
+from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
 
@@ -157,6 +160,7 @@ class PACSTrainer(GRPOTrainer):
             # Copy before TRL patches the forward (its fused LM head closes over the original module).
             ref_policy = copy.deepcopy(model)
         super().__init__(model, reward_funcs, args, *pos, **kw)
+        self._warn_slow_bf16()
         self.ref_policy = None
         if ref_policy is not None:
             add_fused_lm_head(
@@ -168,6 +172,12 @@ class PACSTrainer(GRPOTrainer):
                 self.add_callback(ReferenceResetCallback(self))
         self._last_rewards_per_func: torch.Tensor | None = None
         self.num_reference_resets = 0
+
+    def _warn_slow_bf16(self) -> None:
+        """bf16 on a CPU without bf16 matmul instructions is several times slower than fp32: say so (the fast
+        sampler says it for fast_sampler_dtype)."""
+        if self.args.bf16 and self.accelerator.device.type == "cpu" and not cpu_has_native_bf16():
+            warnings.warn(BF16_SLOW_WARNING.format(what="bf16=True", setting="bf16=false"), stacklevel=3)
 
     # ------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -202,6 +212,7 @@ class PACSTrainer(GRPOTrainer):
                 dtype=self.args.fast_sampler_dtype,
                 batch_size=self.args.fast_sampler_batch_size,
             )
+        keep_logprobs = self._sampler_logprobs_usable()
         params = SamplingParams(
             n=G,
             temperature=self.temperature,
@@ -209,9 +220,53 @@ class PACSTrainer(GRPOTrainer):
             max_new_tokens=self.max_completion_length,
             seed=int(torch.randint(0, 2**62, (1,)).item()),  # from the global RNG: resumes exactly
             stop_token_ids=list(self.eos_token_ids),
+            logprobs=keep_logprobs,
+            logprob_temperature=self.temperature,  # what the training forward scores: log_softmax(z / T)
         )
-        groups = self._sampler.generate_ids(unique, params)
-        return [list(s.token_ids) for group in groups for s in group]
+        samples = [s for group in self._sampler.generate_ids(unique, params) for s in group]
+        completions = [list(s.token_ids) for s in samples]
+        self._sampler_old_logps = (completions, [s.logprobs for s in samples]) if keep_logprobs else None
+        return completions
+
+    def _sampler_logprobs_usable(self) -> bool:
+        """Whether the fast sampler's log-probs may serve as the rollout's old log-probs: asked for
+        (`old_logprobs_from_sampler`) and computed as the training forward computes them (fp32 weights, no
+        autocast on either side), so they differ from a fresh forward by float rounding only."""
+        if not self.args.old_logprobs_from_sampler:
+            return False
+        model = self.accelerator.unwrap_model(self.model)
+        same = (
+            not (self.args.bf16 or self.args.fp16)
+            and self.args.fast_sampler_dtype in (None, "float32", "fp32")
+            and all(p.dtype == torch.float32 for p in model.parameters())
+        )
+        if not same and not getattr(self, "_warned_sampler_logprobs", False):
+            self._warned_sampler_logprobs = True
+            warnings.warn(
+                "old_logprobs_from_sampler=True needs fp32 weights, bf16=False and fast_sampler_dtype=None (the "
+                "sampler must compute what the training forward computes); the old log-probs are recomputed by "
+                "a forward instead.",
+                stacklevel=2,
+            )
+        return same
+
+    def _take_sampler_logps(self, input_ids, attention_mask, logits_to_keep) -> torch.Tensor | None:
+        """The last rollout's sampler log-probs as a (B, logits_to_keep) tensor (0 on padding) when ``input_ids``
+        hold exactly its completions; None otherwise (the caller then runs a forward). Used once."""
+        completions, logps = self._sampler_old_logps
+        self._sampler_old_logps = None
+        T = logits_to_keep
+        if len(completions) != input_ids.size(0):
+            return None
+        out = torch.zeros((len(completions), T), dtype=torch.float32)
+        mask = attention_mask[:, -T:].sum(-1).tolist()
+        ids = input_ids[:, -T:].tolist()
+        for row, (tokens, lp) in enumerate(zip(completions, logps, strict=True)):
+            n = len(tokens)
+            if n > T or mask[row] != n or ids[row][:n] != tokens:
+                return None
+            out[row, :n] = torch.tensor(lp)
+        return out.to(input_ids.device)
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -234,6 +289,14 @@ class PACSTrainer(GRPOTrainer):
         (``completion_logits_shared_prompt``). Same values as TRL's path (tested); entropies carry no gradient
         (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
         """
+        if (
+            getattr(self, "_sampler_old_logps", None) is not None
+            and model is self.model
+            and not (torch.is_grad_enabled() or compute_entropy or compute_aux_loss)
+        ):  # TRL's old-log-prob forward right after a fast-sampler rollout: the sampler already scored it
+            logps = self._take_sampler_logps(input_ids, attention_mask, logits_to_keep)
+            if logps is not None:
+                return logps, None, None
         if (
             compute_aux_loss
             or any(v is not None for v in multimodal.values())
