@@ -91,9 +91,28 @@ def group_mixed_fraction(rewards: torch.Tensor, group_size: int) -> float:
     return (grouped.max(dim=1).values != grouped.min(dim=1).values).float().mean().item()
 
 
+def _token_logps(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, compute_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(logits / T) at ``targets`` and, without gradient, the entropy of each position.
+
+    logits: (b, t, V), the LM head's output (scaled in place: autograd keeps one (b, t, V) tensor, and the
+    entropy is computed one row at a time, so no further (b, t, V) copies); targets: (b, t).
+    Returns ((b, t), (b, t) or None).
+    """
+    logits = logits.float().div_(temperature)  # the head's output is not needed by its own backward
+    log_z = torch.logsumexp(logits, dim=-1)  # (b, t)
+    logps = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+    if not compute_entropy:
+        return logps, None
+    with torch.no_grad():
+        entropy = torch.stack([log_z[r] - (torch.softmax(z, -1) * z).sum(-1) for r, z in enumerate(logits)])
+    return logps, entropy
+
+
 def completion_logits_shared_prompt(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
-) -> tuple[torch.Tensor, int]:
+) -> list[torch.Tensor]:
     """Logits that predict the completion tokens, with each distinct prompt run through the model once.
 
     input_ids, attention_mask: (B, P + T), a left-padded prompt then a right-padded completion of
@@ -102,7 +121,9 @@ def completion_logits_shared_prompt(
     rows, then only the completion tokens run, trimmed to the longest completion of the batch. The same
     function as one forward over every full row (same positions relative to each row's first real token,
     same masks), with (G − 1)/G of the prompt work and the trailing padding left out.
-    Returns (logits (B, used, V), used): ``logits[:, t]`` predicts completion token t, for t < used.
+    Returns the logits in two parts, in completion order (not concatenated: a copy of (B, used, V) floats):
+    (B, 1, V) from the last prompt position, predicting completion token 0, then (B, used − 1, V) predicting
+    tokens 1 .. used − 1, where ``used`` is the longest completion (the second part is absent when used = 1).
     """
     from transformers import DynamicCache
 
@@ -127,7 +148,7 @@ def completion_logits_shared_prompt(
     ).logits  # (U, 1, V): the last prompt position predicts completion token 0
     cache.batch_select_indices(inverse)
     if used == 1:
-        return head[inverse], used
+        return [head[inverse]]
     mask = torch.cat([prompt_mask, completion_mask[:, : used - 1]], dim=1)  # (B, P' + used - 1)
     start = prompt_mask.sum(-1, keepdim=True)  # (B, 1): position of completion token 0
     tail = model(
@@ -137,7 +158,7 @@ def completion_logits_shared_prompt(
         past_key_values=cache,
         use_cache=True,
     ).logits  # (B, used - 1, V)
-    return torch.cat([head[inverse], tail], dim=1), used
+    return [head[inverse], tail]
 
 
 class PACSTrainer(GRPOTrainer):
@@ -319,28 +340,31 @@ class PACSTrainer(GRPOTrainer):
             rows = slice(start, start + batch_size)
             with self.accelerator.autocast():
                 if shared:
-                    logits, used = completion_logits_shared_prompt(
+                    parts = completion_logits_shared_prompt(
                         model, input_ids[rows], attention_mask[rows], logits_to_keep
                     )
                 else:
-                    logits = model(
-                        input_ids=input_ids[rows],
-                        attention_mask=attention_mask[rows],
-                        logits_to_keep=logits_to_keep + 1,
-                        use_cache=False,
-                    ).logits[:, :-1]  # position t predicts token t + 1
-                    used = logits_to_keep
-            logits = logits.float() / self.temperature  # (b, used, V)
-            log_z = torch.logsumexp(logits, dim=-1)
-            targets = input_ids[rows, input_ids.size(1) - logits_to_keep :][:, :used]
+                    parts = [
+                        model(
+                            input_ids=input_ids[rows],
+                            attention_mask=attention_mask[rows],
+                            logits_to_keep=logits_to_keep + 1,
+                            use_cache=False,
+                        ).logits[:, :-1]  # position t predicts token t + 1
+                    ]
+            targets = input_ids[rows, input_ids.size(1) - logits_to_keep :]
+            logps, entropies, used = [], [], 0
+            for logits in parts:  # (b, t, V) each, in completion order
+                t = logits.size(1)
+                lp, ent = _token_logps(logits, targets[:, used : used + t], self.temperature, compute_entropy)
+                logps.append(lp)
+                entropies.append(ent)
+                used += t
+            del parts, logits
             pad = (0, logits_to_keep - used)  # trimmed padding columns: log-prob 0 (masked by the caller)
-            logps = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
-            all_logps.append(torch.nn.functional.pad(logps, pad))
+            all_logps.append(torch.nn.functional.pad(torch.cat(logps, 1), pad))
             if compute_entropy:
-                with torch.no_grad():
-                    probs = torch.softmax(logits, dim=-1)
-                    all_entropies.append(torch.nn.functional.pad(log_z - (probs * logits).sum(-1), pad))
-            del logits, log_z
+                all_entropies.append(torch.nn.functional.pad(torch.cat(entropies, 1), pad))
         logps = torch.cat(all_logps)
         return logps, (torch.cat(all_entropies) if compute_entropy else None), None
 
