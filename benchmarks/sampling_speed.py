@@ -128,7 +128,9 @@ def main() -> None:
 
     samplers = {"sampler_fp32": TransformersSampler(model, tok, batch_size=args.batch_size)}
     if not args.no_bf16:
-        samplers["sampler_bf16"] = TransformersSampler(model, tok, dtype="bfloat16", batch_size=args.batch_size)
+        samplers["sampler_bf16"] = TransformersSampler(
+            model, tok, dtype="bfloat16", batch_size=args.batch_size
+        )
 
     if args.baseline:
         samplers[f"sampler_fp32_{args.baseline}"] = sampler_class_at(args.baseline)(
