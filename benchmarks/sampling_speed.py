@@ -2,6 +2,7 @@
 
     python benchmarks/sampling_speed.py                       # 16 arithmetic chat prompts, n=8, 128 tokens
     python benchmarks/sampling_speed.py --math500 ../shared/data/math500.jsonl --prompts 16
+    python benchmarks/sampling_speed.py --no-bf16 --baseline 3a94f3b   # also the sampler as of a git commit
 
 Every method samples n completions per prompt at temperature 1.0 (top-p 1, no top-k) with at most
 --max-new-tokens tokens. Generated tokens are counted the same way for all methods: per sequence, up
@@ -42,6 +43,20 @@ def math500_questions(path: str, k: int) -> list[str]:
     return [r["problem"] + "\nPut the final answer in \\boxed{}." for r in rows[:k]]
 
 
+def sampler_class_at(ref: str):
+    """``TransformersSampler`` as it was at git commit ``ref`` (read with ``git show``), to time this checkout's
+    sampler against an earlier one in the same run."""
+    import types
+
+    path = "src/pacs_rl/sampling/transformers_backend.py"
+    source = subprocess.run(
+        ["git", "show", f"{ref}:{path}"], capture_output=True, text=True, check=True
+    ).stdout
+    module = types.ModuleType(f"transformers_backend_at_{ref}")
+    exec(compile(source, f"{ref}:{path}", "exec"), module.__dict__)
+    return module.TransformersSampler
+
+
 def count_tokens(seqs, stop_ids: set[int]) -> int:
     """Generated tokens up to and including the first stop token of each sequence."""
     total = 0
@@ -67,6 +82,7 @@ def main() -> None:
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16-autocast sampler line")
     ap.add_argument("--generate-bf16", action="store_true", help="also time generate() under bf16 autocast")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--baseline", default=None, help="also time the fp32 sampler as of this git commit")
     ap.add_argument("--out", default="docs/sampling_speed.json")
     args = ap.parse_args()
 
@@ -77,7 +93,7 @@ def main() -> None:
 
     from pacs_rl.models import load_model_and_tokenizer
     from pacs_rl.sampling import SamplingParams, TransformersSampler
-    from pacs_rl.sampling.transformers_backend import default_stop_ids
+    from pacs_rl.sampling.transformers_backend import cpu_has_native_bf16, default_stop_ids
 
     uptime_start = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     model, tok = load_model_and_tokenizer(args.model)
@@ -110,10 +126,16 @@ def main() -> None:
             )
         return count_tokens(out[:, enc["input_ids"].shape[1] :].tolist(), stop_ids)
 
-    samplers = {
-        "sampler_fp32": TransformersSampler(model, tok, batch_size=args.batch_size),
-        "sampler_bf16": TransformersSampler(model, tok, dtype="bfloat16", batch_size=args.batch_size),
-    }
+    samplers = {"sampler_fp32": TransformersSampler(model, tok, batch_size=args.batch_size)}
+    if not args.no_bf16:
+        samplers["sampler_bf16"] = TransformersSampler(
+            model, tok, dtype="bfloat16", batch_size=args.batch_size
+        )
+
+    if args.baseline:
+        samplers[f"sampler_fp32_{args.baseline}"] = sampler_class_at(args.baseline)(
+            model, tok, batch_size=args.batch_size
+        )
 
     def run_sampler(name: str, seed: int, max_new_tokens: int | None = None) -> int:
         params.seed = seed
@@ -125,6 +147,9 @@ def main() -> None:
         "generate_fp32": lambda s, m=None: run_generate(False, s, m),
         "sampler_fp32": lambda s, m=None: run_sampler("sampler_fp32", s, m),
     }
+    if args.baseline:
+        name = f"sampler_fp32_{args.baseline}"
+        methods[name] = lambda s, m=None, name=name: run_sampler(name, s, m)
     if not args.no_bf16:
         methods["sampler_bf16"] = lambda s, m=None: run_sampler("sampler_bf16", s, m)
     if args.generate_bf16:
@@ -162,6 +187,7 @@ def main() -> None:
         "temperature": 1.0,
         "rounds": args.rounds,
         "torch_threads": torch.get_num_threads(),
+        "cpu_has_native_bf16": cpu_has_native_bf16(),
         "tokens_per_second": {m: round(v, 1) for m, v in speed.items()},
         "speedup_vs_generate_fp32": {m: round(v / base, 2) for m, v in speed.items()},
         "runs": {m: totals[m]["runs"] for m in names},

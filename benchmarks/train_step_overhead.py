@@ -11,7 +11,10 @@ ratios to stock TRL and writes docs/benchmarks/train_step_overhead.json.
     python benchmarks/train_step_overhead.py --model tiny    # tiny random model (smoke)
 
 Generation is identical (TRL's transformers path) and dominates the step; the loss differs. Peak
-memory: each trainer also runs alone in a child process (--child), which reports its own max RSS.
+memory: each trainer also runs alone in a child process (--child), started before this process loads
+anything, which reports its own peak resident set (VmHWM of /proc/self/status). Not ru_maxrss: at exec
+Linux folds the peak of the memory image being replaced (the parent's, shared or copied at fork) into the
+child's ru_maxrss, so children started by a parent holding three trainers all reported the parent's peak.
 """
 
 from __future__ import annotations
@@ -87,13 +90,40 @@ def build(
     return PACSTrainer(model, reward_func, args=args, train_dataset=ds, processing_class=tok)
 
 
+def peak_rss_mib() -> float:
+    """This process's own peak resident set (VmHWM), MiB; ru_maxrss where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def run_child(a) -> None:
     import tempfile
 
     tmp = Path(tempfile.mkdtemp(prefix="train-overhead-child-"))
     tr = build(a.child, a.model, tmp, a.steps, a.G, a.T, a.reward, a.bf16)
     tr.train()
-    print(json.dumps({"max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"max_rss_mib": peak_rss_mib()}))
+
+
+def peak_alone(a) -> dict[str, float]:
+    """Each trainer alone in a fresh child process (2 steps): its own peak RSS, MiB."""
+    import subprocess
+    import sys
+
+    peak = {}
+    for k in KINDS:
+        cmd = [sys.executable, __file__, "--child", k, "--model", a.model, "--steps", "2", "--G", str(a.G),
+               "--T", str(a.T)] + (["--bf16"] if a.bf16 else [])  # fmt: skip
+        line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+        peak[k] = json.loads(line)["max_rss_mib"]
+        print(f"peak RSS alone {k}: {peak[k]:.1f} MiB", flush=True)
+    return peak
 
 
 def main() -> None:
@@ -110,6 +140,7 @@ def main() -> None:
     if a.child:
         run_child(a)
         return
+    peak = peak_alone(a)  # before this process holds any model
     import tempfile
 
     import torch
@@ -164,27 +195,6 @@ def main() -> None:
         "loadavg": os.getloadavg(),
         "torch_threads": torch.get_num_threads(),
     }
-    import subprocess
-    import sys
-
-    peak = {}
-    for k in KINDS:
-        cmd = [
-            sys.executable,
-            __file__,
-            "--child",
-            k,
-            "--model",
-            a.model,
-            "--steps",
-            "2",
-            "--G",
-            str(a.G),
-            "--T",
-            str(a.T),
-        ] + (["--bf16"] if a.bf16 else [])
-        line = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-        peak[k] = json.loads(line)["max_rss_mib"]
     result["peak_rss_mib_alone"] = peak
     result["ratio_peak_rss_pacs_over_trl"] = peak["pacs"] / peak["trl"]
     result["ratio_peak_rss_pacs_trlhead_over_trl"] = peak["pacs_trlhead"] / peak["trl"]

@@ -184,12 +184,18 @@ def test_groups_and_seed_reproduce(model, tiny_tokenizer):
     assert sampler.generate_ids(ids, params) == a
 
 
-def test_logprobs_match_a_fresh_forward(model, tiny_tokenizer):
+@pytest.mark.parametrize("logprob_temperature", [1.0, 0.7])
+def test_logprobs_match_a_fresh_forward(model, tiny_tokenizer, logprob_temperature):
+    """Returned log-probs are log_softmax(logits / logprob_temperature) of a fresh forward, token by token."""
     sampler = TransformersSampler(model, tiny_tokenizer)
-    [[s]] = sampler.generate([PROMPTS[3]], SamplingParams(max_new_tokens=8, seed=2, logprobs=True))
+    params = SamplingParams(
+        max_new_tokens=8, seed=2, logprobs=True, temperature=0.7, logprob_temperature=logprob_temperature
+    )
+    [[s]] = sampler.generate([PROMPTS[3]], params)
     prompt_ids = ids_of(tiny_tokenizer, PROMPTS[3])
     with torch.no_grad():
         logits = model(torch.tensor([prompt_ids + s.token_ids])).logits[0, len(prompt_ids) - 1 : -1]
+    logits = logits / logprob_temperature
     expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(s.token_ids)[:, None]).squeeze(1)
     torch.testing.assert_close(torch.tensor(s.logprobs), expected, atol=1e-4, rtol=1e-4)
 
@@ -246,3 +252,20 @@ def test_real_model_greedy_equals_generate(bundled_model_dir):
     got = TransformersSampler(model, tok).generate(prompts, SamplingParams(temperature=0, max_new_tokens=24))
     for prompt, [s] in zip(prompts, got, strict=True):
         assert s.token_ids == hf_greedy(model, tok, prompt, 24)
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_warns(model, tiny_tokenizer, monkeypatch):
+    """A CPU without AVX512-BF16/AMX emulates bf16 matmuls (several times slower than fp32): the sampler
+    says so and names the setting; with the instructions, or in fp32, it stays quiet."""
+    import warnings
+
+    from pacs_rl.sampling import transformers_backend
+
+    monkeypatch.setattr(transformers_backend, "cpu_has_native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="no bf16 matmul instructions.*dtype=None"):
+        TransformersSampler(model, tiny_tokenizer, dtype="bfloat16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        TransformersSampler(model, tiny_tokenizer)
+        monkeypatch.setattr(transformers_backend, "cpu_has_native_bf16", lambda: True)
+        TransformersSampler(model, tiny_tokenizer, dtype="bfloat16")

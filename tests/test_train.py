@@ -10,7 +10,12 @@ import torch
 
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics
-from pacs_rl.training.trainer import group_mixed_fraction, last_complete_checkpoint, shuffle_groups
+from pacs_rl.training.trainer import (
+    group_mixed_fraction,
+    last_complete_checkpoint,
+    sequence_tensors,
+    shuffle_groups,
+)
 from train_helpers import G, parity_reward, tiny_run_kwargs
 
 
@@ -291,6 +296,44 @@ def test_fast_sampler_rollouts_train_and_resume_exactly(tmp_path, tiny_tokenizer
         _config(tmp_path, fast_sampler=True, top_k=5)
 
 
+def test_old_logprobs_from_the_fp32_sampler_equal_a_forward(tmp_path, tiny_tokenizer, monkeypatch):
+    """old_logprobs_from_sampler: the rollout's old log-probs are the sampler's, no forward runs for them, and
+    they equal the forward's (at the sampling temperature) up to float rounding; the first mini-batch still
+    has r̂ ≈ 0. Under bf16 the forward runs, with a warning."""
+    from pacs_rl.models import tiny_random_model
+
+    extra = dict(fast_sampler=True, temperature=0.7, max_steps=1, old_logprobs_from_sampler=True)
+    trainer = _trainer(
+        tmp_path, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, cls=RecordingTrainer, **extra
+    )
+    from pacs_rl.training import trainer as trainer_module
+
+    forwards = []
+    real = trainer_module.completion_logits_shared_prompt
+    monkeypatch.setattr(trainer_module, "completion_logits_shared_prompt",
+                        lambda *a, **k: forwards.append(1) or real(*a, **k))  # fmt: skip
+    batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
+    assert forwards == []  # the sampler scored the rollout: no old-log-prob forward
+    old = batch["old_per_token_logps"]
+    input_ids, attention_mask, mask = sequence_tensors(batch)
+    with torch.no_grad():
+        fresh, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, input_ids, attention_mask, mask.size(1)
+        )
+    assert old.shape == fresh.shape and mask.sum() > 0
+    torch.testing.assert_close(old * mask, fresh * mask, rtol=1e-5, atol=1e-5)
+
+    trainer.train()
+    [row] = [r for r in read_metrics(tmp_path / METRICS_FILE) if "pacs/psi_abs_max" in r]
+    assert row["pacs/psi_abs_max"] < 1e-3  # first mini-batch: π = π_old up to rounding
+
+    with pytest.warns(UserWarning, match="old_logprobs_from_sampler=True needs fp32"):
+        bf16 = _trainer(tmp_path / "bf16", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra,
+                        fast_sampler_dtype="bfloat16")  # fmt: skip
+        batch = bf16._generate_and_score_completions(next(iter(bf16.get_train_dataloader())))
+    assert batch["old_per_token_logps"] is not None and forwards  # computed by a forward
+
+
 # ---------------------------------------------------------------- log-prob implementations
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_logits_logprobs_equal_trl_fused_head(tmp_path, tiny_model, tiny_tokenizer, temperature):
@@ -318,8 +361,44 @@ def test_logits_logprobs_equal_trl_fused_head(tmp_path, tiny_model, tiny_tokeniz
     torch.testing.assert_close(lp, lp_trl, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, ent_trl, rtol=1e-5, atol=1e-5)
     assert len(g) == len(g_trl) > 0
-    for a, b in zip(g, g_trl, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    for a, b in zip(g, g_trl, strict=True):  # atol 1e-5: positions differ by the padding (RoPE rounding)
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_shared_prompt_forward_equals_full_rows(tmp_path, tiny_model, tiny_tokenizer):
+    """shared_prompt_forward (each distinct prompt once, completions trimmed to the longest) gives the
+    log-probs, entropies and gradients of one forward over every full row: groups of G=2 rows share a
+    left-padded prompt, completions are right-padded to different lengths."""
+    torch.manual_seed(0)
+    G, P, T = 2, 7, 6
+    prompts = torch.randint(3, tiny_model.config.vocab_size, (3, P))
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[0, :2] = 0  # left padding
+    completions = torch.randint(3, tiny_model.config.vocab_size, (3 * G, T))
+    completion_mask = torch.ones_like(completions)
+    for row, length in enumerate([6, 2, 4, 1, 3, 4]):
+        completion_mask[row, length:] = 0
+    ids = torch.cat([prompts.repeat_interleave(G, 0), completions], 1)
+    attention = torch.cat([prompt_mask.repeat_interleave(G, 0), completion_mask], 1)
+    ids[:, :2][attention[:, :2] == 0] = tiny_tokenizer.pad_token_id
+    results = {}
+    for shared in (False, True):
+        trainer = _trainer(tmp_path / str(shared), tiny_model, tiny_tokenizer, logprob_impl="logits",
+                           temperature=0.7, shared_prompt_forward=shared)  # fmt: skip
+        tiny_model.zero_grad(set_to_none=True)
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            tiny_model, ids, attention, T, batch_size=4, compute_entropy=True
+        )
+        assert logps.shape == entropies.shape == (3 * G, T)
+        (logps * completion_mask * torch.arange(1.0, T + 1)).sum().backward()
+        grads = [p.grad.clone() for p in tiny_model.parameters() if p.grad is not None]
+        results[shared] = (logps.detach() * completion_mask, entropies * completion_mask, grads)
+    (lp, ent, g), (lp_s, ent_s, g_s) = results[False], results[True]
+    torch.testing.assert_close(lp_s, lp, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_s, ent, rtol=1e-5, atol=1e-5)
+    assert len(g_s) == len(g) > 0
+    for a, b in zip(g_s, g, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_logprob_impl_auto_and_refusal(tmp_path):

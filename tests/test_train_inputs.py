@@ -69,13 +69,17 @@ def test_a_reward_function_given_by_dotted_path_trains(tmp_path, tiny_model_dir,
     settings, cfg = cli.resolve_settings(
         None, {}, _tiny_sets(tiny_model_dir, "reward_funcs=custom_train_rewards:short_answer")
     )
-    result = run_training(settings, build_config(cfg, tmp_path / "run"))
+    config = build_config(cfg, tmp_path / "run")
+    result = run_training(settings, config)
     import custom_train_rewards
 
     assert result.global_step == 2
     assert custom_train_rewards.CALLS, "the custom reward function was never called"
     call = custom_train_rewards.CALLS[0]
-    assert call["n"] == 8 and all(q.startswith("What is") for q in call["problem"])  # 4 prompts x G = 2
+    assert (
+        call["n"] == config.generation_batch_size == 16
+    )  # 4 x 2 accumulation x 2 mini-batches: 8 prompts x G 2
+    assert all(q.startswith("What is") for q in call["problem"])
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("rewards/short_answer/mean" in row for row in logged)
 

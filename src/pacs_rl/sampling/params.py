@@ -36,6 +36,13 @@ class SamplingParams:
             "distribution (log_softmax of the logits, before temperature/top-p)."
         },
     )
+    logprob_temperature: float = field(
+        default=1.0,
+        metadata={
+            "help": "With logprobs: return log_softmax(logits / logprob_temperature) of each token (1 = the raw "
+            "distribution). A trainer that scores completions at its sampling temperature sets that temperature."
+        },
+    )
 
     def validate(self) -> None:
         """Raise ValueError naming the field, its value and the allowed range."""
@@ -47,6 +54,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_p={self.top_p!r}: need 0 < top_p <= 1 (1 = off)")
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens={self.max_new_tokens!r}: need an integer >= 1")
+        if not self.logprob_temperature > 0:
+            raise ValueError(f"SamplingParams.logprob_temperature={self.logprob_temperature!r}: need > 0")
         if self.stop_token_ids is not None and not all(isinstance(t, int) for t in self.stop_token_ids):
             raise ValueError(f"SamplingParams.stop_token_ids={self.stop_token_ids!r}: need a list of ints")
 

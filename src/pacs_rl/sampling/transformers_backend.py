@@ -4,13 +4,18 @@ Same output distribution as ``generate(do_sample=True, num_return_sequences=n)``
 differs is the work done per token:
 
 - each prompt is prefilled once and its KV cache expanded to its n samples (``generate`` prefills
-  every prompt n times), and the prefill computes the LM head for the last position only;
+  every prompt n times); the tokens that every prompt of a chunk starts with (a chat template's system
+  prompt) are prefilled once for the whole chunk; the prefill computes the LM head for the last
+  position only;
+- the KV cache is allocated once for the chunk's final length and written in place, instead of being
+  re-concatenated at every step (``DynamicCache`` copies the whole cache of every layer per token);
 - the next token is drawn by an exact inverse-CDF sampler (``ops.sample_next_token``) instead of
   ``softmax`` + ``torch.multinomial``, and top-p uses a partial sort (``topk``) instead of a full sort;
 - rows that produced a stop token leave the batch (the cache is compacted) instead of being padded
   to the longest sample;
-- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX); it changes numerics, so the
-  same-distribution statement holds for fp32 only.
+- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX); it
+  changes numerics, so the same-distribution statement holds for fp32 only. A CPU without them emulates
+  bf16 matmuls, several times slower than fp32 (``cpu_has_native_bf16``; a warning says so).
 
 Determinism: with the same seed, model weights, prompts, ``SamplingParams``, ``batch_size``, dtype,
 device and torch thread count, the samples are identical. Changing the batch composition (other
@@ -21,9 +26,11 @@ samples differ while their distribution does not.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
+from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from pacs_rl.sampling.ops import sample_next_token
 from pacs_rl.sampling.params import Sample, SamplingParams
@@ -66,6 +73,89 @@ def left_pad(prompt_ids: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Te
     return input_ids, mask
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has bf16 dot-product instructions (AVX512-BF16 or AMX) that make bf16 matmuls faster
+    than fp32. Without them (e.g. AVX2 only) oneDNN/torch emulate bf16 and a matmul runs several times slower
+    than in fp32 (docs/TRAINING.md has the measurement)."""
+    cpu = getattr(torch, "cpu", None)
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+BF16_SLOW_WARNING = (
+    "{what}: this CPU has no bf16 matmul instructions (AVX512-BF16 or AMX), so bf16 runs several times slower "
+    "than fp32 here; set {setting} for fp32."
+)
+
+
+def common_prefix_length(prompt_ids: Sequence[Sequence[int]]) -> int:
+    """Number of leading tokens that every prompt shares, leaving each prompt at least one token of its own
+    (the prefill needs each row's last prompt position)."""
+    first, limit = prompt_ids[0], min(len(p) for p in prompt_ids) - 1
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompt_ids):
+        n += 1
+    return n
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys/values live in a buffer of ``capacity`` positions, written in place.
+
+    ``update`` returns views of the filled part, so a decode step appends one position instead of copying
+    the whole cache (``DynamicLayer`` concatenates). Grows by doubling if ever filled. Inference only: the
+    returned views change meaning when later positions are written.
+    """
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = capacity
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        b, _, _, _ = key_states.shape
+        self._k = key_states.new_empty((b, key_states.shape[1], self.capacity, key_states.shape[-1]))
+        self._v = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[-1]))
+        self._views(0)
+        self.is_initialized = True
+
+    def _views(self, length: int) -> None:
+        self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        start, new = self.keys.shape[-2], key_states.shape[-2]
+        if (
+            start + new > self._k.shape[-2]
+        ):  # full: double the buffer (not expected: capacity is the final size)
+            grow = max(start + new, 2 * self._k.shape[-2]) - self._k.shape[-2]
+            self._k = torch.nn.functional.pad(self._k, (0, 0, 0, grow))
+            self._v = torch.nn.functional.pad(self._v, (0, 0, 0, grow))
+        self._k[:, :, start : start + new] = key_states
+        self._v[:, :, start : start + new] = value_states
+        self._views(start + new)
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        length = self.get_seq_length()
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._views(length)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        length = self.get_seq_length()
+        self._k = self._k.repeat_interleave(repeats, dim=0)
+        self._v = self._v.repeat_interleave(repeats, dim=0)
+        self._views(length)
+
+
+def preallocated_cache(config, capacity: int) -> DynamicCache:
+    """A ``DynamicCache`` whose plain full-attention layers are ``PreallocatedLayer``s of ``capacity``
+    positions; other layer kinds (sliding windows, linear attention) keep their own class."""
+    cache = DynamicCache(config=config)
+    cache.layers = [PreallocatedLayer(capacity) if type(x) is DynamicLayer else x for x in cache.layers]
+    return cache
+
+
 def default_stop_ids(model, tokenizer) -> list[int]:
     """The tokenizer's eos id plus the model's generation_config eos id(s), deduplicated."""
     ids: list[int] = []
@@ -103,6 +193,15 @@ class TransformersSampler:
         self.model = model
         self.tokenizer = tokenizer
         self.autocast_dtype = torch.bfloat16 if dtype in ("bfloat16", "bf16") else None
+        if (
+            self.autocast_dtype is not None
+            and _model_device(model).type == "cpu"
+            and not cpu_has_native_bf16()
+        ):
+            warnings.warn(
+                BF16_SLOW_WARNING.format(what=f"TransformersSampler(dtype={dtype!r})", setting="dtype=None"),
+                stacklevel=2,
+            )
         self.batch_size = batch_size
         self.progress = progress
         pad = getattr(tokenizer, "pad_token_id", None)
@@ -180,19 +279,29 @@ class TransformersSampler:
         device: torch.device,
     ) -> list[Sample]:
         """Decode one chunk; returns its Samples in chunk order (piece by piece, sample by sample)."""
-        from transformers import DynamicCache
-
         counts = torch.tensor([c for _, _, c in chunk])
-        input_ids, mask = left_pad([prompt_ids[i] for i, _, _ in chunk], self.pad_id)
-        input_ids, mask = input_ids.to(device), mask.to(device)
+        ids = [prompt_ids[i] for i, _, _ in chunk]
+        shared = common_prefix_length(ids)
+        suffix_ids, suffix_mask = left_pad([p[shared:] for p in ids], self.pad_id)
+        # [shared prefix][left padding][own tokens]: padding in the middle is masked like padding on the left.
+        mask = torch.cat([suffix_mask.new_ones(len(ids), shared), suffix_mask], dim=1).to(device)  # (P, L)
         position_ids = (mask.cumsum(-1) - 1).clamp_min_(0)  # (P, L), as generate does
-        cache = DynamicCache(config=self.model.config)
+        cache = preallocated_cache(self.model.config, mask.shape[1] + params.max_new_tokens)
 
-        # Prefill each prompt once, then give each of its samples a copy of its cache row.
+        # Prefill the shared prefix once, each prompt's own tokens once, then give each of its samples a
+        # copy of its cache row.
+        if shared:
+            self._forward(
+                input_ids=torch.tensor([ids[0][:shared]], device=device),
+                position_ids=position_ids[:1, :shared],
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache.batch_repeat_interleave(len(ids))
         logits = self._forward(
-            input_ids=input_ids,
+            input_ids=suffix_ids.to(device),
             attention_mask=mask,
-            position_ids=position_ids,
+            position_ids=position_ids[:, shared:],
             past_key_values=cache,
             use_cache=True,
         )  # (P, V)
@@ -219,7 +328,8 @@ class TransformersSampler:
             ids_live = row_ids[live].cpu()
             out[ids_live, step] = token[live].cpu()
             if out_lp is not None:
-                lp = logits.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(logits, -1)
+                z = logits if params.logprob_temperature == 1.0 else logits / params.logprob_temperature
+                lp = z.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(z, -1)
                 out_lp[ids_live, step] = lp[live].cpu()
             length[ids_live] = step + 1
             hit = torch.isin(token, stop_t) & live

@@ -68,6 +68,11 @@ class VLLMSampler:
 
     def _params(self, params: SamplingParams):
         params.validate()
+        if params.logprobs and params.logprob_temperature != 1.0:
+            raise ValueError(
+                f"SamplingParams.logprob_temperature={params.logprob_temperature!r}: the vllm backend returns raw "
+                "log-probs only; use logprob_temperature=1.0 or the transformers backend."
+            )
         stop_ids = params.stop_token_ids
         if stop_ids is None and self.tokenizer is not None:
             stop_ids = default_stop_ids(None, self.tokenizer)

@@ -149,6 +149,15 @@ class PACSConfig(GRPOConfig):
             "help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (bf16 matmul units of the CPU or GPU); None = model dtype."
         },
     )
+    old_logprobs_from_sampler: bool = field(
+        default=False,
+        metadata={
+            "help": "With fast_sampler in fp32 (bf16=False, fast_sampler_dtype=None, fp32 weights): the log-probs the "
+            "sampler computed while drawing the rollout (at the sampling temperature) are the old log-probs, so "
+            "TRL's extra forward over the rollout batch is skipped. Same policy, same weights: they differ from that "
+            "forward by float rounding only. Otherwise (bf16, vLLM) the forward runs as usual, with a warning."
+        },
+    )
     fast_sampler_batch_size: int = field(
         default=64,
         metadata={"help": "With fast_sampler: sequences decoded together (bounds memory)."},
@@ -161,6 +170,16 @@ class PACSConfig(GRPOConfig):
             "tiled LM head: low memory on GPUs, but without Triton it scores every prompt position too, in "
             "Python-level tiles), 'logits' (the model's own forward with logits_to_keep: the LM head on the "
             "completion positions only, then log-softmax), 'auto' = 'logits' on CPU, 'trl' elsewhere."
+        },
+    )
+
+    shared_prompt_forward: bool = field(
+        default=True,
+        metadata={
+            "help": "With the 'logits' log-prob path (logprob_impl='logits', or 'auto' on CPU): run each distinct "
+            "prompt of a batch once and share its KV cache (with gradient) among its G completions, and trim the "
+            "completions to the longest one. Same function as a forward over every full row, with (G-1)/G of the "
+            "prompt work and the trailing padding left out. Off under gradient checkpointing (it drops the cache)."
         },
     )
 

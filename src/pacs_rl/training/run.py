@@ -261,11 +261,11 @@ class RunSettings:
 # keeps them equal). Why each value: docs/TRAINING.md, "The first run".
 CPU_DEFAULTS: dict[str, Any] = {
     "use_cpu": True,
-    "bf16": True,  # bf16 autocast with fp32 master weights (the CPU's bf16 matmul instructions)
+    "bf16": False,  # fp32: a CPU without AVX512-BF16/AMX runs bf16 matmuls several times slower than fp32
     "loss_type": "pacs",
     "num_generations": 8,
-    "per_device_train_batch_size": 16,  # 2 groups of 8 per mini-batch
-    "gradient_accumulation_steps": 1,
+    "per_device_train_batch_size": 8,  # one group per forward/backward: half the activation memory
+    "gradient_accumulation_steps": 2,  # 2 groups of 8 = 16 sequences per optimizer step
     "mini_batches_per_rollout": 2,  # 4 prompts x 8 completions per rollout, 2 optimizer steps on it
     "max_steps": 24,
     "learning_rate": 2.0e-5,
@@ -276,7 +276,8 @@ CPU_DEFAULTS: dict[str, Any] = {
     "top_p": 1.0,
     "max_completion_length": 96,  # much shorter and most completions are cut off before their answer
     "fast_sampler": True,  # pacs_rl.sampling: one prefill per prompt shared by its 8 samples
-    "fast_sampler_dtype": "bfloat16",
+    "fast_sampler_dtype": None,  # the model's fp32 (see "bf16")
+    "old_logprobs_from_sampler": True,  # the fp32 sampler's log-probs are the old ones: no second forward
     "logging_steps": 1,
     "save_strategy": "steps",
     "save_steps": 10,

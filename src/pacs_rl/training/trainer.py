@@ -14,8 +14,11 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
 - `_get_grad_norm`: a step whose gradient norm is not finite is skipped (gradients dropped before the
   optimizer step) and counted, whatever `max_grad_norm` (None/0: no clip, the norm still logged).
 - `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
-  completion positions only; otherwise TRL's fused head.
-- `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling.
+  completion positions only, and (`shared_prompt_forward`) each distinct prompt runs once per batch with the
+  completions trimmed to the longest; otherwise TRL's fused head.
+- `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling; with
+  `old_logprobs_from_sampler` (fp32 only) the sampler's log-probs of the rollout serve as TRL's old log-probs
+  instead of a second forward over the rollout batch.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: also save the buffered rollout batch, TRL's
   micro-step counter and the frozen reference, so a resumed run continues exactly.
 
@@ -46,6 +49,7 @@ from trl.trainer.utils import (
 
 from pacs_rl.algorithms import compute_policy_loss, finite_groups, policy_loss_options
 from pacs_rl.sampling import SamplingParams, TransformersSampler
+from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
 
@@ -124,6 +128,76 @@ def sharding_problems(
     return out
 
 
+def _token_logps(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, compute_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(logits / T) at ``targets`` and, without gradient, the entropy of each position.
+
+    logits: (b, t, V), the LM head's output (scaled in place: autograd keeps one (b, t, V) tensor, and the
+    entropy is computed one row at a time, so no further (b, t, V) copies); targets: (b, t).
+    Returns ((b, t), (b, t) or None).
+    """
+    logits = logits.float().div_(temperature)  # the head's output is not needed by its own backward
+    log_z = torch.logsumexp(logits, dim=-1)  # (b, t)
+    logps = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+    if not compute_entropy:
+        return logps, None
+    with torch.no_grad():
+        entropy = torch.stack([log_z[r] - (torch.softmax(z, -1) * z).sum(-1) for r, z in enumerate(logits)])
+    return logps, entropy
+
+
+def completion_logits_shared_prompt(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> list[torch.Tensor]:
+    """Logits that predict the completion tokens, with each distinct prompt run through the model once.
+
+    input_ids, attention_mask: (B, P + T), a left-padded prompt then a right-padded completion of
+    T = ``logits_to_keep`` tokens. Rows that share a prompt (the G completions of a group) share its
+    forward: the prompt's KV cache (with gradient) is computed for the distinct prompts and copied to their
+    rows, then only the completion tokens run, trimmed to the longest completion of the batch. The same
+    function as one forward over every full row (same positions relative to each row's first real token,
+    same masks), with (G − 1)/G of the prompt work and the trailing padding left out.
+    Returns the logits in two parts, in completion order (not concatenated: a copy of (B, used, V) floats):
+    (B, 1, V) from the last prompt position, predicting completion token 0, then (B, used − 1, V) predicting
+    tokens 1 .. used − 1, where ``used`` is the longest completion (the second part is absent when used = 1).
+    """
+    from transformers import DynamicCache
+
+    P = input_ids.size(1) - logits_to_keep
+    prompt_ids, prompt_mask = input_ids[:, :P], attention_mask[:, :P]
+    completion_ids, completion_mask = input_ids[:, P:], attention_mask[:, P:]
+    filled = completion_mask.any(0).nonzero()
+    used = int(filled[-1]) + 1 if len(filled) else 1  # longest completion in the batch (>= 1 column)
+    first = int(prompt_mask.any(0).nonzero()[0]) if prompt_mask.any() else 0  # drop all-padding columns
+    prompt_ids, prompt_mask = prompt_ids[:, first:], prompt_mask[:, first:]
+
+    unique, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
+    u_ids, u_mask = unique[:, : prompt_ids.size(1)], unique[:, prompt_ids.size(1) :]
+    cache = DynamicCache(config=model.config)
+    head = model(
+        input_ids=u_ids,
+        attention_mask=u_mask,
+        position_ids=(u_mask.cumsum(-1) - 1).clamp_min(0),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits  # (U, 1, V): the last prompt position predicts completion token 0
+    cache.batch_select_indices(inverse)
+    if used == 1:
+        return [head[inverse]]
+    mask = torch.cat([prompt_mask, completion_mask[:, : used - 1]], dim=1)  # (B, P' + used - 1)
+    start = prompt_mask.sum(-1, keepdim=True)  # (B, 1): position of completion token 0
+    tail = model(
+        input_ids=completion_ids[:, : used - 1],  # token t predicts token t + 1
+        attention_mask=mask,
+        position_ids=start + torch.arange(used - 1, device=input_ids.device),
+        past_key_values=cache,
+        use_cache=True,
+    ).logits  # (B, used - 1, V)
+    return [head[inverse], tail]
+
+
 class PACSTrainer(GRPOTrainer):
     """GRPOTrainer whose loss is `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`.
 
@@ -149,6 +223,7 @@ class PACSTrainer(GRPOTrainer):
             # Copy before TRL patches the forward (its fused LM head closes over the original module).
             ref_policy = copy.deepcopy(model)
         super().__init__(model, reward_funcs, args, *pos, **kw)
+        self._warn_slow_bf16()
         self.ref_policy = None
         if ref_policy is not None:
             add_fused_lm_head(
@@ -180,6 +255,12 @@ class PACSTrainer(GRPOTrainer):
             plugin = self.accelerator.state.deepspeed_plugin
             stage = int(getattr(plugin, "zero_stage", 0) or 0)
         return stage, bool(getattr(self, "is_fsdp_enabled", False))
+
+    def _warn_slow_bf16(self) -> None:
+        """bf16 on a CPU without bf16 matmul instructions is several times slower than fp32: say so (the fast
+        sampler says it for fast_sampler_dtype)."""
+        if self.args.bf16 and self.accelerator.device.type == "cpu" and not cpu_has_native_bf16():
+            warnings.warn(BF16_SLOW_WARNING.format(what="bf16=True", setting="bf16=false"), stacklevel=3)
 
     # ------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -214,6 +295,7 @@ class PACSTrainer(GRPOTrainer):
                 dtype=self.args.fast_sampler_dtype,
                 batch_size=self.args.fast_sampler_batch_size,
             )
+        keep_logprobs = self._sampler_logprobs_usable()
         params = SamplingParams(
             n=G,
             temperature=self.temperature,
@@ -221,9 +303,53 @@ class PACSTrainer(GRPOTrainer):
             max_new_tokens=self.max_completion_length,
             seed=int(torch.randint(0, 2**62, (1,)).item()),  # from the global RNG: resumes exactly
             stop_token_ids=list(self.eos_token_ids),
+            logprobs=keep_logprobs,
+            logprob_temperature=self.temperature,  # what the training forward scores: log_softmax(z / T)
         )
-        groups = self._sampler.generate_ids(unique, params)
-        return [list(s.token_ids) for group in groups for s in group]
+        samples = [s for group in self._sampler.generate_ids(unique, params) for s in group]
+        completions = [list(s.token_ids) for s in samples]
+        self._sampler_old_logps = (completions, [s.logprobs for s in samples]) if keep_logprobs else None
+        return completions
+
+    def _sampler_logprobs_usable(self) -> bool:
+        """Whether the fast sampler's log-probs may serve as the rollout's old log-probs: asked for
+        (`old_logprobs_from_sampler`) and computed as the training forward computes them (fp32 weights, no
+        autocast on either side), so they differ from a fresh forward by float rounding only."""
+        if not self.args.old_logprobs_from_sampler:
+            return False
+        model = self.accelerator.unwrap_model(self.model)
+        same = (
+            not (self.args.bf16 or self.args.fp16)
+            and self.args.fast_sampler_dtype in (None, "float32", "fp32")
+            and all(p.dtype == torch.float32 for p in model.parameters())
+        )
+        if not same and not getattr(self, "_warned_sampler_logprobs", False):
+            self._warned_sampler_logprobs = True
+            warnings.warn(
+                "old_logprobs_from_sampler=True needs fp32 weights, bf16=False and fast_sampler_dtype=None (the "
+                "sampler must compute what the training forward computes); the old log-probs are recomputed by "
+                "a forward instead.",
+                stacklevel=2,
+            )
+        return same
+
+    def _take_sampler_logps(self, input_ids, attention_mask, logits_to_keep) -> torch.Tensor | None:
+        """The last rollout's sampler log-probs as a (B, logits_to_keep) tensor (0 on padding) when ``input_ids``
+        hold exactly its completions; None otherwise (the caller then runs a forward). Used once."""
+        completions, logps = self._sampler_old_logps
+        self._sampler_old_logps = None
+        T = logits_to_keep
+        if len(completions) != input_ids.size(0):
+            return None
+        out = torch.zeros((len(completions), T), dtype=torch.float32)
+        mask = attention_mask[:, -T:].sum(-1).tolist()
+        ids = input_ids[:, -T:].tolist()
+        for row, (tokens, lp) in enumerate(zip(completions, logps, strict=True)):
+            n = len(tokens)
+            if n > T or mask[row] != n or ids[row][:n] != tokens:
+                return None
+            out[row, :n] = torch.tensor(lp)
+        return out.to(input_ids.device)
 
     def _get_per_token_logps_and_entropies(
         self,
@@ -241,9 +367,19 @@ class PACSTrainer(GRPOTrainer):
         With ``logprob_impl='logits'`` (the CPU default) the model's own forward computes the LM head on the
         completion positions only (``logits_to_keep``), at the sampling temperature, followed by a log-softmax;
         TRL's fused head would score every prompt position too and, without Triton, in Python-level tiles
-        (docs/TRAINING.md has the measured cost). Same values as TRL's path (tested); entropies carry no
-        gradient (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
+        (docs/TRAINING.md has the measured cost). With ``shared_prompt_forward`` (default) each distinct prompt
+        of a batch runs once and only the completion tokens, trimmed to the longest, run per row
+        (``completion_logits_shared_prompt``). Same values as TRL's path (tested); entropies carry no gradient
+        (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
         """
+        if (
+            getattr(self, "_sampler_old_logps", None) is not None
+            and model is self.model
+            and not (torch.is_grad_enabled() or compute_entropy or compute_aux_loss)
+        ):  # TRL's old-log-prob forward right after a fast-sampler rollout: the sampler already scored it
+            logps = self._take_sampler_logps(input_ids, attention_mask, logits_to_keep)
+            if logps is not None:
+                return logps, None, None
         if (
             compute_aux_loss
             or any(v is not None for v in multimodal.values())
@@ -260,24 +396,37 @@ class PACSTrainer(GRPOTrainer):
                 **multimodal,
             )
         batch_size = batch_size or input_ids.size(0)
+        shared = self.args.shared_prompt_forward and not _checkpoints_activations(model)
         all_logps, all_entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
-            ids = input_ids[start : start + batch_size]
+            rows = slice(start, start + batch_size)
             with self.accelerator.autocast():
-                logits = model(
-                    input_ids=ids,
-                    attention_mask=attention_mask[start : start + batch_size],
-                    logits_to_keep=logits_to_keep + 1,
-                    use_cache=False,
-                ).logits
-            logits = logits[:, :-1].float() / self.temperature  # position t predicts token t + 1
-            log_z = torch.logsumexp(logits, dim=-1)
-            targets = ids[:, -logits_to_keep:]
-            all_logps.append(logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z)
+                if shared:
+                    parts = completion_logits_shared_prompt(
+                        model, input_ids[rows], attention_mask[rows], logits_to_keep
+                    )
+                else:
+                    parts = [
+                        model(
+                            input_ids=input_ids[rows],
+                            attention_mask=attention_mask[rows],
+                            logits_to_keep=logits_to_keep + 1,
+                            use_cache=False,
+                        ).logits[:, :-1]  # position t predicts token t + 1
+                    ]
+            targets = input_ids[rows, input_ids.size(1) - logits_to_keep :]
+            logps, entropies, used = [], [], 0
+            for logits in parts:  # (b, t, V) each, in completion order
+                t = logits.size(1)
+                lp, ent = _token_logps(logits, targets[:, used : used + t], self.temperature, compute_entropy)
+                logps.append(lp)
+                entropies.append(ent)
+                used += t
+            del parts, logits
+            pad = (0, logits_to_keep - used)  # trimmed padding columns: log-prob 0 (masked by the caller)
+            all_logps.append(torch.nn.functional.pad(torch.cat(logps, 1), pad))
             if compute_entropy:
-                with torch.no_grad():
-                    probs = torch.softmax(logits, dim=-1)
-                    all_entropies.append(log_z - (probs * logits).sum(-1))
+                all_entropies.append(torch.nn.functional.pad(torch.cat(entropies, 1), pad))
         logps = torch.cat(all_logps)
         return logps, (torch.cat(all_entropies) if compute_entropy else None), None
 
@@ -550,6 +699,14 @@ def _to_device(obj, device):
     if isinstance(obj, list):
         return [_to_device(v, device) for v in obj]
     return obj
+
+
+def _checkpoints_activations(model) -> bool:
+    """Whether activation (gradient) checkpointing is on: it drops a KV cache passed to a layer in training."""
+    flag = getattr(model, "is_activation_checkpointing", None)  # transformers >= 5.x name
+    if flag is None:
+        flag = getattr(model, "is_gradient_checkpointing", False)
+    return bool(flag)
 
 
 def _is_peft(model) -> bool:
