@@ -258,6 +258,32 @@ def test_engine_evaluation_grades_each_problem(tmp_path, tiny_model, tiny_tokeni
     assert correct == [0, 0] and calls == [2 * 3, 1 * 3]  # rank 0 generates 2 + 1 rows as well
 
 
+def test_greedy_engine_evaluation_through_the_fast_sampler_that_keeps_old_logprobs(
+    tmp_path, tiny_model, tiny_tokenizer
+):
+    """The CPU default's engine (fast sampler returning the rollout's old log-probs) evaluates greedily: no
+    log-probs are asked for at temperature 0, and the next rollout still gets its own."""
+    from datasets import Dataset
+
+    from pacs_rl.data import Problem
+    from pacs_rl.training import PACSConfig, PACSTrainer
+    from pacs_rl.training.rollout_eval import engine_accuracy
+
+    args = PACSConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], bf16=False, per_device_train_batch_size=4,
+                      num_generations=2, max_completion_length=4, fast_sampler=True,
+                      old_logprobs_from_sampler=True)  # fmt: skip
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": "1"}], "answer": "1"}] * 4)
+    trainer = PACSTrainer(tiny_model.float(), lambda completions, **kw: [0.0] * len(completions), args=args,
+                          train_dataset=ds, processing_class=tiny_tokenizer)  # fmt: skip
+    problems = [Problem(id=str(i), problem=f"{i} + 1", answer=str(i)) for i in range(3)]
+    result = engine_accuracy(trainer, problems, 0.0, 1.0, 4, lambda c, answer, **kw: [1.0] * len(c), 2, 0)
+    assert result["n"] == 3 and result["correct"] == 3
+    assert trainer._sampler_old_logps is None  # greedy: nothing kept for a rollout to take
+    trainer._fast_generate([[1, 2], [1, 2]], 2)  # a rollout at the training temperature keeps them
+    completions, logps = trainer._sampler_old_logps
+    assert len(completions) == 2 and all(len(lp) == len(c) for lp, c in zip(logps, completions, strict=True))
+
+
 class _SecondOfTwo:
     """The trainer's accelerator, seen as process 1 of 2 (gather_object returns the local list in one process)."""
 

@@ -174,7 +174,7 @@ def completion_logits_shared_prompt(
 
     unique, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
     u_ids, u_mask = unique[:, : prompt_ids.size(1)], unique[:, prompt_ids.size(1) :]
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache(config=getattr(model, "module", model).config)  # DDP wraps the model in .module
     head = model(
         input_ids=u_ids,
         attention_mask=u_mask,
@@ -295,7 +295,8 @@ class PACSTrainer(GRPOTrainer):
                 dtype=self.args.fast_sampler_dtype,
                 batch_size=self.args.fast_sampler_batch_size,
             )
-        keep_logprobs = self._sampler_logprobs_usable()
+        # greedy decoding (a held-out evaluation through this engine) has no log-probs to keep
+        keep_logprobs = self.temperature > 0 and self._sampler_logprobs_usable()
         params = SamplingParams(
             n=G,
             temperature=self.temperature,
@@ -304,7 +305,8 @@ class PACSTrainer(GRPOTrainer):
             seed=int(torch.randint(0, 2**62, (1,)).item()),  # from the global RNG: resumes exactly
             stop_token_ids=list(self.eos_token_ids),
             logprobs=keep_logprobs,
-            logprob_temperature=self.temperature,  # what the training forward scores: log_softmax(z / T)
+            # what the training forward scores: log_softmax(z / T)
+            logprob_temperature=self.temperature if keep_logprobs else 1.0,
         )
         samples = [s for group in self._sampler.generate_ids(unique, params) for s in group]
         completions = [list(s.token_ids) for s in samples]
