@@ -24,7 +24,14 @@ from pacs_rl.data.procedural import (
     reasoning_gym_problems,
     split_disjoint,
 )
-from pacs_rl.data.prompts import INSTRUCTION, build_messages, format_prompt, format_prompts, plain_prompt
+from pacs_rl.data.prompts import (
+    INSTRUCTION,
+    build_messages,
+    encode_prompts,
+    format_prompt,
+    format_prompts,
+    plain_prompt,
+)
 
 __all__ = [
     "ARITHMETIC_DIGITS",
@@ -42,6 +49,7 @@ __all__ = [
     "arithmetic_splits",
     "benchmark_name",
     "build_messages",
+    "encode_prompts",
     "format_prompt",
     "format_prompts",
     "is_held_out",

@@ -77,6 +77,20 @@ def format_prompt(
     )
 
 
+def encode_prompts(
+    tokenizer: Any, problems: list, prompt_kwargs: dict[str, Any] | None = None
+) -> list[list[int]]:
+    """The token ids of each problem's prompt (``Problem`` objects: their text, or their own chat messages),
+    rendered by :func:`format_prompt` with ``prompt_kwargs``; no special tokens added (the template has them)."""
+    return [
+        tokenizer(
+            format_prompt(tokenizer, p.problem, messages=p.messages, **(prompt_kwargs or {})),
+            add_special_tokens=False,
+        )["input_ids"]
+        for p in problems
+    ]
+
+
 def format_prompts(tokenizer: Any, problems: list[str], **kwargs: Any) -> list[str]:
     """:func:`format_prompt` over a list."""
     return [format_prompt(tokenizer, p, **kwargs) for p in problems]

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from pacs_rl.data import format_prompt
+from pacs_rl.data import encode_prompts
 from pacs_rl.rewards import math_reward_func
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.training.callbacks import read_metrics
@@ -46,13 +46,7 @@ def heldout_accuracy(
         batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
         bar = _progress(progress, description, len(problems))
         for k, batch in enumerate(batches):
-            prompt_ids = [
-                tokenizer(
-                    format_prompt(tokenizer, p.problem, messages=p.messages, **(prompt_kwargs or {})),
-                    add_special_tokens=False,
-                )["input_ids"]
-                for p in batch
-            ]
+            prompt_ids = encode_prompts(tokenizer, batch, prompt_kwargs)
             params = SamplingParams(
                 n=1,
                 temperature=temperature,

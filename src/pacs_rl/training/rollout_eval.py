@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from pacs_rl.data import format_prompt
+from pacs_rl.data import encode_prompts
 from pacs_rl.evaluation.passk import pass_at_k
 
 
@@ -119,13 +119,7 @@ def sample_and_grade(
             rows = mine[start : start + batch_size]
             size = min(batch_size, per - start)
             batch = [problems[i] for i in rows] + [problems[0]] * (size - len(rows))  # padding rows
-            prompt_ids = [
-                tokenizer(
-                    format_prompt(tokenizer, p.problem, messages=p.messages, **(prompt_kwargs or {})),
-                    add_special_tokens=False,
-                )["input_ids"]
-                for p in batch
-            ]
+            prompt_ids = encode_prompts(tokenizer, batch, prompt_kwargs)
             completions, _ = trainer._generate_single_turn(
                 [ids for ids in prompt_ids for _ in range(n)], None, {}, n
             )  # n samples of each prompt, contiguous
