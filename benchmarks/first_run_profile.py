@@ -128,7 +128,10 @@ def main() -> None:
         heldout_calls["n"] += 1
         return "held-out before" if heldout_calls["n"] == 1 else "held-out after"
 
-    phases.wrap(run_module, "load_model_and_tokenizer", "model load")
+    from trl.trainer import grpo_trainer as trl_grpo  # TRL loads the weights from the model's name
+
+    phases.wrap(trl_grpo, "create_model_from_path", "model load")
+    phases.wrap(run_module, "load_tokenizer", "model load")
     phases.wrap(run_module, "heldout_accuracy", heldout_name)
     phases.wrap(run_module, "plot_curves", "plot")
     trainer_box = {}
