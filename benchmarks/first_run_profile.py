@@ -1,7 +1,7 @@
 """Where the first run's seconds and bytes go: `pacs-rl train` (the CPU default) with every phase timed.
 
     python benchmarks/first_run_profile.py                                  # the CPU default, as shipped
-    python benchmarks/first_run_profile.py --set max_steps=4 --set eval_size=50 --out /tmp/probe.json
+    python benchmarks/first_run_profile.py --set max_steps=4 --set eval_size=50 --out runs/probe.json
 
 Runs `run_training` in this process with the same settings as `pacs-rl train` (plus any --set) and wraps
 the trainer's methods to time each phase: start-up (imports), model load, the held-out evaluation before
