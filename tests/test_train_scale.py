@@ -89,6 +89,25 @@ def test_dry_run_plan_for_deepspeed_zero3_and_the_memory_estimate(tmp_path):
     assert training_state_bytes(1000, 2, "deepspeed", 3, 4, False, 0) == 16 * 1000 / 4
     assert training_state_bytes(1000, 4, "ddp", 0, 4, False, 0) == 16 * 1000
     assert training_state_bytes(1000, 4, "fsdp", 0, 4, False, 0) == 4 * 1000
+    # the frozen reference copies the whole policy, which ZeRO-3 shards: refused before any weights load
+    frozen = {**values, "fast_sampler": False, "reference": "frozen", "ref_reset_steps": 10}
+    _lines, refusals = dry_run(frozen, tmp_path / "x", num_processes=4)
+    assert len(refusals) == 1 and refusals[0].startswith("reference='frozen' under DeepSpeed ZeRO-3"), (
+        refusals
+    )
+
+
+def test_dry_run_refuses_a_folder_with_checkpoints_unless_resumed(tmp_path):
+    (tmp_path / "x" / "checkpoint-2").mkdir(parents=True)
+    values = run.default_settings() | {"model": "tiny"}
+    _lines, refusals = dry_run(values, tmp_path / "x")
+    assert refusals == [
+        f"{tmp_path / 'x'} already holds checkpoints: pass --resume to continue it, or another --output-dir"
+    ]
+    _lines, refusals = dry_run(
+        values, tmp_path / "x", resume=True
+    )  # no complete checkpoint (no trainer_state.json)
+    assert len(refusals) == 1 and refusals[0].startswith("--resume: no complete checkpoint-* folder")
 
 
 def test_shipped_deepspeed_configs_agree_with_the_paper_settings():

@@ -235,23 +235,19 @@ def dry_run(
                 train_n, held_n = len(train), (len(held) if local_held else None)
         except run.SettingsError as e:
             refusals.append(str(e))
-    out = Path(output_dir)
-    if resume and config is not None:
+    resume_note = ""
+    if (
+        config is not None or not resume
+    ):  # a fresh run reads no config: it only refuses a folder with checkpoints
         try:
-            checkpoint, complete = run.resume_point(out, True, config, num_processes)
-            resume_note = f"continues from {checkpoint}" + (
-                " (already complete: nothing to train)" if complete else ""
-            )
+            checkpoint, complete = run.resume_point(Path(output_dir), resume, config, num_processes)
+            if checkpoint:
+                resume_note = f"continues from {checkpoint}" + (
+                    " (already complete: nothing to train)" if complete else ""
+                )
         except run.SettingsError as e:
             refusals.append(str(e))
-            resume_note = "cannot resume (see below)"
-    elif not resume and out.exists() and any(out.glob("checkpoint-*")):
-        refusals.append(
-            f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
-        )
-        resume_note = ""
-    else:
-        resume_note = ""
+            resume_note = "cannot resume (see below)" if resume else ""
     lines = [] if config is None else _plan_lines(
         settings, cfg, config, num_processes, (train_n, train_note), (held_n, held_note), resume_note
     )  # fmt: skip

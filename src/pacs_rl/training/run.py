@@ -63,7 +63,7 @@ from pacs_rl.training.rollout_eval import (
     engine_pass_at_k,
     needs_engine,
 )
-from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, last_complete_checkpoint
+from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, last_complete_checkpoint, sharding_problems
 
 log = logging.getLogger("pacs_rl.training")
 
@@ -653,6 +653,10 @@ def run_problems(settings: RunSettings, config: PACSConfig, engine: str = "singl
             f"{'FSDP' if engine == 'fsdp' else 'DeepSpeed ZeRO-3'}: set fast_sampler=false (TRL's generate gathers "
             "the weights) or use_vllm=true (the CPU default's layer turns fast_sampler on)"
         )
+    stage = zero_stage(config) if engine == "deepspeed" else None
+    out += sharding_problems(
+        config.reference, config.reset_optimizer and config.ref_reset_steps > 0, stage, engine == "fsdp"
+    )
     given = (config.model_init_kwargs or {}).get("dtype")
     if (
         given is not None
@@ -704,7 +708,7 @@ def resume_point(out: Path, resume: bool, config: PACSConfig, world: int) -> tup
             f"its own rollout batch and random state, which cannot be re-sharded exactly: resume on {saved} "
             f"processes (accelerate launch --num_processes {saved} ...), or start a new run in another --output-dir"
         )
-    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    state = _trainer_state(checkpoint)
     target = config.max_steps if config.max_steps > 0 else int(state.get("max_steps") or 0)
     return checkpoint, target > 0 and int(state["global_step"]) >= target
 
@@ -881,7 +885,8 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
         tokenizer.save_pretrained(str(out / FINAL_DIR))
     heldout.measure(trainer, "after")
     heldout.record(train_seconds_this_session=train_seconds)
-    global_step = trainer.state.global_step if not complete else _checkpoint_step(checkpoint)
+    # resuming a complete run loads the weights only: its step count is the checkpoint's
+    global_step = int(_trainer_state(checkpoint)["global_step"]) if complete else trainer.state.global_step
     if state.is_main_process:
         if settings.plot:
             plot_curves(
@@ -893,8 +898,9 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
     return _result(settings, config, out, train_seconds=train_seconds, global_step=global_step, device=device)
 
 
-def _checkpoint_step(checkpoint: str) -> int:
-    return int(json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"])
+def _trainer_state(checkpoint: str) -> dict[str, Any]:
+    """transformers' trainer_state.json of a checkpoint folder (global_step, max_steps, log history)."""
+    return json.loads((Path(checkpoint) / "trainer_state.json").read_text())
 
 
 def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any) -> TrainResult:
