@@ -75,3 +75,10 @@ class Sample:
         default=None,
         metadata={"help": "Per-token log-probabilities when SamplingParams.logprobs is set, else None."},
     )
+    entropies: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Per-token entropy of the distribution the log-probs are taken from (softmax of the logits / "
+            "logprob_temperature) when SamplingParams.logprobs is set (the transformers sampler; None from vLLM)."
+        },
+    )

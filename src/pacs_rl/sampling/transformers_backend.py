@@ -315,6 +315,7 @@ class TransformersSampler:
         max_new = params.max_new_tokens
         out = torch.full((rows, max_new), self.pad_id, dtype=torch.long)  # generated ids, on CPU
         out_lp = torch.zeros((rows, max_new), dtype=torch.float32) if params.logprobs else None
+        out_ent = torch.zeros((rows, max_new), dtype=torch.float32) if params.logprobs else None
         length = torch.zeros(rows, dtype=torch.long)
         stopped = torch.zeros(rows, dtype=torch.bool)
         stop_t = torch.tensor(stop_ids, dtype=torch.long, device=device)
@@ -329,8 +330,9 @@ class TransformersSampler:
             out[ids_live, step] = token[live].cpu()
             if out_lp is not None:
                 z = logits if params.logprob_temperature == 1.0 else logits / params.logprob_temperature
-                lp = z.gather(1, token[:, None]).squeeze(1) - torch.logsumexp(z, -1)
-                out_lp[ids_live, step] = lp[live].cpu()
+                z, log_z = z[live], torch.logsumexp(z[live], -1)
+                out_lp[ids_live, step] = (z.gather(1, token[live].unsqueeze(1)).squeeze(1) - log_z).cpu()
+                out_ent[ids_live, step] = (log_z - (torch.softmax(z, -1) * z).sum(-1)).cpu()
             length[ids_live] = step + 1
             hit = torch.isin(token, stop_t) & live
             if hit.any():
@@ -364,6 +366,7 @@ class TransformersSampler:
                 token_ids=token_lists[r],
                 finish_reason="stop" if bool(stopped[r]) else "length",
                 logprobs=out_lp[r, : length[r]].tolist() if out_lp is not None else None,
+                entropies=out_ent[r, : length[r]].tolist() if out_ent is not None else None,
             )
             for r in range(rows)
         ]

@@ -183,6 +183,19 @@ class PACSConfig(GRPOConfig):
         },
     )
 
+    update_token_budget: int | None = field(
+        default=None,
+        metadata={
+            "help": "Run the update's backward in pieces of at most this many completion tokens (rows sorted by "
+            "length, each piece padded to its own longest row): the log-probs' gradient is taken first (on the "
+            "rollout's log-probs while the policy has not stepped since it, else on a forward without gradient), "
+            "then each piece runs a forward and backward with it. Same gradient; activation memory bounded by the "
+            "budget instead of the micro-batch, and the padding to the batch's longest completion left out. "
+            "One process, the 'logits' log-prob path, no DeepSpeed/FSDP/activation checkpointing (otherwise "
+            "ignored with a warning). None: one forward and backward per micro-batch (TRL's way)."
+        },
+    )
+
     # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
     max_grad_norm: float | None = field(
         default=1.0,
@@ -292,6 +305,10 @@ class PACSConfig(GRPOConfig):
             raise ValueError(f"reference={self.reference!r}; use one of {list(REFERENCES)}.")
         if self.logprob_impl not in LOGPROB_IMPLS:
             raise ValueError(f"logprob_impl={self.logprob_impl!r}; use one of {list(LOGPROB_IMPLS)}.")
+        if self.update_token_budget is not None and self.update_token_budget < 1:
+            raise ValueError(
+                f"update_token_budget={self.update_token_budget!r}; use a positive number of tokens, or None."
+            )
 
     def _alias_activation_checkpointing(self) -> None:
         """gradient_checkpointing is transformers' old name of activation_checkpointing: take either, quietly."""

@@ -278,6 +278,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "fast_sampler": True,  # pacs_rl.sampling: one prefill per prompt shared by its 8 samples
     "fast_sampler_dtype": None,  # the model's fp32 (see "bf16")
     "old_logprobs_from_sampler": True,  # the fp32 sampler's log-probs are the old ones: no second forward
+    "update_token_budget": 128,  # the backward in pieces of <= 128 completion tokens: peak memory, padding
     "logging_steps": 1,
     "save_strategy": "steps",
     "save_steps": 10,

@@ -52,6 +52,7 @@ from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.pieces import LogpsBackwardInPieces, completion_logps, prompt_forward, token_logps
 
 if is_peft_available():
     from peft import PeftModel
@@ -128,25 +129,6 @@ def sharding_problems(
     return out
 
 
-def _token_logps(
-    logits: torch.Tensor, targets: torch.Tensor, temperature: float, compute_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log softmax(logits / T) at ``targets`` and, without gradient, the entropy of each position.
-
-    logits: (b, t, V), the LM head's output (scaled in place: autograd keeps one (b, t, V) tensor, and the
-    entropy is computed one row at a time, so no further (b, t, V) copies); targets: (b, t).
-    Returns ((b, t), (b, t) or None).
-    """
-    logits = logits.float().div_(temperature)  # the head's output is not needed by its own backward
-    log_z = torch.logsumexp(logits, dim=-1)  # (b, t)
-    logps = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
-    if not compute_entropy:
-        return logps, None
-    with torch.no_grad():
-        entropy = torch.stack([log_z[r] - (torch.softmax(z, -1) * z).sum(-1) for r, z in enumerate(logits)])
-    return logps, entropy
-
-
 def completion_logits_shared_prompt(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
 ) -> list[torch.Tensor]:
@@ -162,27 +144,11 @@ def completion_logits_shared_prompt(
     (B, 1, V) from the last prompt position, predicting completion token 0, then (B, used − 1, V) predicting
     tokens 1 .. used − 1, where ``used`` is the longest completion (the second part is absent when used = 1).
     """
-    from transformers import DynamicCache
-
     P = input_ids.size(1) - logits_to_keep
-    prompt_ids, prompt_mask = input_ids[:, :P], attention_mask[:, :P]
     completion_ids, completion_mask = input_ids[:, P:], attention_mask[:, P:]
     filled = completion_mask.any(0).nonzero()
     used = int(filled[-1]) + 1 if len(filled) else 1  # longest completion in the batch (>= 1 column)
-    first = int(prompt_mask.any(0).nonzero()[0]) if prompt_mask.any() else 0  # drop all-padding columns
-    prompt_ids, prompt_mask = prompt_ids[:, first:], prompt_mask[:, first:]
-
-    unique, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
-    u_ids, u_mask = unique[:, : prompt_ids.size(1)], unique[:, prompt_ids.size(1) :]
-    cache = DynamicCache(config=getattr(model, "module", model).config)  # DDP wraps the model in .module
-    head = model(
-        input_ids=u_ids,
-        attention_mask=u_mask,
-        position_ids=(u_mask.cumsum(-1) - 1).clamp_min(0),
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    ).logits  # (U, 1, V): the last prompt position predicts completion token 0
+    head, cache, inverse, prompt_mask = prompt_forward(model, input_ids[:, :P], attention_mask[:, :P])
     cache.batch_select_indices(inverse)
     if used == 1:
         return [head[inverse]]
@@ -247,6 +213,36 @@ class PACSTrainer(GRPOTrainer):
         )
         if problems:
             raise ValueError("; ".join(problems))
+        # global_step when the buffered rollout was sampled (-1: unknown, e.g. after a resume)
+        self._rollout_step = -1
+        self._use_pieces = self._update_in_pieces()
+
+    def _update_in_pieces(self) -> bool:
+        """Whether update_token_budget applies; where it cannot, say why (it is not silently ignored)."""
+        if not self.args.update_token_budget:
+            return False
+        stage, fsdp = self._sharding()
+        why = [
+            reason
+            for reason, applies in [
+                (f"{self.accelerator.num_processes} processes", self.accelerator.num_processes > 1),
+                ("DeepSpeed", stage is not None),
+                ("FSDP", fsdp),
+                ("activation checkpointing", _checkpoints_activations(self.model)),
+                (f"logprob_impl={self.args.logprob_impl!r} on {self.accelerator.device.type}",
+                 not self._completion_only_head()),
+                ("shared_prompt_forward=False", not self.args.shared_prompt_forward),
+            ]
+            if applies
+        ]  # fmt: skip
+        if why:
+            warnings.warn(
+                f"update_token_budget={self.args.update_token_budget} is ignored with {', '.join(why)}: it needs one "
+                "process and the 'logits' log-prob path with the shared prompt forward; the update runs one forward "
+                "and backward per micro-batch.",
+                stacklevel=3,
+            )
+        return not why
 
     def _sharding(self) -> tuple[int | None, bool]:
         """(DeepSpeed ZeRO stage or None, whether FSDP shards the model), as accelerate set them up."""
@@ -310,7 +306,11 @@ class PACSTrainer(GRPOTrainer):
         )
         samples = [s for group in self._sampler.generate_ids(unique, params) for s in group]
         completions = [list(s.token_ids) for s in samples]
-        self._sampler_old_logps = (completions, [s.logprobs for s in samples]) if keep_logprobs else None
+        self._sampler_old_logps = (
+            (completions, [s.logprobs for s in samples], [s.entropies for s in samples])
+            if keep_logprobs
+            else None
+        )
         return completions
 
     def _sampler_logprobs_usable(self) -> bool:
@@ -338,19 +338,22 @@ class PACSTrainer(GRPOTrainer):
     def _take_sampler_logps(self, input_ids, attention_mask, logits_to_keep) -> torch.Tensor | None:
         """The last rollout's sampler log-probs as a (B, logits_to_keep) tensor (0 on padding) when ``input_ids``
         hold exactly its completions; None otherwise (the caller then runs a forward). Used once."""
-        completions, logps = self._sampler_old_logps
+        completions, logps, entropies = self._sampler_old_logps
         self._sampler_old_logps = None
         T = logits_to_keep
         if len(completions) != input_ids.size(0):
             return None
         out = torch.zeros((len(completions), T), dtype=torch.float32)
+        ent = torch.zeros_like(out)
         mask = attention_mask[:, -T:].sum(-1).tolist()
         ids = input_ids[:, -T:].tolist()
-        for row, (tokens, lp) in enumerate(zip(completions, logps, strict=True)):
+        for row, (tokens, lp, h) in enumerate(zip(completions, logps, entropies, strict=True)):
             n = len(tokens)
             if n > T or mask[row] != n or ids[row][:n] != tokens:
                 return None
             out[row, :n] = torch.tensor(lp)
+            ent[row, :n] = torch.tensor(h)
+        self._rollout_entropies = ent.to(input_ids.device)  # for the update in pieces (update_token_budget)
         return out.to(input_ids.device)
 
     def _get_per_token_logps_and_entropies(
@@ -420,7 +423,7 @@ class PACSTrainer(GRPOTrainer):
             logps, entropies, used = [], [], 0
             for logits in parts:  # (b, t, V) each, in completion order
                 t = logits.size(1)
-                lp, ent = _token_logps(logits, targets[:, used : used + t], self.temperature, compute_entropy)
+                lp, ent = token_logps(logits, targets[:, used : used + t], self.temperature, compute_entropy)
                 logps.append(lp)
                 entropies.append(ent)
                 used += t
@@ -440,6 +443,13 @@ class PACSTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
+        if mode == "train":
+            self._rollout_step = self.state.global_step
+        entropies = self.__dict__.pop(
+            "_rollout_entropies", None
+        )  # the fp32 sampler's, with its old log-probs
+        if entropies is not None and entropies.shape == output["completion_mask"].shape:
+            output["sampler_entropies"] = entropies
         device = self.accelerator.device
         rewards_per_func = self._last_rewards_per_func
         unscorable = torch.isnan(rewards_per_func).all(dim=1)
@@ -513,9 +523,12 @@ class PACSTrainer(GRPOTrainer):
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
         input_ids, attention_mask, mask = sequence_tensors(inputs)
-        logp, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, mask.size(1), compute_entropy=True
-        )  # (B, T) each
+        if self._use_pieces and mode == "train" and model is self.model and torch.is_grad_enabled():
+            logp, entropies = self._logps_backward_in_pieces(model, inputs, input_ids, attention_mask, mask)
+        else:
+            logp, entropies, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, mask.size(1), compute_entropy=True
+            )  # (B, T) each
         # TRL skips the rollout-time forward when the rollout is used for a single optimizer step; then the
         # old policy is the current one and its log-probs are these, detached.
         old_logp = inputs.get("old_per_token_logps")
@@ -552,9 +565,8 @@ class PACSTrainer(GRPOTrainer):
         if rows is not None and rows.numel() == 0:  # no finite group: no loss, the step's norm decides
             return torch.where(torch.isfinite(logp), logp, 0.0).sum() * 0.0
         if rows is not None:
-            logp, old_logp, mask, rewards, entropies = (
-                x[rows] for x in (logp, old_logp, mask, rewards, entropies)
-            )
+            logp, old_logp, mask, rewards = (x[rows] for x in (logp, old_logp, mask, rewards))
+            entropies = None if entropies is None else entropies[rows]
             batch = {k: (None if v is None else v[rows]) for k, v in batch.items()}
         loss, loss_metrics = compute_policy_loss(
             self.loss_type,
@@ -571,6 +583,37 @@ class PACSTrainer(GRPOTrainer):
 
         self._log_step_metrics(mode, loss_metrics, entropies, mask, rewards, G)
         return loss
+
+    def _logps_backward_in_pieces(self, model, inputs, input_ids, attention_mask, mask):
+        """(logp, entropies) for `_compute_loss` with update_token_budget (pacs_rl.training.pieces).
+
+        logp holds the values without a graph; its backward runs the model's forward and backward in pieces.
+        The values: the rollout's old log-probs while the policy has not stepped since the rollout (the same
+        weights computed them), else a forward without gradient. entropies: the fp32 sampler's or that forward's;
+        None when neither has them, and then the pieces compute and log them (over the rows they run)."""
+        T, budget = mask.size(1), self.args.update_token_budget
+        old = inputs.get("old_per_token_logps")
+        if old is not None and self.state.global_step == self._rollout_step:
+            values, entropies = old.float(), inputs.get("sampler_entropies")
+        else:
+            # without gradient only a piece's logits are alive (4 bytes x vocabulary per token): 4x the budget
+            with torch.no_grad(), self.accelerator.autocast():
+                values, entropies = completion_logps(
+                    model, input_ids, attention_mask, T, self.temperature, 4 * budget, compute_entropy=True
+                )
+
+        def backward(grad: torch.Tensor) -> None:
+            with self.accelerator.autocast():
+                _, ent = completion_logps(model, input_ids, attention_mask, T, self.temperature, budget,
+                                          grad=grad, compute_entropy=entropies is None)  # fmt: skip
+            rows = mask * grad.ne(0).any(-1, keepdim=True)  # the rows the pieces ran (no gradient: skipped)
+            if ent is not None and rows.any():
+                self._metrics["train"]["entropy"].append(
+                    (ent * rows).sum().item() / max(rows.sum().item(), 1.0)
+                )
+
+        anchor = torch.zeros((), device=input_ids.device, requires_grad=True)
+        return LogpsBackwardInPieces.apply(anchor, values, backward), entropies
 
     def _finite_rows(self, mode, G, mask, rewards, **tensors) -> torch.Tensor | None:
         """Rows of the groups whose response tokens are finite in every given (B, T) tensor; None when all are.
@@ -623,19 +666,19 @@ class PACSTrainer(GRPOTrainer):
         """Average each metric over processes (one all-reduce) and queue it for TRL's `log`."""
         names = sorted(loss_metrics)
         local = [float(loss_metrics[k]) for k in names]
-        local += [
-            (entropies.detach() * mask).sum().item() / max(mask.sum().item(), 1.0),
-            rewards.float().mean().item(),
-            group_mixed_fraction(rewards, G),
-        ]
+        entropy = float("nan")  # None: the update's pieces log it themselves (update_token_budget)
+        if entropies is not None:
+            entropy = (entropies.detach() * mask).sum().item() / max(mask.sum().item(), 1.0)
+        local += [rewards.float().mean().item(), group_mixed_fraction(rewards, G), entropy]
         values = torch.tensor(local, dtype=torch.float64, device=self.accelerator.device)
         values = self.accelerator.reduce(values, reduction="mean").tolist()
         prefix = f"{self.loss_type}/"
         for name, value in zip(names, values[: len(names)], strict=True):
             key = name if "/" in name else prefix + name
             self._metrics[mode][key].append(value)
-        entropy, accuracy, mixed = values[len(names) :]
-        self._metrics[mode]["entropy"].append(entropy)
+        accuracy, mixed, entropy = values[len(names) :]
+        if entropies is not None:
+            self._metrics[mode]["entropy"].append(entropy)
         self._metrics[mode]["accuracy"].append(accuracy)  # of this mini-batch's completions
         self._metrics[mode]["groups/mixed_frac_minibatch"].append(mixed)
 

@@ -1,0 +1,197 @@
+"""The update's backward in pieces of at most ``update_token_budget`` completion tokens (CPU memory).
+
+A micro-batch's loss needs the log-probs of all its rows at once (PACS's ψ_i compares completion i with the
+other completions of its group), so an ordinary forward keeps the activations of every row until the backward:
+for the bundled 135M model in fp32 about 1.8 MB per completion token, 1.4 GiB for a group of 8 completions of
+96 tokens. With a budget the update runs in three steps:
+
+1. the log-prob values (B, T) of the micro-batch come without a graph: from the rollout when the policy has
+   not stepped since it was sampled (they are then the current values), otherwise from a forward without
+   gradient (``completion_logps``);
+2. the loss is computed on them as on any log-probs, and its backward delivers ∂L/∂logp, (B, T);
+3. that gradient drives the model's backward in pieces (``LogpsBackwardInPieces``): each piece is a forward
+   with gradient over a few rows and ``backward(logp_piece, ∂L/∂logp_piece)``. The parameter gradients add up
+   to the one-forward gradient (same θ, same values; float rounding aside), for any loss.
+
+Rows are sorted by length, so a piece pads to its own longest completion instead of the batch's: the shorter
+completions cost their own tokens only. Each distinct prompt runs once without gradient for its KV cache, which
+the pieces read as leaves; their gradients add up and go back through a second forward of the prompt, with
+gradient, at the end (the prompt's graph is not held while the pieces run).
+Single process only (a DDP/DeepSpeed/FSDP backward must run once per micro-batch); the trainer checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["LogpsBackwardInPieces", "completion_logps", "plan_pieces", "prompt_forward", "token_logps"]
+
+
+def token_logps(
+    logits: Tensor, targets: Tensor, temperature: float, compute_entropy: bool
+) -> tuple[Tensor, Tensor | None]:
+    """log softmax(logits / T) at ``targets`` and, without gradient, the entropy of each position.
+
+    logits: (b, t, V), the LM head's output (scaled in place: autograd keeps one (b, t, V) tensor, and the
+    entropy is computed one row at a time, so no further (b, t, V) copies); targets: (b, t).
+    Returns ((b, t), (b, t) or None).
+    """
+    logits = logits.float().div_(temperature)  # the head's output is not needed by its own backward
+    log_z = torch.logsumexp(logits, dim=-1)  # (b, t)
+    logps = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_z
+    if not compute_entropy:
+        return logps, None
+    with torch.no_grad():
+        entropy = torch.stack([log_z[r] - (torch.softmax(z, -1) * z).sum(-1) for r, z in enumerate(logits)])
+    return logps, entropy
+
+
+def _config(model):
+    return getattr(model, "module", model).config  # DDP wraps the model in .module
+
+
+def prompt_forward(model, prompt_ids: Tensor, prompt_mask: Tensor):
+    """Run each distinct (left-padded) prompt once with a KV cache.
+
+    Returns (head, cache, inverse, prompt_mask): head (U, 1, V) is the LM head at each distinct prompt's last
+    position (it predicts completion token 0), cache the distinct prompts' DynamicCache, inverse (B,) the
+    distinct prompt of each row, prompt_mask (B, P') with the columns that are padding in every row dropped.
+    """
+    from transformers import DynamicCache
+
+    first = int(prompt_mask.any(0).nonzero()[0]) if prompt_mask.any() else 0  # drop all-padding columns
+    prompt_ids, prompt_mask = prompt_ids[:, first:], prompt_mask[:, first:]
+    unique, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
+    u_ids, u_mask = unique[:, : prompt_ids.size(1)], unique[:, prompt_ids.size(1) :]
+    cache = DynamicCache(config=_config(model))
+    head = model(
+        input_ids=u_ids,
+        attention_mask=u_mask,
+        position_ids=(u_mask.cumsum(-1) - 1).clamp_min(0),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits  # (U, 1, V)
+    return head, cache, inverse, prompt_mask
+
+
+def plan_pieces(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
+    """Rows (indices) in pieces of at most ``token_budget`` padded tokens, longest rows first.
+
+    A piece pads to its first (longest) row, so it holds ``budget // longest`` rows (at least one: a row longer
+    than the budget is a piece of its own). Rows of length 0 are left out.
+    """
+    order = sorted((i for i, n in enumerate(lengths) if n > 0), key=lambda i: -lengths[i])
+    pieces: list[list[int]] = []
+    for i in order:
+        if pieces and (len(pieces[-1]) + 1) * lengths[pieces[-1][0]] <= token_budget:
+            pieces[-1].append(i)
+        else:
+            pieces.append([i])
+    return pieces
+
+
+def completion_logps(
+    model,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    logits_to_keep: int,
+    temperature: float,
+    token_budget: int,
+    grad: Tensor | None = None,
+    compute_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs of the completion tokens, computed piece by piece (``plan_pieces``).
+
+    input_ids, attention_mask: (B, P + T), a left-padded prompt then a right-padded completion of
+    T = ``logits_to_keep`` tokens. grad None: the values without gradient. grad (B, T): also add the gradient
+    of Σ grad · logp to the parameters' ``.grad`` (rows whose grad is all zero are skipped). Returns the values
+    (B, T) in fp32, 0 on padding, and the entropies (B, T) when asked (0 on padding and on skipped rows).
+    """
+    T = logits_to_keep
+    completion_ids, completion_mask = input_ids[:, -T:], attention_mask[:, -T:]
+    lengths = completion_mask.sum(-1).tolist()
+    if grad is not None:
+        lengths = [n if bool(g.any()) else 0 for n, g in zip(lengths, grad, strict=True)]
+    values = torch.zeros(completion_ids.shape, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(values) if compute_entropy else None
+    if grad is not None and not any(lengths):  # nothing to differentiate (e.g. groups of equal rewards)
+        return values, entropy
+    prompt = input_ids[:, :-T], attention_mask[:, :-T]
+    with torch.no_grad():  # the prompt's graph would stay alive through every piece: it runs again at the end
+        head, cache, inverse, prompt_mask = prompt_forward(model, *prompt)
+        lp0, ent0 = token_logps(head[inverse], completion_ids[:, :1], temperature, compute_entropy)
+    values[:, :1] = lp0
+    if ent0 is not None:
+        entropy[:, :1] = ent0
+    leaves = [
+        t.requires_grad_(grad is not None) for layer in cache.layers for t in (layer.keys, layer.values)
+    ]
+    del cache, head
+    with torch.set_grad_enabled(grad is not None):
+        start = prompt_mask.sum(-1, keepdim=True)  # (B, 1): position of completion token 0
+        for piece in plan_pieces(lengths, token_budget):
+            # completion tokens 1 .. width are predicted by the tokens 0 .. width - 1 before them
+            width = lengths[piece[0]] - 1
+            if width <= 0:
+                continue
+            idx = torch.tensor(piece, device=input_ids.device)
+            logits = _piece_forward(model, leaves, inverse[idx], completion_ids[idx, :width],
+                                    torch.cat([prompt_mask[idx], completion_mask[idx, :width]], 1),
+                                    start[idx] + torch.arange(width, device=input_ids.device))  # fmt: skip
+            lp, ent = token_logps(logits, completion_ids[idx, 1 : width + 1], temperature, compute_entropy)
+            del logits
+            values[idx, 1 : width + 1] = lp.detach()
+            if ent is not None:
+                entropy[idx, 1 : width + 1] = ent
+            if grad is not None:
+                torch.autograd.backward(lp, grad[idx, 1 : width + 1].to(lp.dtype))
+            del lp
+        if grad is not None:  # the prompt's share: token 0's log-prob and the KV cache every piece read
+            head, cache, _, _ = prompt_forward(model, *prompt)
+            lp0, _ = token_logps(head[inverse], completion_ids[:, :1], temperature, False)
+            outputs, grads = [lp0], [grad[:, :1].to(lp0.dtype)]
+            kv = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+            for tensor, leaf in zip(kv, leaves, strict=True):
+                if leaf.grad is not None:
+                    outputs.append(tensor)
+                    grads.append(leaf.grad)
+            torch.autograd.backward(outputs, grads)
+    values = values * completion_mask
+    return values, (entropy * completion_mask if entropy is not None else None)
+
+
+def _piece_forward(
+    model, kv: list[Tensor], rows: Tensor, ids: Tensor, mask: Tensor, positions: Tensor
+) -> Tensor:
+    """The LM head's output (b, w, V) for completion tokens ``ids`` (b, w) after the prompts' cache rows ``rows``."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=_config(model))
+    for layer in range(len(kv) // 2):
+        cache.update(kv[2 * layer][rows], kv[2 * layer + 1][rows], layer)
+    return model(
+        input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+    ).logits
+
+
+class LogpsBackwardInPieces(torch.autograd.Function):
+    """``values`` (B, T) as a tensor in the graph whose backward calls ``backward_fn(grad)``.
+
+    ``anchor`` is any scalar that requires grad (it puts the output in the graph; it gets no gradient).
+    ``backward_fn`` runs the model's backward itself (``completion_logps`` with ``grad``), the way reentrant
+    activation checkpointing does, and the parameters' gradients accumulate as in any backward.
+    """
+
+    @staticmethod
+    def forward(ctx, anchor: Tensor, values: Tensor, backward_fn: Callable[[Tensor], None]) -> Tensor:
+        ctx.backward_fn = backward_fn
+        return values.detach().clone()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        ctx.backward_fn(grad)
+        return None, None, None
