@@ -54,7 +54,16 @@ def test_paper_config_dry_runs_cleanly_on_8_processes(shared_data, monkeypatch, 
     assert "optimizer steps per rollout batch: 4" in out
     assert "vLLM colocated" in out and "500 problems of math500" in out
     assert "memory per device" in out and "every check passed" in out
+    assert "update_token_budget" not in out  # the config turns the CPU layer's pieces off
     assert not (tmp_path / "paper").exists()  # nothing written
+
+
+def test_dry_run_says_whether_the_update_runs_in_pieces(tmp_path):
+    values = run.default_settings() | {"model": "tiny"}
+    lines, refusals = dry_run(values, tmp_path / "x", num_processes=1)
+    assert refusals == [] and any("backward in pieces of at most 128 completion tokens" in x for x in lines)
+    lines, _ = dry_run(values, tmp_path / "x", num_processes=2)
+    assert any("update_token_budget=128 is ignored here" in x for x in lines), lines
 
 
 def test_dry_run_reports_every_refusal_at_once(tmp_path):
@@ -299,8 +308,9 @@ def test_greedy_engine_evaluation_through_the_fast_sampler_that_keeps_old_logpro
     assert result["n"] == 3 and result["correct"] == 3
     assert trainer._sampler_old_logps is None  # greedy: nothing kept for a rollout to take
     trainer._fast_generate([[1, 2], [1, 2]], 2)  # a rollout at the training temperature keeps them
-    completions, logps = trainer._sampler_old_logps
+    completions, logps, entropies = trainer._sampler_old_logps
     assert len(completions) == 2 and all(len(lp) == len(c) for lp, c in zip(logps, completions, strict=True))
+    assert [len(h) for h in entropies] == [len(c) for c in completions]
 
 
 class _SecondOfTwo:

@@ -317,6 +317,17 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
         gen = "transformers generate" + (" (ZeRO-3 weights gathered for it)" if zero_stage == 3 else "")
     lines.append(f"generation: {gen}; temperature {config.temperature}, top_p {config.top_p}, "
                  f"up to {config.max_completion_length} tokens")  # fmt: skip
+    if getattr(config, "update_token_budget", None):
+        logits_path = config.logprob_impl == "logits" or (
+            config.logprob_impl == "auto" and cfg.get("use_cpu")
+        )
+        checkpointing = cfg.get("gradient_checkpointing") or cfg.get("activation_checkpointing")
+        if engine == "single" and logits_path and config.shared_prompt_forward and not checkpointing:
+            lines.append(f"update: backward in pieces of at most {config.update_token_budget} completion tokens "
+                         "(update_token_budget)")  # fmt: skip
+        else:
+            lines.append(f"  warning: update_token_budget={config.update_token_budget} is ignored here (it needs one "
+                         "process and the 'logits' log-prob path): one forward and backward per micro-batch")  # fmt: skip
     if settings.eval_size:
         where = "on one process (fast sampler)" if engine == "single" and not config.use_vllm else (
             "through the rollout engine, split across the processes and gathered"

@@ -10,7 +10,9 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
 - `_compute_loss`: per-token log-probs, then `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`,
   divided by the accumulation steps itself (`loss_is_scaled_for_ga = True`, so transformers does not divide
   again); groups with a non-finite log-prob are left out and counted. The baselines also get TRL's reference
-  log-probs (KL, `beta` > 0), the vLLM importance-sampling ratio and which completions were scored.
+  log-probs (KL, `beta` > 0), the vLLM importance-sampling ratio and which completions were scored. With
+  `update_token_budget` (one process) the log-probs are values whose backward runs the model in pieces
+  (`pacs_rl.training.pieces`).
 - `_get_grad_norm`: a step whose gradient norm is not finite is skipped (gradients dropped before the
   optimizer step) and counted, whatever `max_grad_norm` (None/0: no clip, the norm still logged).
 - `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
