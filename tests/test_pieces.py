@@ -9,7 +9,7 @@ from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics
 from pacs_rl.training.pieces import completion_logps, plan_pieces
 from pacs_rl.training.trainer import completion_logits_shared_prompt, sequence_tensors
-from train_helpers import G, parity_reward, tiny_run_kwargs
+from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 
 
 def test_plan_pieces_pads_each_piece_to_its_longest_row():
@@ -24,19 +24,8 @@ def test_plan_pieces_pads_each_piece_to_its_longest_row():
 
 def _batch(model, tokenizer):
     """Two prompts (one left-padded) × G=3 completions of mixed lengths, right-padded to T=6."""
-    torch.manual_seed(0)
-    n, P, T = 3, 7, 6
-    prompts = torch.randint(3, model.config.vocab_size, (2, P))
-    prompt_mask = torch.ones_like(prompts)
-    prompt_mask[0, :2] = 0
-    completions = torch.randint(3, model.config.vocab_size, (2 * n, T))
-    completion_mask = torch.ones_like(completions)
-    for row, length in enumerate([6, 2, 4, 1, 5, 3]):
-        completion_mask[row, length:] = 0
-    ids = torch.cat([prompts.repeat_interleave(n, 0), completions], 1)
-    attention = torch.cat([prompt_mask.repeat_interleave(n, 0), completion_mask], 1)
-    ids[attention == 0] = tokenizer.pad_token_id
-    return ids, attention, completion_mask, T
+    lengths = [6, 2, 4, 1, 5, 3]
+    return (*grouped_batch(model.config.vocab_size, tokenizer.pad_token_id, 2, 3, lengths), 6)
 
 
 def _one_forward(model, ids, attention, T, temperature, weights):

@@ -16,7 +16,7 @@ from pacs_rl.training.trainer import (
     sequence_tensors,
     shuffle_groups,
 )
-from train_helpers import G, parity_reward, tiny_run_kwargs
+from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 
 
 def _dataset(n=32):
@@ -369,18 +369,10 @@ def test_shared_prompt_forward_equals_full_rows(tmp_path, tiny_model, tiny_token
     """shared_prompt_forward (each distinct prompt once, completions trimmed to the longest) gives the
     log-probs, entropies and gradients of one forward over every full row: groups of G=2 rows share a
     left-padded prompt, completions are right-padded to different lengths."""
-    torch.manual_seed(0)
-    G, P, T = 2, 7, 6
-    prompts = torch.randint(3, tiny_model.config.vocab_size, (3, P))
-    prompt_mask = torch.ones_like(prompts)
-    prompt_mask[0, :2] = 0  # left padding
-    completions = torch.randint(3, tiny_model.config.vocab_size, (3 * G, T))
-    completion_mask = torch.ones_like(completions)
-    for row, length in enumerate([6, 2, 4, 1, 3, 4]):
-        completion_mask[row, length:] = 0
-    ids = torch.cat([prompts.repeat_interleave(G, 0), completions], 1)
-    attention = torch.cat([prompt_mask.repeat_interleave(G, 0), completion_mask], 1)
-    ids[:, :2][attention[:, :2] == 0] = tiny_tokenizer.pad_token_id
+    G, T = 2, 6
+    ids, attention, completion_mask = grouped_batch(
+        tiny_model.config.vocab_size, tiny_tokenizer.pad_token_id, 3, G, [6, 2, 4, 1, 3, 4], T=T
+    )
     results = {}
     for shared in (False, True):
         trainer = _trainer(tmp_path / str(shared), tiny_model, tiny_tokenizer, logprob_impl="logits",

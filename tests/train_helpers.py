@@ -30,3 +30,22 @@ def tiny_run_kwargs(tmp_path, **overrides) -> dict:
     )
     kw.update(overrides)
     return kw
+
+
+def grouped_batch(vocab_size: int, pad_id: int, groups: int, group_size: int, lengths: list[int], P=7, T=6):
+    """(input_ids, attention_mask, completion_mask) of ``groups`` random prompts of P tokens (the first
+    left-padded by 2) × ``group_size`` random completions right-padded from ``lengths`` to T tokens."""
+    import torch
+
+    torch.manual_seed(0)
+    prompts = torch.randint(3, vocab_size, (groups, P))
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[0, :2] = 0  # left padding
+    completions = torch.randint(3, vocab_size, (groups * group_size, T))
+    completion_mask = torch.ones_like(completions)
+    for row, length in enumerate(lengths):
+        completion_mask[row, length:] = 0
+    ids = torch.cat([prompts.repeat_interleave(group_size, 0), completions], 1)
+    attention = torch.cat([prompt_mask.repeat_interleave(group_size, 0), completion_mask], 1)
+    ids[attention == 0] = pad_id
+    return ids, attention, completion_mask
