@@ -27,7 +27,39 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["LogpsBackwardInPieces", "completion_logps", "plan_pieces", "prompt_forward", "token_logps"]
+__all__ = [
+    "LogpsBackwardInPieces",
+    "completion_forward",
+    "completion_logps",
+    "pieces_problems",
+    "plan_pieces",
+    "prompt_forward",
+    "token_logps",
+]
+
+
+def pieces_problems(
+    *,
+    num_processes: int,
+    deepspeed: bool,
+    fsdp: bool,
+    activation_checkpointing: bool,
+    completion_only_head: bool,
+    logprob_impl: str,
+    device: str,
+    shared_prompt_forward: bool,
+) -> list[str]:
+    """Why update_token_budget cannot apply to a run set up so (empty: it applies). The trainer warns with these
+    and runs one forward and backward per micro-batch; `--dry-run` lists them."""
+    reasons = [
+        (f"{num_processes} processes", num_processes > 1),
+        ("DeepSpeed", deepspeed),
+        ("FSDP", fsdp),
+        ("activation checkpointing", activation_checkpointing),
+        (f"logprob_impl={logprob_impl!r} on {device}", not completion_only_head),
+        ("shared_prompt_forward=False", not shared_prompt_forward),
+    ]
+    return [reason for reason, applies in reasons if applies]
 
 
 def token_logps(
@@ -139,7 +171,7 @@ def completion_logps(
             if width <= 0:
                 continue
             idx = torch.tensor(piece, device=input_ids.device)
-            logits = _piece_forward(model, leaves, inverse[idx], completion_ids[idx, :width],
+            logits = completion_forward(model, leaves, inverse[idx], completion_ids[idx, :width],
                                     torch.cat([prompt_mask[idx], completion_mask[idx, :width]], 1),
                                     start[idx] + torch.arange(width, device=input_ids.device))  # fmt: skip
             lp, ent = token_logps(logits, completion_ids[idx, 1 : width + 1], temperature, compute_entropy)
@@ -164,10 +196,14 @@ def completion_logps(
     return values, (entropy * completion_mask if entropy is not None else None)
 
 
-def _piece_forward(
+def completion_forward(
     model, kv: list[Tensor], rows: Tensor, ids: Tensor, mask: Tensor, positions: Tensor
 ) -> Tensor:
-    """The LM head's output (b, w, V) for completion tokens ``ids`` (b, w) after the prompts' cache rows ``rows``."""
+    """The LM head's output (b, w, V) for completion tokens ``ids`` (b, w) after the prompts' cache rows ``rows``.
+
+    kv: the prompts' keys and values, layer by layer (keys, values, keys, ...), as ``prompt_forward``'s cache
+    holds them; ``rows`` (b,) picks each row's prompt; mask (b, P' + w) and positions (b, w) as the model takes
+    them."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=_config(model))

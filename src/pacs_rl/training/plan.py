@@ -33,6 +33,7 @@ from pacs_rl.data.procedural import is_procedural
 from pacs_rl.models import BUNDLED_MODELS, cache_dir
 from pacs_rl.training import fields as grpo_fields
 from pacs_rl.training import run
+from pacs_rl.training.pieces import pieces_problems
 
 GIB = 1024**3
 HARDWARE_FIELDS = {
@@ -236,9 +237,8 @@ def dry_run(
         except run.SettingsError as e:
             refusals.append(str(e))
     resume_note = ""
-    if (
-        config is not None or not resume
-    ):  # a fresh run reads no config: it only refuses a folder with checkpoints
+    # a fresh run needs no config here: it only refuses a folder that holds checkpoints
+    if config is not None or not resume:
         try:
             checkpoint, complete = run.resume_point(Path(output_dir), resume, config, num_processes)
             if checkpoint:
@@ -318,16 +318,26 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
     lines.append(f"generation: {gen}; temperature {config.temperature}, top_p {config.top_p}, "
                  f"up to {config.max_completion_length} tokens")  # fmt: skip
     if getattr(config, "update_token_budget", None):
-        logits_path = config.logprob_impl == "logits" or (
-            config.logprob_impl == "auto" and cfg.get("use_cpu")
+        why = pieces_problems(
+            num_processes=n_proc,
+            deepspeed=engine == "deepspeed",
+            fsdp=engine == "fsdp",
+            activation_checkpointing=bool(
+                cfg.get("gradient_checkpointing") or cfg.get("activation_checkpointing")
+            ),
+            completion_only_head=config.logprob_impl == "logits"
+            or (config.logprob_impl == "auto" and bool(cfg.get("use_cpu"))),
+            logprob_impl=config.logprob_impl,
+            device="cpu" if cfg.get("use_cpu") else "GPUs",
+            shared_prompt_forward=config.shared_prompt_forward,
         )
-        checkpointing = cfg.get("gradient_checkpointing") or cfg.get("activation_checkpointing")
-        if engine == "single" and logits_path and config.shared_prompt_forward and not checkpointing:
-            lines.append(f"update: backward in pieces of at most {config.update_token_budget} completion tokens "
-                         "(update_token_budget)")  # fmt: skip
-        else:
-            lines.append(f"  warning: update_token_budget={config.update_token_budget} is ignored here (it needs one "
-                         "process and the 'logits' log-prob path): one forward and backward per micro-batch")  # fmt: skip
+        budget = config.update_token_budget
+        lines.append(
+            f"  warning: update_token_budget={budget} is ignored here ({', '.join(why)}; it needs one process and "
+            "the 'logits' log-prob path): one forward and backward per micro-batch"
+            if why
+            else f"update: backward in pieces of at most {budget} completion tokens (update_token_budget)"
+        )
     if settings.eval_size:
         where = "on one process (fast sampler)" if engine == "single" and not config.use_vllm else (
             "through the rollout engine, split across the processes and gathered"

@@ -54,7 +54,14 @@ from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.pieces import LogpsBackwardInPieces, completion_logps, prompt_forward, token_logps
+from pacs_rl.training.pieces import (
+    LogpsBackwardInPieces,
+    completion_forward,
+    completion_logps,
+    pieces_problems,
+    prompt_forward,
+    token_logps,
+)
 
 if is_peft_available():
     from peft import PeftModel
@@ -151,18 +158,14 @@ def completion_logits_shared_prompt(
     filled = completion_mask.any(0).nonzero()
     used = int(filled[-1]) + 1 if len(filled) else 1  # longest completion in the batch (>= 1 column)
     head, cache, inverse, prompt_mask = prompt_forward(model, input_ids[:, :P], attention_mask[:, :P])
-    cache.batch_select_indices(inverse)
     if used == 1:
         return [head[inverse]]
+    kv = [t for layer in cache.layers for t in (layer.keys, layer.values)]
     mask = torch.cat([prompt_mask, completion_mask[:, : used - 1]], dim=1)  # (B, P' + used - 1)
     start = prompt_mask.sum(-1, keepdim=True)  # (B, 1): position of completion token 0
-    tail = model(
-        input_ids=completion_ids[:, : used - 1],  # token t predicts token t + 1
-        attention_mask=mask,
-        position_ids=start + torch.arange(used - 1, device=input_ids.device),
-        past_key_values=cache,
-        use_cache=True,
-    ).logits  # (B, used - 1, V)
+    positions = start + torch.arange(used - 1, device=input_ids.device)
+    # token t predicts token t + 1: (B, used - 1, V)
+    tail = completion_forward(model, kv, inverse, completion_ids[:, : used - 1], mask, positions)
     return [head[inverse], tail]
 
 
@@ -224,19 +227,16 @@ class PACSTrainer(GRPOTrainer):
         if not self.args.update_token_budget:
             return False
         stage, fsdp = self._sharding()
-        why = [
-            reason
-            for reason, applies in [
-                (f"{self.accelerator.num_processes} processes", self.accelerator.num_processes > 1),
-                ("DeepSpeed", stage is not None),
-                ("FSDP", fsdp),
-                ("activation checkpointing", _checkpoints_activations(self.model)),
-                (f"logprob_impl={self.args.logprob_impl!r} on {self.accelerator.device.type}",
-                 not self._completion_only_head()),
-                ("shared_prompt_forward=False", not self.args.shared_prompt_forward),
-            ]
-            if applies
-        ]  # fmt: skip
+        why = pieces_problems(
+            num_processes=self.accelerator.num_processes,
+            deepspeed=stage is not None,
+            fsdp=fsdp,
+            activation_checkpointing=_checkpoints_activations(self.model),
+            completion_only_head=self._completion_only_head(),
+            logprob_impl=self.args.logprob_impl,
+            device=self.accelerator.device.type,
+            shared_prompt_forward=self.args.shared_prompt_forward,
+        )
         if why:
             warnings.warn(
                 f"update_token_budget={self.args.update_token_budget} is ignored with {', '.join(why)}: it needs one "
@@ -346,7 +346,7 @@ class PACSTrainer(GRPOTrainer):
         if len(completions) != input_ids.size(0):
             return None
         out = torch.zeros((len(completions), T), dtype=torch.float32)
-        ent = torch.zeros_like(out)
+        ent = torch.zeros_like(out) if self._use_pieces else None  # only the update in pieces reads them
         mask = attention_mask[:, -T:].sum(-1).tolist()
         ids = input_ids[:, -T:].tolist()
         for row, (tokens, lp, h) in enumerate(zip(completions, logps, entropies, strict=True)):
@@ -354,8 +354,10 @@ class PACSTrainer(GRPOTrainer):
             if n > T or mask[row] != n or ids[row][:n] != tokens:
                 return None
             out[row, :n] = torch.tensor(lp)
-            ent[row, :n] = torch.tensor(h)
-        self._rollout_entropies = ent.to(input_ids.device)  # for the update in pieces (update_token_budget)
+            if ent is not None:
+                ent[row, :n] = torch.tensor(h)
+        if ent is not None:
+            self._rollout_entropies = ent.to(input_ids.device)
         return out.to(input_ids.device)
 
     def _get_per_token_logps_and_entropies(
@@ -447,9 +449,8 @@ class PACSTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             self._rollout_step = self.state.global_step
-        entropies = self.__dict__.pop(
-            "_rollout_entropies", None
-        )  # the fp32 sampler's, with its old log-probs
+        # the fp32 sampler's entropies, kept with its old log-probs for the update in pieces
+        entropies = self.__dict__.pop("_rollout_entropies", None)
         if entropies is not None and entropies.shape == output["completion_mask"].shape:
             output["sampler_entropies"] = entropies
         device = self.accelerator.device
