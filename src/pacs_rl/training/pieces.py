@@ -2,8 +2,8 @@
 
 A micro-batch's loss needs the log-probs of all its rows at once (PACS's ψ_i compares completion i with the
 other completions of its group), so an ordinary forward keeps the activations of every row until the backward:
-for the bundled 135M model in fp32 about 1.8 MB per completion token, 1.4 GiB for a group of 8 completions of
-96 tokens. With a budget the update runs in three steps:
+for the bundled 135M model in fp32 about 2 MB per completion token, logits included (benchmarks/update_pieces.py:
+1.2 GiB for a group of 8 completions holding ~570 tokens). With a budget the update runs in three steps:
 
 1. the log-prob values (B, T) of the micro-batch come without a graph: from the rollout when the policy has
    not stepped since it was sampled (they are then the current values), otherwise from a forward without

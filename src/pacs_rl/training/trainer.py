@@ -237,7 +237,7 @@ class PACSTrainer(GRPOTrainer):
             device=self.accelerator.device.type,
             shared_prompt_forward=self.args.shared_prompt_forward,
         )
-        if why:
+        if why and self.accelerator.is_main_process:  # one warning per run, not one per process
             warnings.warn(
                 f"update_token_budget={self.args.update_token_budget} is ignored with {', '.join(why)}: it needs one "
                 "process and the 'logits' log-prob path with the shared prompt forward; the update runs one forward "
