@@ -4,6 +4,10 @@
     python benchmarks/sampling_speed.py --math500 ../shared/data/math500.jsonl --prompts 16
     python benchmarks/sampling_speed.py --no-bf16 --baseline 3a94f3b   # also the sampler as of a git commit
 
+Lines: plain ``generate`` fp32; ``TransformersSampler`` fp32 (its linear layers through oneDNN); the same
+sampler on torch's default GEMM (``onednn=False``; skip with --no-torch-gemm); bf16 autocast (skip with
+--no-bf16).
+
 Every method samples n completions per prompt at temperature 1.0 (top-p 1, no top-k) with at most
 --max-new-tokens tokens. Generated tokens are counted the same way for all methods: per sequence, up
 to and including the first stop token (eos), else all of them. Methods run in rotating order within
@@ -80,6 +84,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="repetitions of every method (interleaved)")
     ap.add_argument("--batch-size", type=int, default=128, help="TransformersSampler batch_size")
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16-autocast sampler line")
+    ap.add_argument(
+        "--no-torch-gemm", action="store_true", help="skip the fp32 sampler line without oneDNN linears"
+    )
     ap.add_argument("--generate-bf16", action="store_true", help="also time generate() under bf16 autocast")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--baseline", default=None, help="also time the fp32 sampler as of this git commit")
@@ -127,6 +134,10 @@ def main() -> None:
         return count_tokens(out[:, enc["input_ids"].shape[1] :].tolist(), stop_ids)
 
     samplers = {"sampler_fp32": TransformersSampler(model, tok, batch_size=args.batch_size)}
+    if not args.no_torch_gemm:  # the same sampler with its linear layers on torch's default GEMM (MKL)
+        samplers["sampler_fp32_torch_gemm"] = TransformersSampler(
+            model, tok, batch_size=args.batch_size, onednn=False
+        )
     if not args.no_bf16:
         samplers["sampler_bf16"] = TransformersSampler(
             model, tok, dtype="bfloat16", batch_size=args.batch_size
@@ -147,6 +158,8 @@ def main() -> None:
         "generate_fp32": lambda s, m=None: run_generate(False, s, m),
         "sampler_fp32": lambda s, m=None: run_sampler("sampler_fp32", s, m),
     }
+    if not args.no_torch_gemm:
+        methods["sampler_fp32_torch_gemm"] = lambda s, m=None: run_sampler("sampler_fp32_torch_gemm", s, m)
     if args.baseline:
         name = f"sampler_fp32_{args.baseline}"
         methods[name] = lambda s, m=None, name=name: run_sampler(name, s, m)
