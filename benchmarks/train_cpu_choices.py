@@ -7,9 +7,12 @@ Three probes on the bundled SmolLM2-135M-Instruct, each printing its figures and
     python benchmarks/train_cpu_choices.py precision  # r_hat = sum(logp_new - logp_old) in fp32 vs bf16 autocast
 
 `outcomes` samples 16 training problems x 8 completions of up to 128 tokens once per (operators, operand
-digits, T) and scores the first 32/48/64/96/128 tokens of each completion (a completion cut at L tokens is
-the first L tokens of a longer one), so the lengths share their samples; it also decodes each problem
-greedily (the `pacs-rl train` held-out protocol, here on training problems).
+digits, T) and scores the first 32/48/64/96/128 tokens of each completion (--lengths; a completion cut at
+L tokens is the first L tokens of a longer one), so the lengths share their samples; it also decodes each
+problem greedily (the `pacs-rl train` held-out protocol, here on training problems). Completions are
+graded as training grades them (--grader, default the CPU default's `paper+restatement`, 3 s per
+completion): per limit, accuracy, the fraction of groups with both outcomes (the only ones PACS and GRPO
+learn from on a rollout's first mini-batch), the fraction cut off and the mean length.
 
     python benchmarks/train_cpu_choices.py outcomes --ops +- --digits 2 2,1 1 --temperatures 1.0 0.7 0.5 \
         --problems 32 --out docs/benchmarks/train_cpu_tasks.json      # the task choice of the CPU default
@@ -22,6 +25,7 @@ import copy
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -45,56 +49,59 @@ def _prompt_ids(tok, problems):
 
 def outcomes(a) -> dict:
     from pacs_rl.data import arithmetic_problems
-    from pacs_rl.rewards.math_verifier import check
+    from pacs_rl.rewards.pool import verify_batch
     from pacs_rl.sampling import SamplingParams, TransformersSampler
 
     model, tok = _model()
     sampler = TransformersSampler(model, tok, batch_size=64)
+
+    def grade(problems, groups, length):
+        """Verdicts of every completion cut at ``length`` tokens, graded as training grades them (the run's
+        grader, a time limit per completion: an unbounded check can hang on a long sampled expression)."""
+        texts = [tok.decode(s.token_ids[:length], skip_special_tokens=True) for g in groups for s in g]
+        per = len(groups[0])
+        answers = [p.answer for p in problems for _ in range(per)]
+        questions = [p.problem for p in problems for _ in range(per)]
+        r = verify_batch(texts, answers, a.grader, num_workers=0, timeout=3.0, prompts=questions)
+        return [r.scores[i * per : (i + 1) * per] for i in range(len(problems))], r.reasons
+
     rows = []
     for ops, digits in [(o, d) for o in a.ops for d in a.digits]:
         problems = arithmetic_problems(a.problems, seed=0, split="train", ops=ops, digits=digits)
         ids = _prompt_ids(tok, problems)
-        greedy = sampler.generate_ids(ids, SamplingParams(n=1, temperature=0.0, max_new_tokens=max(LENGTHS)))
-        for length in LENGTHS:
-            ok = [
-                check(tok.decode(g[0].token_ids[:length], skip_special_tokens=True), p.answer).score == 1.0
-                for p, g in zip(problems, greedy, strict=True)
-            ]
+        greedy = sampler.generate_ids(
+            ids, SamplingParams(n=1, temperature=0.0, max_new_tokens=max(a.lengths))
+        )
+        for length in a.lengths:
+            scores, _ = grade(problems, greedy, length)
             row = {"ops": ops, "digits": digits, "temperature": 0.0, "max_tokens": length}
-            rows.append({**row, "accuracy": sum(ok) / len(ok)})
+            rows.append({**row, "accuracy": sum(s[0] for s in scores) / len(scores)})
             print(json.dumps(rows[-1]), flush=True)
         for temperature in a.temperatures:
             t = time.perf_counter()
-            params = SamplingParams(n=a.G, temperature=temperature, max_new_tokens=max(LENGTHS), seed=0)
+            params = SamplingParams(n=a.G, temperature=temperature, max_new_tokens=max(a.lengths), seed=0)
             groups = sampler.generate_ids(ids, params)
             seconds = time.perf_counter() - t
-            for length in LENGTHS:
-                correct, mixed, reasons = 0, 0, {}
-                for p, group in zip(problems, groups, strict=True):
-                    ok = []
-                    for s in group:
-                        v = check(tok.decode(s.token_ids[:length], skip_special_tokens=True), p.answer)
-                        reasons[v.reason] = reasons.get(v.reason, 0) + 1
-                        ok.append(v.score == 1.0)
-                    correct += sum(ok)
-                    mixed += 0 < sum(ok) < len(ok)
+            for length in a.lengths:
+                scores, reasons = grade(problems, groups, length)
+                correct = sum(sum(s) for s in scores)
+                lengths = [min(len(s.token_ids), length) for g in groups for s in g]
+                ended = [s.finish_reason == "stop" and len(s.token_ids) <= length for g in groups for s in g]
                 row = {
                     "ops": ops,
                     "digits": digits,
                     "temperature": temperature,
                     "max_tokens": length,
                     "accuracy": correct / (len(problems) * a.G),
-                    "mixed_groups": mixed / len(problems),
+                    "mixed_groups": sum(0 < sum(s) < len(s) for s in scores) / len(problems),
+                    "cut_off": 1 - sum(ended) / len(ended),
+                    "mean_length": statistics.mean(lengths),
                     "reasons": reasons,
                 }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-            mean_len = statistics.mean(len(s.token_ids) for g in groups for s in g)
-            print(
-                f"ops={ops} digits={digits} T={temperature}: {seconds:.1f} s to sample, mean length {mean_len:.1f}",
-                flush=True,
-            )
-    return {"problems": a.problems, "G": a.G, "rows": rows}
+            print(f"ops={ops} digits={digits} T={temperature}: {seconds:.1f} s to sample", flush=True)
+    return {"problems": a.problems, "G": a.G, "grader": a.grader, "rows": rows}
 
 
 def speed(a) -> dict:
@@ -201,6 +208,10 @@ def main() -> None:
     p.add_argument("--ops", nargs="+", default=["+-*", "+-"])
     p.add_argument("--digits", nargs="+", default=["2"], help="outcomes: operand lengths, 2 or 2,1 (47 + 8)")
     p.add_argument("--temperatures", nargs="+", type=float, default=[1.0, 0.7])
+    p.add_argument(
+        "--lengths", nargs="+", type=int, default=list(LENGTHS), help="outcomes: token limits scored"
+    )
+    p.add_argument("--grader", default="paper+restatement", help="outcomes: the grader (the CPU default's)")
     p.add_argument("--batch", type=int, default=16, help="speed: sequences")
     p.add_argument("--seq", type=int, default=105, help="speed: tokens per sequence (prompt + completion)")
     p.add_argument("--completion", type=int, default=48, help="speed: completion tokens scored")
@@ -213,6 +224,7 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     result = {"outcomes": outcomes, "speed": speed, "precision": precision}[a.probe](a)
+    result["command"] = " ".join(["python", *sys.argv])
     result["loadavg"] = os.getloadavg()
     out = Path(a.out or f"docs/benchmarks/train_cpu_{a.probe}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
