@@ -4,7 +4,7 @@
     python benchmarks/sampling_speed.py --math500 ../shared/data/math500.jsonl --prompts 16
     python benchmarks/sampling_speed.py --no-bf16 --baseline 3a94f3b   # also the sampler as of a git commit
 
-Lines: plain ``generate`` fp32; ``TransformersSampler`` fp32 (its linear layers through oneDNN); the same
+Lines: plain ``generate`` fp32; ``TransformersSampler`` fp32 (its LM head through oneDNN); the same
 sampler on torch's default GEMM (``onednn=False``; skip with --no-torch-gemm); bf16 autocast (skip with
 --no-bf16).
 
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128, help="TransformersSampler batch_size")
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16-autocast sampler line")
     ap.add_argument(
-        "--no-torch-gemm", action="store_true", help="skip the fp32 sampler line without oneDNN linears"
+        "--no-torch-gemm", action="store_true", help="skip the fp32 sampler line without the oneDNN LM head"
     )
     ap.add_argument("--generate-bf16", action="store_true", help="also time generate() under bf16 autocast")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
@@ -134,7 +134,7 @@ def main() -> None:
         return count_tokens(out[:, enc["input_ids"].shape[1] :].tolist(), stop_ids)
 
     samplers = {"sampler_fp32": TransformersSampler(model, tok, batch_size=args.batch_size)}
-    if not args.no_torch_gemm:  # the same sampler with its linear layers on torch's default GEMM (MKL)
+    if not args.no_torch_gemm:  # the same sampler with its LM head on torch's default GEMM (MKL)
         samplers["sampler_fp32_torch_gemm"] = TransformersSampler(
             model, tok, batch_size=args.batch_size, onednn=False
         )

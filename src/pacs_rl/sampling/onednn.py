@@ -1,20 +1,22 @@
-"""The sampler's linear layers through oneDNN instead of the default CPU GEMM (MKL), fp32, inference only.
+"""The sampler's LM head through oneDNN instead of the default CPU GEMM (MKL), fp32, inference only.
 
-A decode step of a small model is a stack of skinny matrix products (rows = sequences still generating, a
-few dozen to a few hundred) plus the LM head over the whole vocabulary. On the AVX2 CPUs these runs are
-measured on, ``torch.nn.functional.linear`` (MKL's sgemm) reaches ~60–90 GFLOP/s on those shapes and
-oneDNN's ``linear`` ~110–140 on the same weights, without re-packing them (docs/EVALUATION.md,
-"Sampling backends and speed"); on products of a thousand rows and more (a prefill, a training forward)
-MKL is the faster, so those keep ``F.linear`` (``MAX_ROWS``). The results are the same products summed in another order: they agree
-with ``F.linear`` to float32 rounding, so samples drawn with the same seed are the same tokens unless a
-draw falls within that rounding of a boundary.
+A decode step of a small model is a stack of skinny matrix products (rows = sequences still generating,
+a few dozen to a few hundred), the widest being the LM head over the whole vocabulary (49,152 x 576 for
+SmolLM2-135M: a fifth of the step's FLOPs). On the 2-core AVX2 machine these runs are measured on
+(``benchmarks/linear_kernels.py``), ``torch.nn.functional.linear`` (MKL's sgemm) ran the LM head at
+26-70 GFLOP/s for 16-256 rows and oneDNN's ``linear`` at 48-103 on the same weights, without re-packing
+them (1.4-1.9x), while on the layers' own matrices oneDNN was no faster (0.66-1.15x): only the LM head is
+swapped. Products of more than ``MAX_ROWS`` rows (a prefill of many prompts) keep ``F.linear``. The
+results are the same products summed in another order: they agree with ``F.linear`` to float32
+rounding, so samples drawn with the same seed are the same tokens unless a draw falls within that
+rounding of a boundary.
 
-``onednn_linears(model)`` swaps every plain ``nn.Linear``'s forward for the oneDNN one for the duration
-of a ``with`` block and restores it afterwards (the model is never copied, so a model under training can
-be sampled between optimizer steps). It does nothing where it cannot help or cannot be trusted: a
-torch build without oneDNN's linear op, a layer that is not float32 on the CPU, a call under CPU autocast
-or one that needs gradients; and once per process it checks the op against ``F.linear`` on a small product before using
-it (a build whose op disagrees is not used, with a warning).
+``onednn_linears(model)`` swaps the LM head's forward (``model.get_output_embeddings()``, when it is a
+plain float32 CPU ``nn.Linear``) for the oneDNN one for the duration of a ``with`` block and restores it
+afterwards (the model is never copied, so a model under training can be sampled between optimizer
+steps). It does nothing where it cannot help or cannot be trusted: a torch build without oneDNN's linear
+op, a call under CPU autocast or one that needs gradients; and once per process it checks the op against
+``F.linear`` on a small product before using it (a build whose op disagrees is not used, with a warning).
 """
 
 from __future__ import annotations
@@ -66,8 +68,8 @@ def _autocast_on() -> bool:
 
 
 MAX_ROWS = 256
-"""Products with more rows than this go to ``F.linear``: oneDNN wins on a decode step's skinny products
-(a row per sequence) and loses on long ones (a prefill, a training forward: ~0.6x at 1,200 rows)."""
+"""Products with more rows than this go to ``F.linear`` (measured up to 1,200 rows, where oneDNN's lead on
+the LM head shrank to 1.24×; the sampler's decode steps have at most ``batch_size`` rows)."""
 
 
 def _onednn_forward(module: torch.nn.Linear, op, x: torch.Tensor) -> torch.Tensor:
@@ -84,21 +86,30 @@ def _onednn_forward(module: torch.nn.Linear, op, x: torch.Tensor) -> torch.Tenso
     return op(x if x.is_contiguous() else x.contiguous(), weight, bias, "none", [], "")
 
 
+def _output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """The model's LM head when it is a plain float32 CPU ``nn.Linear`` not already swapped, else None."""
+    get = getattr(model, "get_output_embeddings", None)
+    try:
+        head = get() if callable(get) else None
+    except (AttributeError, NotImplementedError):
+        return None
+    if (
+        type(head) is not torch.nn.Linear
+        or head.weight.device.type != "cpu"
+        or head.weight.dtype != torch.float32
+        or "forward" in head.__dict__  # already swapped (nested use) or patched by someone else
+    ):
+        return None
+    return head
+
+
 @contextlib.contextmanager
 def onednn_linears(model: torch.nn.Module, enabled: bool = True):
-    """Within the block, every plain float32 CPU ``nn.Linear`` of ``model`` computes through oneDNN (see
-    the module docstring). Yields the number of layers swapped (0 when disabled or unavailable)."""
+    """Within the block, the model's LM head (a plain float32 CPU ``nn.Linear``) computes through oneDNN
+    (see the module docstring). Yields the number of layers swapped (0 or 1)."""
     op = _op() if enabled and onednn_linear_available() else None
-    layers = []
-    if op is not None:
-        layers = [
-            m
-            for m in model.modules()
-            if type(m) is torch.nn.Linear
-            and m.weight.device.type == "cpu"
-            and m.weight.dtype == torch.float32
-            and "forward" not in m.__dict__  # already swapped (nested use) or patched by someone else
-        ]
+    head = _output_layer(model) if op is not None else None
+    layers = [head] if head is not None else []
     for m in layers:
         m.forward = functools.partial(_onednn_forward, m, op)
     try:

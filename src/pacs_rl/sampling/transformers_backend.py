@@ -13,8 +13,8 @@ differs is the work done per token:
   ``softmax`` + ``torch.multinomial``, and top-p uses a partial sort (``topk``) instead of a full sort;
 - rows that produced a stop token leave the batch (the cache is compacted) instead of being padded
   to the longest sample;
-- in fp32 on a CPU, the linear layers run through oneDNN instead of MKL's sgemm (``onednn.py``: faster on the
-  decode step's skinny products, same results to float32 rounding; ``onednn=False`` turns it off);
+- in fp32 on a CPU, the LM head runs through oneDNN instead of MKL's sgemm (``onednn.py``: faster on a
+  decode step's few rows, same results to float32 rounding; ``onednn=False`` turns it off);
 - optional bf16 autocast (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX); it
   changes numerics, so the same-distribution statement holds for fp32 only. A CPU without them emulates
   bf16 matmuls, several times slower than fp32 (``cpu_has_native_bf16``; a warning says so).
@@ -179,8 +179,8 @@ class TransformersSampler:
     between optimizer steps; its train/eval mode is restored afterwards.
     dtype: None/"float32" runs as the model is; "bfloat16" runs under CPU/GPU autocast.
     batch_size: sequences (prompts × samples) decoded together; bounds memory.
-    onednn: in fp32 on a CPU, run the model's ``nn.Linear`` layers through oneDNN while sampling (faster
-    than the default GEMM there; no effect under bf16 or on a GPU).
+    onednn: in fp32 on a CPU, run the model's LM head through oneDNN while sampling (faster than the
+    default GEMM there; no effect under bf16 or on a GPU).
     """
 
     def __init__(
