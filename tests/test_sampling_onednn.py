@@ -10,7 +10,7 @@ import torch
 
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling import onednn as onednn_mod
-from pacs_rl.sampling.onednn import onednn_linear_available, onednn_linears
+from pacs_rl.sampling.onednn import onednn_linear_available, onednn_lm_head
 from test_sampling import PROMPTS
 
 needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="torch build without oneDNN linear")
@@ -46,7 +46,7 @@ def test_swapped_head_computes_f_linear_and_is_restored(model):
         for x in inputs:
             got = onednn_mod._onednn_forward(layer, op, x)
             torch.testing.assert_close(got, torch.nn.functional.linear(x, layer.weight, layer.bias))
-        with onednn_linears(model) as swapped:
+        with onednn_lm_head(model) as swapped:
             assert swapped == 1 and head.forward.func is onednn_mod._onednn_forward
             # only the LM head: the layers' own matrices were no faster through oneDNN
             assert [m for m in linears(model) if "forward" in m.__dict__] == [head]
@@ -60,7 +60,7 @@ def test_gradients_still_flow_inside_the_block(model):
     """A call that needs gradients inside the block goes through F.linear (oneDNN's op has no backward)."""
     layer = model.get_output_embeddings()
     x = torch.randn(2, layer.in_features, requires_grad=True)
-    with onednn_linears(model):
+    with onednn_lm_head(model):
         layer(x).sum().backward()
     assert x.grad is not None and layer.weight.grad is not None
     torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(2, -1))
@@ -73,7 +73,7 @@ def test_autocast_calls_are_left_to_f_linear(model, monkeypatch):
     monkeypatch.setattr(onednn_mod, "_op", lambda: lambda *a: calls.append(1) or real(*a))
     layer = model.get_output_embeddings()
     x = torch.randn(2, layer.in_features)
-    with torch.inference_mode(), onednn_linears(model):
+    with torch.inference_mode(), onednn_lm_head(model):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert layer(x).dtype == torch.bfloat16 and not calls
         assert layer(x).dtype == torch.float32 and calls
@@ -86,7 +86,7 @@ def test_long_products_are_left_to_f_linear(model, monkeypatch):
     real = onednn_mod._op()
     monkeypatch.setattr(onednn_mod, "_op", lambda: lambda *a: calls.append(a[0].shape) or real(*a))
     layer = model.get_output_embeddings()
-    with torch.inference_mode(), onednn_linears(model):
+    with torch.inference_mode(), onednn_lm_head(model):
         layer(torch.randn(2, onednn_mod.MAX_ROWS // 2 + 1, layer.in_features))
         assert not calls
         layer(torch.randn(onednn_mod.MAX_ROWS, layer.in_features))
@@ -94,13 +94,13 @@ def test_long_products_are_left_to_f_linear(model, monkeypatch):
 
 
 def test_disabled_or_unavailable_swaps_nothing(model, monkeypatch):
-    with onednn_linears(model, enabled=False) as swapped:
+    with onednn_lm_head(model, enabled=False) as swapped:
         assert swapped == 0 and not any("forward" in m.__dict__ for m in model.modules())
     monkeypatch.setattr(onednn_mod, "_op", lambda: None)
     onednn_mod.onednn_linear_available.cache_clear()
     try:
         assert not onednn_linear_available()
-        with onednn_linears(model) as swapped:
+        with onednn_lm_head(model) as swapped:
             assert swapped == 0
     finally:
         onednn_mod.onednn_linear_available.cache_clear()

@@ -11,7 +11,7 @@ results are the same products summed in another order: they agree with ``F.linea
 rounding, so samples drawn with the same seed are the same tokens unless a draw falls within that
 rounding of a boundary.
 
-``onednn_linears(model)`` swaps the LM head's forward (``model.get_output_embeddings()``, when it is a
+``onednn_lm_head(model)`` swaps the LM head's forward (``model.get_output_embeddings()``, when it is a
 plain float32 CPU ``nn.Linear``) for the oneDNN one for the duration of a ``with`` block and restores it
 afterwards (the model is never copied, so a model under training can be sampled between optimizer
 steps). It does nothing where it cannot help or cannot be trusted: a torch build without oneDNN's linear
@@ -78,8 +78,6 @@ def _onednn_forward(module: torch.nn.Linear, op, x: torch.Tensor) -> torch.Tenso
         x.numel() > MAX_ROWS * x.shape[-1]
         or x.dtype != torch.float32
         or _autocast_on()  # autocast would run F.linear in bf16; calling the op directly would bypass it
-        or x.device.type != "cpu"
-        or weight.dtype != torch.float32
         or (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
     ):
         return torch.nn.functional.linear(x, weight, bias)
@@ -104,16 +102,15 @@ def _output_layer(model: torch.nn.Module) -> torch.nn.Linear | None:
 
 
 @contextlib.contextmanager
-def onednn_linears(model: torch.nn.Module, enabled: bool = True):
+def onednn_lm_head(model: torch.nn.Module, enabled: bool = True):
     """Within the block, the model's LM head (a plain float32 CPU ``nn.Linear``) computes through oneDNN
     (see the module docstring). Yields the number of layers swapped (0 or 1)."""
-    op = _op() if enabled and onednn_linear_available() else None
-    head = _output_layer(model) if op is not None else None
-    layers = [head] if head is not None else []
-    for m in layers:
-        m.forward = functools.partial(_onednn_forward, m, op)
+    head = _output_layer(model) if enabled and onednn_linear_available() else None
+    if head is None:
+        yield 0
+        return
+    head.forward = functools.partial(_onednn_forward, head, _op())
     try:
-        yield len(layers)
+        yield 1
     finally:
-        for m in layers:
-            m.__dict__.pop("forward", None)
+        head.__dict__.pop("forward", None)

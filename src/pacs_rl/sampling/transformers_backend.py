@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from pacs_rl.sampling.onednn import onednn_linears
+from pacs_rl.sampling.onednn import onednn_lm_head
 from pacs_rl.sampling.ops import sample_next_token
 from pacs_rl.sampling.params import Sample, SamplingParams
 
@@ -247,12 +247,11 @@ class TransformersSampler:
 
         was_training = self.model.training
         self.model.eval()
-        onednn = self.onednn and self.autocast_dtype is None and device.type == "cpu"
         try:
             with (
                 torch.inference_mode(),
                 self._autocast(device),
-                onednn_linears(self.model, onednn),
+                onednn_lm_head(self.model, self.onednn),  # a no-op on GPU; bf16 calls fall back
                 _progress(self.progress, chunks) as bar,
             ):
                 for chunk in chunks:
