@@ -45,3 +45,47 @@ def test_a_name_that_is_no_model_is_one_clear_error(tmp_path, tiny_model_dir, mo
         load_tokenizer("runs/pacs/final")
     with pytest.raises(ModelError, match="no bundled alias"):
         load_model("./missing-folder")
+
+
+def test_cache_keyword_follows_the_installed_forward_and_sees_through_wrappers():
+    import inspect
+
+    from pacs_rl.models import cache_keyword
+
+    model = tiny_random_model(tiny_tokenizer())
+    params = inspect.signature(type(model).forward).parameters
+    expected = "cache" if "cache" in params else "past_key_values"
+    assert cache_keyword(model) == expected
+
+    class Old(torch.nn.Module):  # a transformers before the rename
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    class Wrapper(torch.nn.Module):  # DDP keeps the model in .module and its forward takes *args, **kwargs
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, *args, **kwargs):
+            return self.module(*args, **kwargs)
+
+    assert cache_keyword(Old()) == "past_key_values"
+    assert cache_keyword(Wrapper(Old())) == "past_key_values"
+    assert cache_keyword(Wrapper(model)) == expected
+
+
+def test_the_sampler_and_the_pieces_use_no_deprecated_cache_keyword(recwarn):
+    """transformers 5.24 deprecates ``past_key_values`` (removed in 5.40): our own calls must not use it."""
+    from pacs_rl.sampling import SamplingParams, TransformersSampler
+    from pacs_rl.training.pieces import prompt_forward
+
+    tok = tiny_tokenizer()
+    model = tiny_random_model(tok)
+    sampler = TransformersSampler(model, tok)
+    out = sampler.generate(["1+1="], SamplingParams(n=2, max_new_tokens=3, temperature=1.0, seed=0))
+    assert len(out) == 1 and len(out[0]) == 2
+    ids = torch.tensor([tok("1+1=")["input_ids"]])
+    head, cache, inverse, _ = prompt_forward(model, ids, torch.ones_like(ids))
+    assert head.shape == (1, 1, len(tok)) and cache.get_seq_length() == ids.shape[1]
+    deprecated = [w for w in recwarn.list if "past_key_values" in str(w.message)]
+    assert not deprecated, [str(w.message) for w in deprecated]

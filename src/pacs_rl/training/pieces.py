@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
+from pacs_rl.models import cache_keyword
+
 __all__ = [
     "LogpsBackwardInPieces",
     "completion_forward",
@@ -103,9 +105,9 @@ def prompt_forward(model, prompt_ids: Tensor, prompt_mask: Tensor):
         input_ids=u_ids,
         attention_mask=u_mask,
         position_ids=(u_mask.cumsum(-1) - 1).clamp_min(0),
-        past_key_values=cache,
         use_cache=True,
         logits_to_keep=1,
+        **{cache_keyword(model): cache},
     ).logits  # (U, 1, V)
     return head, cache, inverse, prompt_mask
 
@@ -210,7 +212,11 @@ def completion_forward(
     for layer in range(len(kv) // 2):
         cache.update(kv[2 * layer][rows], kv[2 * layer + 1][rows], layer)
     return model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
+        **{cache_keyword(model): cache},
     ).logits
 
 
