@@ -9,7 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from pacs_rl.data import encode_prompts
 from pacs_rl.rewards import math_reward_func
@@ -80,7 +87,16 @@ def heldout_accuracy(
 def _progress(enabled: bool, description: str, total: int):
     if not enabled:
         return None
-    p = Progress(TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    # elapsed as well as the ETA: once the bar is full the ETA reads 0:00:00 and only the elapsed time says
+    # what the evaluation cost
+    p = Progress(
+        TextColumn(f"[bold]{description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
     p.start()
     return p, p.add_task(description, total=total)
 
