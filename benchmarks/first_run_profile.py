@@ -116,6 +116,7 @@ def main() -> None:
 
     import torch
 
+    from pacs_rl.sampling.transformers_backend import cpu_capability
     from pacs_rl.training import run as run_module
     from pacs_rl.training.trainer import PACSTrainer
 
@@ -188,6 +189,7 @@ def main() -> None:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "settings": a.sets,
         "torch_threads": torch.get_num_threads(),
+        "cpu_capability": cpu_capability(),
         "loadavg_start": load_start,
         "loadavg_end": os.getloadavg(),
         "total_wall_s": total_wall,

@@ -37,6 +37,7 @@ def main() -> None:
 
     from pacs_rl.models import load_model_and_tokenizer
     from pacs_rl.sampling import SamplingParams, TransformersSampler
+    from pacs_rl.sampling.transformers_backend import cpu_capability
 
     model, tok = load_model_and_tokenizer("smollm2-135m")
     prompts = [
@@ -67,6 +68,7 @@ def main() -> None:
         "seconds": round(seconds, 2),
         "top_ops_by_self_cpu_time": top,
         "threads": torch.get_num_threads(),
+        "cpu_capability": cpu_capability(),
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
     }
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

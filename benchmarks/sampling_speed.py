@@ -100,7 +100,7 @@ def main() -> None:
 
     from pacs_rl.models import load_model_and_tokenizer
     from pacs_rl.sampling import SamplingParams, TransformersSampler
-    from pacs_rl.sampling.transformers_backend import cpu_has_native_bf16, default_stop_ids
+    from pacs_rl.sampling.transformers_backend import cpu_capability, cpu_has_native_bf16, default_stop_ids
 
     uptime_start = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     model, tok = load_model_and_tokenizer(args.model)
@@ -201,6 +201,7 @@ def main() -> None:
         "rounds": args.rounds,
         "torch_threads": torch.get_num_threads(),
         "cpu_has_native_bf16": cpu_has_native_bf16(),
+        "cpu_capability": cpu_capability(),
         "tokens_per_second": {m: round(v, 1) for m, v in speed.items()},
         "speedup_vs_generate_fp32": {m: round(v / base, 2) for m, v in speed.items()},
         "runs": {m: totals[m]["runs"] for m in names},

@@ -85,7 +85,7 @@ def test_the_sampler_and_the_pieces_use_no_deprecated_cache_keyword(recwarn):
     out = sampler.generate(["1+1="], SamplingParams(n=2, max_new_tokens=3, temperature=1.0, seed=0))
     assert len(out) == 1 and len(out[0]) == 2
     ids = torch.tensor([tok("1+1=")["input_ids"]])
-    head, cache, inverse, _ = prompt_forward(model, ids, torch.ones_like(ids))
+    head, cache, _, _ = prompt_forward(model, ids, torch.ones_like(ids))
     assert head.shape == (1, 1, len(tok)) and cache.get_seq_length() == ids.shape[1]
     deprecated = [w for w in recwarn.list if "past_key_values" in str(w.message)]
     assert not deprecated, [str(w.message) for w in deprecated]

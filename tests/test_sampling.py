@@ -269,3 +269,28 @@ def test_bf16_on_a_cpu_without_bf16_instructions_warns(model, tiny_tokenizer, mo
         TransformersSampler(model, tiny_tokenizer)
         monkeypatch.setattr(transformers_backend, "cpu_has_native_bf16", lambda: True)
         TransformersSampler(model, tiny_tokenizer, dtype="bfloat16")
+
+
+def test_cpu_capability_names_the_simd_level_and_the_bf16_instructions(monkeypatch):
+    """Benchmarks record it beside their figures: torch's dispatch level, then whether bf16 instructions
+    exist, each read from torch (not assumed)."""
+    import torch
+
+    from pacs_rl.sampling import transformers_backend
+
+    simd = torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setattr(transformers_backend, "cpu_has_native_bf16", lambda: False)
+    assert transformers_backend.cpu_capability() == f"{simd}, no bf16 instructions"
+    monkeypatch.setattr(transformers_backend, "cpu_has_native_bf16", lambda: True)
+    assert transformers_backend.cpu_capability() == f"{simd}, bf16 instructions"
+
+
+def test_info_prints_the_cpu_capability():
+    from typer.testing import CliRunner
+
+    from pacs_rl.cli import app
+    from pacs_rl.sampling.transformers_backend import cpu_capability
+
+    result = CliRunner().invoke(app, ["info"])
+    assert result.exit_code == 0, result.output
+    assert f"CPU: {cpu_capability()}" in result.output

@@ -43,6 +43,12 @@ def info() -> None:
         except FileNotFoundError as e:
             typer.echo(f"  bundled model {name}: {e}")
     typer.echo(f"  cache: {cache_dir()}")
+    try:
+        from pacs_rl.sampling.transformers_backend import cpu_capability
+
+        typer.echo(f"  CPU: {cpu_capability()}")
+    except ImportError as e:  # no torch: the versions above say so
+        typer.echo(f"  CPU: unknown ({e})")
 
 
 class _RegistryHelp(TyperCommand):
