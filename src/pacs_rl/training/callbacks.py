@@ -21,6 +21,21 @@ from transformers import TrainerCallback
 METRICS_FILE = "metrics.jsonl"
 
 
+def progress_bar(*fields: TextColumn) -> Progress:
+    """The look of every bar of a run (training, held-out): description, bar, n/total, ``fields``, then the
+    elapsed time and the ETA. The elapsed time stays meaningful once a bar is full, when the ETA reads 0."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        *fields,
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        transient=False,
+    )
+
+
 class ReferenceResetCallback(TrainerCallback):
     """Every `ref_reset_steps` optimizer steps: copy the policy into the frozen reference and, with
     `reset_optimizer`, clear the optimizer state (Adam moments) at the same moment (paper §3.4)."""
@@ -121,15 +136,8 @@ class RichProgressCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return control
 
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("reward {task.fields[reward]:.3f}  acc {task.fields[accuracy]:.3f}"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            transient=False,
+        self.progress = progress_bar(
+            TextColumn("reward {task.fields[reward]:.3f}  acc {task.fields[accuracy]:.3f}")
         )
         self.progress.start()
         self.start = (time.time(), state.global_step)

@@ -9,19 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from pacs_rl.data import encode_prompts
 from pacs_rl.rewards import math_reward_func
 from pacs_rl.sampling import SamplingParams, TransformersSampler
-from pacs_rl.training.callbacks import read_metrics
+from pacs_rl.training.callbacks import progress_bar, read_metrics
 
 
 def heldout_accuracy(
@@ -87,16 +79,7 @@ def heldout_accuracy(
 def _progress(enabled: bool, description: str, total: int):
     if not enabled:
         return None
-    # elapsed as well as the ETA: once the bar is full the ETA reads 0:00:00 and only the elapsed time says
-    # what the evaluation cost
-    p = Progress(
-        TextColumn(f"[bold]{description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
+    p = progress_bar()
     p.start()
     return p, p.add_task(description, total=total)
 
