@@ -44,6 +44,7 @@ def main() -> None:
     import torch
 
     from pacs_rl.sampling.onednn import _op, onednn_linear_available
+    from pacs_rl.sampling.transformers_backend import cpu_capability
 
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -85,7 +86,7 @@ def main() -> None:
         "command": " ".join(["python", *sys.argv]),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_capability": cpu_capability(),
         "results": results,
         "loadavg": os.getloadavg(),
         "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),

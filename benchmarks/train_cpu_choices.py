@@ -123,10 +123,10 @@ def speed(a) -> dict:
             model.zero_grad(set_to_none=True)
         return min(times)
 
-    from pacs_rl.sampling.transformers_backend import cpu_has_native_bf16
+    from pacs_rl.sampling.transformers_backend import cpu_capability, cpu_has_native_bf16
 
     result = {"batch": a.batch, "seq": a.seq, "threads": torch.get_num_threads(), "seconds": {},
-              "cpu_has_native_bf16": cpu_has_native_bf16(), "cpu_capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+              "cpu_has_native_bf16": cpu_has_native_bf16(), "cpu_capability": cpu_capability()}  # fmt: skip
     fp32 = load_model("smollm2-135m")
     result["seconds"]["fp32"] = best_of(fp32, False)
     result["seconds"]["bf16_autocast"] = best_of(fp32, True)
