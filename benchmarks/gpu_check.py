@@ -17,7 +17,7 @@ resume and eval outputs. It prints one line per check and exits 1 if any failed.
 It needs no network and no model download: the tiny model is built in code, the data is the built-in
 arithmetic task. A bare GPU machine needs torch, transformers, accelerate and peft, plus pacs-rl and its
 pure-Python dependencies (trl, math-verify, ...) installed from wheels. Figures of a run go to --json; record
-them in docs/TRAINING.md ("From one CPU to a cluster").
+them in docs/SCALING.md.
 """
 
 from __future__ import annotations

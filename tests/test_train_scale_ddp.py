@@ -22,7 +22,7 @@ import torch
 
 G = 4
 # cw_grpo is left out: its covariance weights are statistics of each micro-batch (mean and σ over its tokens), so
-# its gradient depends on how a rollout batch is split, by construction (docs/TRAINING.md, "From one CPU to a cluster")
+# its gradient depends on how a rollout batch is split, by construction (docs/SCALING.md)
 LOSSES = ("pacs", "grpo", "dr_grpo", "rloo")
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "OMP_NUM_THREADS": "1"}
 TINY = [
