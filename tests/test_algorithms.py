@@ -15,6 +15,7 @@ import torch
 from pacs_rl.algorithms import (
     class_balance_weights,
     finite_groups,
+    group_auc,
     group_scores,
     pacs_loss,
     reward_proxy,
@@ -536,3 +537,41 @@ def test_bool_and_int_masks_and_rewards_match_float():
         got, gm = pacs_loss(logp, ref, m, r, 4)
         assert got.item() == pytest.approx(want.item(), abs=1e-12)
         assert gm == pytest.approx(wm)
+
+
+# ---------------------------------------------------------------------------------------------------- critic AUC
+def test_group_auc_hand_computed_with_ties():
+    # group 1: correct rows score 3 and 1, wrong rows 2 and 1 -> pairs (3>2, 3>1, 1<2, 1=1): (1 + 1 + 0 + ½)/4
+    # group 2: all wrong (no pair, left out); group 3: the correct row ranks above both wrong rows -> 1
+    scores = torch.tensor([3.0, 2.0, 1.0, 1.0, 5.0, 4.0, 3.0, 2.0, 0.5, -1.0, 0.0, -2.0])
+    rewards = torch.tensor([1, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0])
+    auc, groups = group_auc(scores, rewards, 4)
+    assert groups == 2
+    assert auc == pytest.approx((2.5 / 4 + 1.0) / 2)
+
+
+def test_group_auc_is_one_half_for_constant_scores_and_nan_without_mixed_groups():
+    rewards = torch.tensor([1, 0, 0, 1, 1, 1, 1, 1])
+    assert group_auc(torch.zeros(8), rewards, 4) == (0.5, 1)  # the reference = rollout policy, first update
+    auc, groups = group_auc(torch.randn(4), torch.tensor([1, 1, 1, 1]), 4)
+    assert math.isnan(auc) and groups == 0
+
+
+def test_group_auc_does_not_move_with_the_share_of_correct_rows():
+    # a perfect ranking scores 1 whether 1 or 7 of 8 are correct; critic accuracy at ψ = 0 would not
+    scores = torch.arange(8.0)
+    for n_correct in (1, 4, 7):
+        rewards = (torch.arange(8) >= 8 - n_correct).long()
+        assert group_auc(scores, rewards, 8) == (1.0, 1)
+        assert group_auc(-scores, rewards, 8) == (0.0, 1)
+
+
+def test_pacs_loss_reports_the_critic_auc_of_psi():
+    torch.manual_seed(0)
+    logp, ref = torch.randn(8, 5), torch.randn(8, 5)
+    mask = torch.ones(8, 5)
+    rewards = torch.tensor([1, 0, 0, 1, 0, 0, 0, 0])
+    _, metrics = pacs_loss(logp, ref, mask, rewards, group_size=4)
+    psi = group_scores(reward_proxy(logp, ref, mask), 4)
+    assert (metrics["critic_auc"], metrics["critic_auc_groups"]) == group_auc(psi, rewards, 4)
+    assert metrics["critic_auc_groups"] == 1

@@ -180,6 +180,13 @@ def test_reference_old_proxy_is_zero_on_first_minibatch_only(tmp_path, tiny_mode
         "pacs/weight_mean",
     ):
         assert key in first, f"metrics.jsonl lacks {key}"
+    # the critic's AUC: logged for a step whose mini-batches held a mixed group, absent (not nan) otherwise
+    for row in rows:
+        if row.get("groups/mixed_frac_minibatch", 0) > 0:
+            assert 0.0 <= row["pacs/critic_auc"] <= 1.0
+        elif "groups/mixed_frac_minibatch" in row:
+            assert "pacs/critic_auc" not in row
+    assert any("pacs/critic_auc" in r for r in rows), "no step had a mixed group: the check above is empty"
 
 
 def test_non_binary_reward_is_refused_for_pacs(tmp_path, tiny_model, tiny_tokenizer):

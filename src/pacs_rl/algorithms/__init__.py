@@ -21,7 +21,7 @@ from .baselines import (
     rloo_loss,
 )
 from .masked import finite_groups, masked_mean, masked_sum, masked_var, masked_whiten
-from .pacs import SCORE_METHODS, class_balance_weights, group_scores, pacs_loss, reward_proxy
+from .pacs import SCORE_METHODS, class_balance_weights, group_auc, group_scores, pacs_loss, reward_proxy
 from .registry import (
     CRITIC_LOSSES,
     LOSS_LABELS,
@@ -47,6 +47,7 @@ __all__ = [
     "cw_grpo_loss",
     "dr_grpo_loss",
     "finite_groups",
+    "group_auc",
     "group_scores",
     "grpo_loss",
     "k3_kl",

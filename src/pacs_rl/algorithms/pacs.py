@@ -17,7 +17,14 @@ from torch import Tensor
 from .masked import check_finite, check_groups, check_rewards, check_token_tensors, masked_sum
 from .registry import register_policy_loss
 
-__all__ = ["SCORE_METHODS", "class_balance_weights", "group_scores", "pacs_loss", "reward_proxy"]
+__all__ = [
+    "SCORE_METHODS",
+    "class_balance_weights",
+    "group_auc",
+    "group_scores",
+    "pacs_loss",
+    "reward_proxy",
+]
 
 SCORE_METHODS = ("rloo", "grpo", "dr_grpo")  # how ψ is formed from a group's r̂ (and a baseline's advantage)
 
@@ -125,6 +132,29 @@ def class_balance_weights(rewards: Tensor, group_size: int) -> Tensor:
     return torch.where(mixed, w, torch.ones_like(w)).reshape(-1)
 
 
+@torch.no_grad()
+def group_auc(scores: Tensor, rewards: Tensor, group_size: int) -> tuple[float, int]:
+    """How well the implicit critic ranks its own group: (mean within-group AUC, number of mixed groups).
+
+    scores, rewards: (B,), groups of ``group_size`` contiguous rows; rewards in {0, 1}. For each group with
+    both labels, AUC = P(ψ_correct > ψ_wrong) over its (correct, wrong) pairs, a tie counting ½; the mean is
+    over those groups (nan when there is none). 0.5 is chance; ψ ≡ 0 (reference = the rollout policy, before
+    its first step on the batch) gives exactly 0.5. Within a group ψ is monotone in r̂ for every score method,
+    so this is also the AUC of r̂. Unlike accuracy at ψ = 0 it does not move with the share of correct rows.
+    """
+    n_groups = check_groups(scores.shape[0], group_size, 1)
+    s = scores.float().reshape(n_groups, group_size)
+    r = rewards.float().reshape(n_groups, group_size)
+    pairs = r[:, :, None] * (1 - r[:, None, :])  # (n, G, G): row i correct, column j wrong
+    wins = (torch.sign(s[:, :, None] - s[:, None, :]) + 1) / 2  # 1 if ψ_i > ψ_j, ½ on a tie
+    n_pairs = pairs.sum(dim=(1, 2))
+    mixed = n_pairs > 0
+    if not bool(mixed.any()):
+        return float("nan"), 0
+    auc = (wins * pairs).sum(dim=(1, 2))[mixed] / n_pairs[mixed]
+    return float(auc.mean()), int(mixed.sum())
+
+
 @register_policy_loss("pacs", label="PACS")
 def pacs_loss(
     logp: Tensor,
@@ -180,4 +210,8 @@ def pacs_loss(
         }
         dtype = torch.promote_types(psi.dtype, torch.float32)  # bf16 metrics are reported in fp32
         values = torch.stack([v.reshape(()).to(dtype) for v in stats.values()]).tolist()  # one device sync
-    return loss, dict(zip(stats, values, strict=True))
+        metrics = dict(zip(stats, values, strict=True))
+        # nan without a mixed group: the trainer averages it over the micro-batches that have one
+        auc, mixed_groups = group_auc(psi, rewards, group_size)
+        metrics["critic_auc"], metrics["critic_auc_groups"] = auc, float(mixed_groups)
+    return loss, metrics

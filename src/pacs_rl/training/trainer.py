@@ -667,19 +667,25 @@ class PACSTrainer(GRPOTrainer):
 
     def _log_step_metrics(self, mode, loss_metrics, entropies, mask, rewards, G) -> None:
         """Average each metric over processes (one all-reduce) and queue it for TRL's `log`."""
+        loss_metrics = dict(loss_metrics)
+        # PACS's critic AUC is defined on mixed groups only (nan without one): averaged over those groups
+        auc, auc_groups = loss_metrics.pop("critic_auc", None), loss_metrics.pop("critic_auc_groups", 0)
         names = sorted(loss_metrics)
         local = [float(loss_metrics[k]) for k in names]
         entropy = float("nan")  # None: the update's pieces log it themselves (update_token_budget)
         if entropies is not None:
             entropy = (entropies.detach() * mask).sum().item() / max(mask.sum().item(), 1.0)
         local += [rewards.float().mean().item(), group_mixed_fraction(rewards, G), entropy]
+        local += [auc * auc_groups if auc_groups else 0.0, float(auc_groups)]
         values = torch.tensor(local, dtype=torch.float64, device=self.accelerator.device)
         values = self.accelerator.reduce(values, reduction="mean").tolist()
         prefix = f"{self.loss_type}/"
         for name, value in zip(names, values[: len(names)], strict=True):
             key = name if "/" in name else prefix + name
             self._metrics[mode][key].append(value)
-        accuracy, mixed, entropy = values[len(names) :]
+        accuracy, mixed, entropy, auc_sum, auc_groups = values[len(names) :]
+        if auc is not None and auc_groups > 0:
+            self._metrics[mode][prefix + "critic_auc"].append(auc_sum / auc_groups)
         if entropies is not None:
             self._metrics[mode]["entropy"].append(entropy)
         self._metrics[mode]["accuracy"].append(accuracy)  # of this mini-batch's completions

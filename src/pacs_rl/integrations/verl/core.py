@@ -213,6 +213,9 @@ def compute_pacs_policy_loss(
             raise ValueError("verl did not pass global_batch_size, which the loss needs when dp_size > 1.")
         global_batch_size = order.numel()
     loss = loss_mean * order.numel() / float(global_batch_size) * dp_size
+    # verl averages each metric over micro-batches: the critic's AUC only where it is defined (a mixed group)
+    if not metrics.pop("critic_auc_groups"):
+        metrics.pop("critic_auc")
     return loss, {f"pacs/{key}": value for key, value in metrics.items()}
 
 
