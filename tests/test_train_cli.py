@@ -138,3 +138,11 @@ def test_bad_data_setting_is_a_clear_error_before_the_model_loads(tmp_path, sett
     settings, cfg = cli.resolve_settings(None, {}, ["model=/no/such/model", setting])
     with pytest.raises(SettingsError, match=message):
         run_training(settings, build_config(cfg, tmp_path / "run"))
+
+
+def test_every_seed_is_measured_on_the_same_held_out_problems():
+    settings = RunSettings(train_size=50, eval_size=20)
+    train0, held0 = load_run_data(settings, seed=0)
+    train7, held7 = load_run_data(settings, seed=7)
+    assert [p.problem for p in held0] == [p.problem for p in held7]  # the set does not follow the seed
+    assert [p.problem for p in train0] != [p.problem for p in train7]  # the training draw does
