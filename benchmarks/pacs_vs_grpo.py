@@ -1,0 +1,520 @@
+"""PACS against GRPO in miniature, powered: seed after seed of every method, added to one record.
+
+Every method trains the bundled SmolLM2-135M-Instruct with the `pacs-rl train` CPU default (two-digit ±
+one-digit arithmetic, 24 optimizer steps of 16 sequences, lr 2e-5, T = 0.7, 96 tokens) on the same seeds,
+the same training problems in the same order and the same held-out set; the methods differ only in their
+loss and its gradient clip (METHODS). Each trained model is evaluated on the whole held-out split of the
+task, greedy (PROTOCOL["greedy"]), and with unbiased pass@k at T = 0.6, top-p 0.95, n = 64 on its first
+PROTOCOL["passk"]["problems"] problems (the paper's exploration claim). The runs of one seed form a paired
+set; the record holds every run and, for each method, the paired difference PACS − method over the seeds
+both have, with its 95% interval (Student t over seeds) and the pairs a ±5 pp interval would need.
+
+    python benchmarks/pacs_vs_grpo.py run --workers 2 --hours 8   # add seeds until PACS − GRPO is ±5 pp
+    python benchmarks/pacs_vs_grpo.py summary                     # print the record's table
+    python benchmarks/pacs_vs_grpo.py run --record runs/screen.json --methods pacs grpo --max-seeds 4 \
+        --set max_steps=48                                        # another budget: its own record
+
+Stopped (Ctrl-C, end of session) and started again, in this session or a later one, it goes on: a run in the
+record is done, a run folder left half-way resumes from its last checkpoint. Each run is its own process with
+`--threads` torch threads (default 1: two single-threaded runs use 2 cores better than one two-threaded run,
+and one thread makes a run repeat itself bit for bit on one machine). Only the record (default
+docs/benchmarks/pacs_vs_grpo.json) is kept; run folders under --work lose their weights once evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+RECORD = Path("docs/benchmarks/pacs_vs_grpo.json")
+WORK = Path("runs/pacs_vs_grpo")
+RESULT_FILE = "result.json"
+
+# What every run shares, on top of `pacs-rl train`'s CPU default (training/run.py: RunSettings, CPU_DEFAULTS).
+# A record made with another protocol is refused (start a new record instead of mixing two).
+PROTOCOL = {
+    "version": 1,
+    "train": {"eval_size": 0, "plot": False},  # evaluated below, on the whole held-out split
+    "heldout": {"ops": "+-", "digits": "2,1", "split": "test"},  # all of it, in the order of HELDOUT_SEED
+    "greedy": {"temperature": 0.0, "max_new_tokens": 96},
+    "passk": {"problems": 64, "n": 64, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 96},
+    "grader": "paper+restatement",  # the arithmetic task's grader (`grader: auto` in training)
+}
+KS = [1, 2, 4, 8, 16, 32, 64]
+
+# name -> (config overrides, what it is). The PACS authors' PACS actor never clips the gradient; their GRPO ran
+# on stock verl: clip 1.0, token losses summed and divided by the response budget, dual clip 3.
+METHODS: dict[str, tuple[dict, str]] = {
+    "pacs": ({"loss_type": "pacs", "max_grad_norm": None}, "PACS as the authors ran it: no gradient clip"),
+    "grpo": (
+        {
+            "loss_type": "grpo",
+            "max_grad_norm": 1.0,
+            "loss_options": {"loss_agg_mode": "seq-mean-token-sum-norm", "clip_ratio_c": 3.0},
+        },
+        "GRPO as the PACS authors ran it (verl): clip 1.0, seq-mean-token-sum-norm, dual clip 3",
+    ),
+    "pacs_clip": ({"loss_type": "pacs", "max_grad_norm": 1.0}, "PACS with gradient clip 1.0"),
+    "grpo_trl": (
+        {"loss_type": "grpo", "max_grad_norm": 1.0, "loss_options": {"loss_agg_mode": "token-mean"}},
+        "GRPO as TRL 1.16 runs it by default: clip 1.0, token-level mean (its 'dapo' aggregation), ε = 0.2",
+    ),
+    "pacs_no_weight": (
+        {"loss_type": "pacs", "max_grad_norm": None, "pacs_weighted": False},
+        "PACS without the class-imbalance weight (no clip)",
+    ),
+}
+PRIMARY = "grpo"  # the stopping rule is on PACS − this method
+TARGET = 0.05  # half-width of the 95% interval, in accuracy (5 percentage points)
+
+
+# ----------------------------------------------------------------------------------------------- statistics
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with ``df`` degrees of freedom (p in (0.5, 1)), by bisection on the exact
+    CDF of integer df (Abramowitz & Stegun 26.7.3-4: A(t|ν) = P(|T| < t) as a finite series in θ = atan(t/√ν));
+    no scipy needed."""
+
+    def two_sided(x: float) -> float:  # A(x | df)
+        theta = math.atan(x / math.sqrt(df))
+        s, c2 = math.sin(theta), math.cos(theta) ** 2
+        if df % 2:  # odd: (2/π)(θ + sinθ cosθ (1 + 2/3 cos²θ + 2·4/(3·5) cos⁴θ + ...)), ν − 3 terms after 1
+            term, total = 1.0, 1.0 if df > 1 else 0.0
+            for k in range(1, (df - 1) // 2):
+                term *= c2 * (2 * k) / (2 * k + 1)
+                total += term
+            return 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
+        term, total = 1.0, 1.0  # even: sinθ (1 + 1/2 cos²θ + 1·3/(2·4) cos⁴θ + ...)
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        return s * total
+
+    target = 2 * p - 1
+    lo, hi = 0.0, 1.0
+    while two_sided(hi) < target:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if two_sided(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
+
+def paired_interval(diffs: list[float], target: float = TARGET) -> dict:
+    """Mean of paired differences, its 95% Student-t interval and half-width, and the pairs (at this SD) a
+    half-width of ``target`` needs."""
+    n = len(diffs)
+    out: dict = {"pairs": n, "mean": sum(diffs) / n if n else None}
+    if n < 2:
+        return out
+    mean = out["mean"]
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    needed = n
+    while needed < 100_000 and t_quantile(0.975, needed - 1) * sd / math.sqrt(needed) > target:
+        needed += 1
+    out.update(sd=sd, half_width=half, ci95=[mean - half, mean + half], pairs_needed=needed)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- the record
+def load_record(path: Path, overrides: dict | None = None) -> dict:
+    """The record at ``path`` (a new one if absent); refused when made with another protocol."""
+    if not path.is_file():
+        return {"what": __doc__.splitlines()[0], "protocol": protocol(overrides), "runs": [], "base": None}
+    record = json.loads(path.read_text())
+    if record.get("protocol") != protocol(overrides):
+        raise SystemExit(
+            f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to start "
+            "another record, or restore this script's PROTOCOL/METHODS to continue that one."
+        )
+    return record
+
+
+def protocol(overrides: dict | None = None) -> dict:
+    """PROTOCOL with the methods, the ks and ``overrides`` (--set: settings every run shares) in its train part."""
+    train = {**PROTOCOL["train"], **(overrides or {})}
+    return {**PROTOCOL, "train": train, "methods": {k: v[0] for k, v in METHODS.items()}, "ks": KS}
+
+
+def save_record(path: Path, record: dict) -> None:
+    record["summary"] = summarize(record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+
+
+METRICS = {  # name -> how to read it from a run's result (all in [0, 1] except the dynamics)
+    "greedy_accuracy": lambda r: r["greedy"]["accuracy"],
+    **{f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in KS},
+    "entropy_last": lambda r: r["dynamics"]["entropy_last_3"],
+    "length_last": lambda r: r["dynamics"]["length_last_3"],
+    "greedy_length": lambda r: r["greedy"]["mean_length"],
+}
+
+
+def summarize(record: dict) -> dict:
+    """Per method: mean over its runs, and the paired difference PACS − method on the seeds both have."""
+    runs = {(r["method"], r["seed"]): r for r in record["runs"]}
+    out = {}
+    for method in METHODS:
+        seeds = sorted(s for m, s in runs if m == method)
+        if not seeds:
+            continue
+        entry = {"seeds": seeds, "mean": {}}
+        for name, read in METRICS.items():
+            values = [read(runs[method, s]) for s in seeds]
+            entry["mean"][name] = sum(values) / len(values)
+        if method != "pacs":
+            both = [s for s in seeds if ("pacs", s) in runs]
+            entry["pacs_minus_this"] = {
+                name: paired_interval([read(runs["pacs", s]) - read(runs[method, s]) for s in both])
+                for name, read in METRICS.items()
+            }
+        out[method] = entry
+    return out
+
+
+def complete_seeds(record: dict, methods: list[str]) -> list[int]:
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    seeds = sorted({s for _, s in have})
+    return [s for s in seeds if all((m, s) in have for m in methods)]
+
+
+def target_reached(record: dict, target: float = TARGET) -> bool:
+    gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+    return gap.get("pairs", 0) >= 3 and gap.get("half_width", 1.0) <= target
+
+
+# ----------------------------------------------------------------------------------------------- one run
+def heldout_problems():
+    from pacs_rl.data import arithmetic_pool_size, arithmetic_problems
+    from pacs_rl.training.run import HELDOUT_SEED
+
+    h = PROTOCOL["heldout"]
+    n = arithmetic_pool_size(ops=h["ops"], digits=h["digits"], split=h["split"])
+    return arithmetic_problems(n, seed=HELDOUT_SEED, ops=h["ops"], digits=h["digits"], split=h["split"])
+
+
+def evaluate(model: str, out: Path, threads: int) -> dict:
+    """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable)."""
+    from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval
+
+    problems = heldout_problems()
+    g, pk = PROTOCOL["greedy"], PROTOCOL["passk"]
+    base = {
+        "model": model,
+        "benchmark": "arithmetic-heldout",
+        "grader": PROTOCOL["grader"],
+        "dtype": "float32",
+        "device": "cpu",
+        "num_threads": threads,
+        "verify_workers": 0,
+        "progress": False,
+    }
+    greedy = EvalConfig(
+        **base,
+        output_dir=str(out / "greedy"),
+        n=1,
+        ks=[1],
+        top_p=1.0,
+        batch_size=64,
+        temperature=g["temperature"],
+        max_new_tokens=g["max_new_tokens"],
+    )
+    passk = EvalConfig(
+        **base,
+        output_dir=str(out / "passk"),
+        n=pk["n"],
+        ks=KS,
+        temperature=pk["temperature"],
+        top_p=pk["top_p"],
+        max_new_tokens=pk["max_new_tokens"],
+        batch_size=256,
+    )
+    sampler, tokenizer = build_sampler(greedy)
+    gm = run_eval(greedy, sampler, tokenizer, problems=problems)
+    pm = run_eval(passk, sampler, tokenizer, problems=problems[: pk["problems"]])
+    return {
+        "greedy": {
+            "accuracy": gm["pass_at_k"]["1"],
+            "n": gm["num_problems"],
+            "mean_length": gm["mean_completion_tokens"],
+        },
+        "passk": {
+            "pass_at_k": pm["pass_at_k"],
+            "n": pk["n"],
+            "problems": pm["num_problems"],
+            "mean_length": pm["mean_completion_tokens"],
+        },
+    }
+
+
+def dynamics(metrics_file: Path) -> dict:
+    """Per-step curves and first/last summaries from a run's metrics.jsonl."""
+    rows = [json.loads(x) for x in metrics_file.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if "step" in r and "loss" in r]
+    curves = {}
+    for key, name in (
+        ("reward", "reward"),
+        ("entropy", "entropy"),
+        ("completions/mean_length", "length"),
+        ("groups/mixed_frac", "mixed_groups"),
+        ("grad_norm", "grad_norm"),
+        ("pacs/critic_auc", "critic_auc"),
+    ):
+        curves[name] = [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
+
+    def mean(values):
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        return sum(values) / len(values) if values else None
+
+    out = {
+        "steps": len(rows),
+        "entropy_first_3": mean(curves["entropy"][:3]),
+        "entropy_last_3": mean(curves["entropy"][-3:]),
+        "length_first_3": mean(curves["length"][:3]),
+        "length_last_3": mean(curves["length"][-3:]),
+        "reward_last_6": mean(curves["reward"][-6:]),
+        # reference = the rollout policy: ψ ≡ 0 on a rollout's first mini-batch (odd steps here), so only the
+        # second mini-batch's AUC can differ from chance
+        "critic_auc_second_minibatch": mean(curves["critic_auc"][1::2]),
+        "curves": curves,
+    }
+    return out
+
+
+def job(method: str | None, seed: int | None, work: Path, threads: int, train: dict) -> None:
+    """Train (or resume) one run and evaluate it; ``method`` None evaluates the base model."""
+    import torch
+
+    from pacs_rl.models import resolve_model
+    from pacs_rl.sampling.transformers_backend import cpu_capability
+    from pacs_rl.training.run import DONE_FILE, build_config, default_settings, run_training, split_settings
+
+    torch.set_num_threads(threads)
+    host = {
+        "cpu_capability": cpu_capability(),
+        "threads": threads,
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if method is None:
+        folder = work / "base"
+        result = {"method": "base", **evaluate(resolve_model("smollm2-135m"), folder / "eval", threads)}
+        (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
+        return
+    folder = work / method / f"seed{seed}"
+    t0 = time.time()
+    if not (folder / DONE_FILE).is_file():
+        values = {**default_settings(), **train, **METHODS[method][0], "seed": seed}
+        settings, cfg = split_settings(values)
+        run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
+    train_seconds = time.time() - t0
+    result = {"method": method, "seed": seed, **evaluate(str(folder / "final"), folder / "eval", threads)}
+    result["dynamics"] = dynamics(folder / "metrics.jsonl")
+    result["host"] = {**host, "wall_seconds": round(time.time() - t0), "train_seconds": round(train_seconds)}
+    (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    for checkpoint in folder.glob("checkpoint-*"):  # ~1.6 GB each; the record keeps what matters
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    for weights in (folder / "final").glob("*.safetensors"):
+        weights.unlink()
+
+
+def _commit() -> str:
+    try:
+        here = Path(__file__).resolve().parent
+        return (
+            subprocess.run(
+                ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or "unknown"
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------------------------- the driver
+def next_jobs(record: dict, methods: list[str], first_seed: int = 0):
+    """(method, seed) in order: the base model, then seed after seed, every method of a seed together."""
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    if record.get("base") is None:
+        yield None, None
+    seed = first_seed
+    while True:
+        for method in methods:
+            if (method, seed) not in have:
+                yield method, seed
+        seed += 1
+
+
+def run(args) -> None:
+    record = load_record(args.record, args.overrides)
+    methods = args.methods or list(METHODS)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
+    deadline = time.time() + args.hours * 3600
+    jobs = next_jobs(record, methods)
+    running: dict[subprocess.Popen, tuple] = {}
+    failures: dict[tuple, int] = {}
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    def stop_children(*_):
+        for proc in running:
+            proc.terminate()
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGTERM, stop_children)
+    pending: list[tuple] = []
+    try:
+        while True:
+            for proc in [p for p in running if p.poll() is not None]:
+                method, seed = running.pop(proc)
+                folder = args.work / ("base" if method is None else f"{method}/seed{seed}")
+                if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
+                    result = json.loads((folder / RESULT_FILE).read_text())
+                    if method is None:
+                        record["base"] = result
+                    else:
+                        record["runs"].append(result)
+                    save_record(args.record, record)
+                    print(_line(record, method, seed, result), flush=True)
+                else:
+                    failures[method, seed] = failures.get((method, seed), 0) + 1
+                    print(
+                        f"FAILED {method} seed {seed} (exit {proc.returncode}; log {folder}.log)", flush=True
+                    )
+                    if failures[method, seed] < 2:
+                        pending.append((method, seed))  # one retry: it resumes from its checkpoint
+            done = len(complete_seeds(record, methods))
+            stop = (
+                time.time() > deadline
+                or target_reached(record, args.target)
+                or (args.max_seeds is not None and done >= args.max_seeds)
+            )
+            while not stop and len(running) < args.workers:
+                method, seed = pending.pop(0) if pending else next(jobs)
+                if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
+                    break
+                folder = args.work / ("base" if method is None else f"{method}/seed{seed}")
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "job",
+                    "--work",
+                    str(args.work),
+                    "--threads",
+                    str(args.threads),
+                    "--train",
+                    json.dumps(record["protocol"]["train"]),
+                ]
+                cmd += [] if method is None else ["--method", method, "--seed", str(seed)]
+                env = {
+                    **os.environ,
+                    "OMP_NUM_THREADS": str(args.threads),
+                    "MKL_NUM_THREADS": str(args.threads),
+                }
+                log = open(f"{folder}.log", "a")  # noqa: SIM115 (closed with the process)
+                running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)] = (method, seed)
+                print(f"started {method or 'base'} seed {seed}", flush=True)
+            if not running:
+                break
+            time.sleep(5)
+    except KeyboardInterrupt:
+        for proc in running:
+            proc.terminate()
+        raise
+    print_summary(record)
+
+
+def _line(record: dict, method, seed, result) -> str:
+    if method is None:
+        return f"base: greedy {result['greedy']['accuracy']:.3f}, pass@64 {result['passk']['pass_at_k']['64']:.3f}"
+    gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+    text = (
+        f"{method} seed {seed}: greedy {result['greedy']['accuracy']:.3f}, pass@64 "
+        f"{result['passk']['pass_at_k']['64']:.3f}, {result['host']['wall_seconds']} s"
+    )
+    if gap.get("half_width") is not None:
+        text += f" | PACS - {PRIMARY}: {gap['mean']:+.3f} ± {gap['half_width']:.3f} ({gap['pairs']} pairs)"
+    return text
+
+
+def print_summary(record: dict) -> None:
+    summary = summarize(record)
+    print(
+        f"{'method':15} {'seeds':>5} {'greedy':>7} {'pass@1':>7} {'pass@64':>8}   PACS − method (greedy), 95% CI"
+    )
+    for method, entry in summary.items():
+        m = entry["mean"]
+        gap = entry.get("pacs_minus_this", {}).get("greedy_accuracy", {})
+        ci = (
+            f"{gap['mean']:+.3f} [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}], {gap['pairs']} pairs, "
+            f"±5 pp needs {gap['pairs_needed']}"
+            if gap.get("ci95")
+            else ""
+        )
+        print(
+            f"{method:15} {len(entry['seeds']):>5} {m['greedy_accuracy']:>7.3f} {m['pass@1']:>7.3f} "
+            f"{m['pass@64']:>8.3f}   {ci}"
+        )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="add seeds to the record until the target or the time limit")
+    r.add_argument("--record", type=Path, default=RECORD)
+    r.add_argument("--work", type=Path, default=WORK, help="run folders (weights deleted once evaluated)")
+    r.add_argument("--workers", type=int, default=2, help="runs at once")
+    r.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    r.add_argument("--hours", type=float, default=8.0, help="start no run after this many hours")
+    r.add_argument("--max-seeds", type=int, default=None, help="stop after this many complete seeds")
+    r.add_argument("--target", type=float, default=TARGET, help="half-width of PACS − GRPO's 95%% interval")
+    r.add_argument("--methods", nargs="+", default=None, help=f"default: all of {', '.join(METHODS)}")
+    r.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        help="key=value for every run (part of the protocol: a new record)",
+    )
+    s = sub.add_parser("summary", help="print the record's table")
+    s.add_argument("--record", type=Path, default=RECORD)
+    j = sub.add_parser("job", help=argparse.SUPPRESS)
+    j.add_argument("--method", default=None)
+    j.add_argument("--seed", type=int, default=None)
+    j.add_argument("--work", type=Path, default=WORK)
+    j.add_argument("--threads", type=int, default=1)
+    j.add_argument("--train", type=json.loads, default=PROTOCOL["train"])
+    a = p.parse_args()
+    if a.command == "run":
+        from pacs_rl.training.run import parse_assignments
+
+        a.overrides = parse_assignments(a.sets)
+        run(a)
+    elif a.command == "summary":
+        print_summary(load_record(a.record))
+    else:
+        job(a.method, a.seed, a.work, a.threads, a.train)
+
+
+if __name__ == "__main__":
+    main()

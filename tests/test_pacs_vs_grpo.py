@@ -1,0 +1,118 @@
+"""The PACS-vs-GRPO experiment driver (benchmarks/pacs_vs_grpo.py): its statistics, its job order, resuming a
+record and refusing to mix protocols. Training itself is covered by the trainer's tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def driver():
+    spec = importlib.util.spec_from_file_location("pacs_vs_grpo", REPO / "benchmarks" / "pacs_vs_grpo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, 12.7062), (2, 4.3027), (4, 2.7764), (3, 3.1824), (9, 2.2622), (30, 2.0423), (100, 1.9840)],
+)
+def test_t_quantile_matches_the_table(driver, df, expected):
+    assert driver.t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
+    assert driver.t_quantile(0.95, 10) == pytest.approx(1.8125, abs=1e-4)
+
+
+def test_paired_interval_hand_computed(driver):
+    diffs = [0.10, -0.05, 0.20, 0.05]  # mean 0.075, sd 0.1041
+    out = driver.paired_interval(diffs)
+    sd = math.sqrt(sum((d - 0.075) ** 2 for d in diffs) / 3)
+    half = 3.1824 * sd / 2  # t(0.975, 3) = 3.1824
+    assert out["mean"] == pytest.approx(0.075)
+    assert out["sd"] == pytest.approx(sd)
+    assert out["half_width"] == pytest.approx(half, rel=1e-4)
+    assert out["ci95"] == pytest.approx([0.075 - half, 0.075 + half], rel=1e-4)
+    # at this SD a ±5 pp interval needs n with t(n-1) * sd / sqrt(n) <= 0.05, and n - 1 does not reach it
+    n = out["pairs_needed"]
+    assert driver.t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= 0.05
+    assert driver.t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > 0.05
+    assert driver.paired_interval([0.3]) == {"pairs": 1, "mean": 0.3}  # no interval from one pair
+
+
+def _run(method, seed, greedy):
+    return {
+        "method": method,
+        "seed": seed,
+        "greedy": {"accuracy": greedy, "n": 10, "mean_length": 20.0},
+        "passk": {"pass_at_k": {str(k): min(1.0, greedy + 0.01 * k) for k in (1, 2, 4, 8, 16, 32, 64)}},
+        "dynamics": {"entropy_last_3": 0.5, "length_last_3": 30.0},
+    }
+
+
+def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
+    record = {"runs": [_run("pacs", 0, 0.5), _run("grpo", 0, 0.4), _run("pacs", 1, 0.6), _run("grpo", 1, 0.6),
+                       _run("grpo", 2, 0.9)]}  # fmt: skip
+    summary = driver.summarize(record)
+    gap = summary["grpo"]["pacs_minus_this"]["greedy_accuracy"]
+    assert gap["pairs"] == 2 and gap["mean"] == pytest.approx(0.05)  # seed 2 has no PACS run: not paired
+    assert summary["grpo"]["mean"]["greedy_accuracy"] == pytest.approx((0.4 + 0.6 + 0.9) / 3)
+    assert driver.complete_seeds(record, ["pacs", "grpo"]) == [0, 1]
+    assert not driver.target_reached(record)  # two pairs never stop it
+    tight = {
+        "runs": [
+            _run(m, s, 0.5 + (0.001 * s if m == "pacs" else 0)) for s in range(4) for m in ("pacs", "grpo")
+        ]
+    }
+    assert driver.target_reached(tight)
+    wide = {
+        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(4) for m in ("pacs", "grpo")]
+    }
+    assert not driver.target_reached(wide)
+
+
+def test_jobs_come_seed_by_seed_and_skip_what_the_record_holds(driver):
+    record = {"runs": [_run("pacs", 0, 0.5), _run("grpo", 1, 0.5)], "base": None}
+    jobs = list(itertools.islice(driver.next_jobs(record, ["pacs", "grpo"]), 5))
+    assert jobs == [(None, None), ("grpo", 0), ("pacs", 1), ("pacs", 2), ("grpo", 2)]
+    record["base"] = {"greedy": {}}
+    assert next(driver.next_jobs(record, ["pacs"])) == ("pacs", 1)
+
+
+def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(driver, tmp_path):
+    path = tmp_path / "record.json"
+    record = driver.load_record(path)  # a new record
+    assert record["runs"] == [] and record["protocol"] == driver.protocol()
+    record["runs"].append(_run("pacs", 0, 0.5))
+    driver.save_record(path, record)
+    saved = json.loads(path.read_text())
+    assert saved["summary"]["pacs"]["seeds"] == [0]
+    assert driver.load_record(path)["runs"] == saved["runs"]  # the same protocol continues
+    saved["protocol"]["methods"]["pacs"]["max_grad_norm"] = 1.0
+    path.write_text(json.dumps(saved))
+    with pytest.raises(SystemExit, match="another protocol"):
+        driver.load_record(path)
+
+
+def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path):
+    rows = [{"step": s, "loss": 0.6, "reward": 0.1 * s, "entropy": 1.0 - 0.1 * s, "completions/mean_length": 50 - s}
+            for s in range(1, 7)]  # fmt: skip
+    for row in rows[1::2]:
+        row["pacs/critic_auc"] = 0.7  # steps 2, 4, 6: each rollout's second mini-batch
+    rows[0]["pacs/critic_auc"] = 0.5
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in [*rows, {"train_runtime": 9}])
+    )
+    out = driver.dynamics(tmp_path / "metrics.jsonl")
+    assert out["steps"] == 6
+    assert out["entropy_first_3"] == pytest.approx(0.8) and out["entropy_last_3"] == pytest.approx(0.5)
+    assert out["length_last_3"] == pytest.approx(45.0)
+    assert out["critic_auc_second_minibatch"] == pytest.approx(0.7)
+    assert out["curves"]["critic_auc"][2] is None
