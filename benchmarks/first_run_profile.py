@@ -12,8 +12,8 @@ nested phases subtracted) and add up to the wall time. Memory: the peak resident
 (Linux: VmHWM is reset through /proc/self/clear_refs when a phase starts, and a nested phase's peak also
 counts for the phases around it), the resident set before the run, and the bytes of the weights,
 gradients and optimizer state at the end. Writes the JSON to --out (default
-docs/benchmarks/first_run_profile.json) with os.getloadavg() at the start and the end; docs/TRAINING.md
-("Where the first run's time and memory go") holds the recorded tables.
+docs/benchmarks/first_run_profile.json) with os.getloadavg() at the start and the end; the recorded
+table is in docs/benchmarks/first_run.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 authors call it, side by side; every other grader's disagreements with the authors listed with the reason.
 
     HF_HUB_OFFLINE=1 nice -n 10 python benchmarks/grader_agreement.py --cache CACHE \
-        --arith-model RUN/final --legacy-rev 3a94f3b --out docs/grader_agreement.json
+        --arith-model RUN/final --legacy-rev 3a94f3b --out docs/benchmarks/grader_agreement.json
 
 Completion sets (sampled once into ``--cache`` with ``pacs-rl eval``'s runner, so a rerun only regrades):
 
@@ -23,7 +23,8 @@ of that commit (``math_reward`` before graders had names: lenient, prompt-echo g
 "multiple boxes" rules) is graded too, as the held-out accuracy called it (no prompt) and as the training
 reward called it (the user turn as prompt), to show where the CPU default's grader changes a verdict.
 
-Prints one table and writes every disagreement to ``--out``; docs/EVALUATION.md records the table.
+Prints one table and writes every disagreement to ``--out``; docs/benchmarks/verifier.md records the
+table.
 """
 
 from __future__ import annotations

