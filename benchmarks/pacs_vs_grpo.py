@@ -129,23 +129,52 @@ def paired_interval(diffs: list[float], target: float = TARGET) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- the record
-def load_record(path: Path, overrides: dict | None = None) -> dict:
-    """The record at ``path`` (a new one if absent); refused when made with another protocol."""
-    if not path.is_file():
-        return {"what": __doc__.splitlines()[0], "protocol": protocol(overrides), "runs": [], "base": None}
-    record = json.loads(path.read_text())
-    if record.get("protocol") != protocol(overrides):
+def parse_method(spec: str) -> dict:
+    """The config overrides of a method: a name of METHODS, or a variant ``name[key=value,...]`` of one
+    (``pacs[reference=frozen,ref_reset_steps=8]``; values read as YAML)."""
+    import yaml
+
+    name, _, rest = spec.partition("[")
+    if name not in METHODS or (rest and not rest.endswith("]")):
         raise SystemExit(
-            f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to start "
-            "another record, or restore this script's PROTOCOL/METHODS to continue that one."
+            f"--methods {spec!r}: give one of {', '.join(METHODS)}, or a variant like pacs[pacs_beta=0.5]"
+        )
+    overrides = dict(METHODS[name][0])
+    for item in filter(None, rest[:-1].split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise SystemExit(f"--methods {spec!r}: {item!r} is not key=value")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def protocol(overrides: dict | None = None, methods: list[str] | None = None, passk: bool = True) -> dict:
+    """What every run of a record shares: PROTOCOL, ``overrides`` (--set) in its train part, the methods with
+    their config overrides, and the ks (none when pass@k is off)."""
+    out = {**PROTOCOL, "train": {**PROTOCOL["train"], **(overrides or {})}}
+    out["methods"] = {m: parse_method(m) for m in (methods or list(METHODS))}
+    if not passk:
+        out["passk"] = None
+    out["ks"] = KS if passk else []
+    return out
+
+
+def load_record(
+    path: Path, overrides: dict | None = None, methods: list[str] | None = None, passk=True
+) -> dict:
+    """The record at ``path`` (a new one if absent). An existing record continues with its own methods when
+    ``methods`` is None; another protocol is refused."""
+    if not path.is_file():
+        return {"what": __doc__.splitlines()[0], "protocol": protocol(overrides, methods, passk), "runs": [],
+                "base": None}  # fmt: skip
+    record = json.loads(path.read_text())
+    methods = methods or list(record.get("protocol", {}).get("methods", {}))
+    if record.get("protocol") != protocol(overrides, methods, passk):
+        raise SystemExit(
+            f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to "
+            "start another record, or the same --set/--methods/--no-passk (and this script's PROTOCOL) to continue."
         )
     return record
-
-
-def protocol(overrides: dict | None = None) -> dict:
-    """PROTOCOL with the methods, the ks and ``overrides`` (--set: settings every run shares) in its train part."""
-    train = {**PROTOCOL["train"], **(overrides or {})}
-    return {**PROTOCOL, "train": train, "methods": {k: v[0] for k, v in METHODS.items()}, "ks": KS}
 
 
 def save_record(path: Path, record: dict) -> None:
@@ -156,33 +185,46 @@ def save_record(path: Path, record: dict) -> None:
     tmp.replace(path)
 
 
-METRICS = {  # name -> how to read it from a run's result (all in [0, 1] except the dynamics)
-    "greedy_accuracy": lambda r: r["greedy"]["accuracy"],
-    **{f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in KS},
-    "entropy_last": lambda r: r["dynamics"]["entropy_last_3"],
-    "length_last": lambda r: r["dynamics"]["length_last_3"],
-    "greedy_length": lambda r: r["greedy"]["mean_length"],
-}
+def metric_readers(record: dict) -> dict:
+    """name -> how to read it from a run's result (accuracies in [0, 1], then the dynamics)."""
+    readers = {"greedy_accuracy": lambda r: r["greedy"]["accuracy"]}
+    readers.update(
+        {f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in record["protocol"]["ks"]}
+    )
+    readers.update({
+        "entropy_last": lambda r: r["dynamics"].get("entropy_last_3"),
+        "length_last": lambda r: r["dynamics"].get("length_last_3"),
+        "greedy_length": lambda r: r["greedy"]["mean_length"],
+        "critic_auc_second_minibatch": lambda r: r["dynamics"].get("critic_auc_second_minibatch"),
+    })  # fmt: skip
+    return readers
 
 
 def summarize(record: dict) -> dict:
-    """Per method: mean over its runs, and the paired difference PACS − method on the seeds both have."""
+    """Per method: the mean over its runs and, when the record has PACS, the paired difference PACS − method on
+    the seeds both have. A metric a run lacks (no mixed group, no PACS critic) is left out of that mean."""
     runs = {(r["method"], r["seed"]): r for r in record["runs"]}
+    readers = metric_readers(record)
+
+    def read(name, method, seed):
+        value = readers[name](runs[method, seed])
+        return value if value is not None and math.isfinite(value) else None
+
     out = {}
-    for method in METHODS:
+    for method in record["protocol"]["methods"]:
         seeds = sorted(s for m, s in runs if m == method)
         if not seeds:
             continue
-        entry = {"seeds": seeds, "mean": {}}
-        for name, read in METRICS.items():
-            values = [read(runs[method, s]) for s in seeds]
-            entry["mean"][name] = sum(values) / len(values)
-        if method != "pacs":
-            both = [s for s in seeds if ("pacs", s) in runs]
-            entry["pacs_minus_this"] = {
-                name: paired_interval([read(runs["pacs", s]) - read(runs[method, s]) for s in both])
-                for name, read in METRICS.items()
-            }
+        entry: dict = {"seeds": seeds, "mean": {}}
+        for name in readers:
+            values = [v for s in seeds if (v := read(name, method, s)) is not None]
+            entry["mean"][name] = sum(values) / len(values) if values else None
+        if method != "pacs" and "pacs" in record["protocol"]["methods"]:
+            entry["pacs_minus_this"] = {}
+            for name in readers:
+                pairs = [(read(name, "pacs", s), read(name, method, s)) for s in seeds if ("pacs", s) in runs]
+                diffs = [a - b for a, b in pairs if a is not None and b is not None]
+                entry["pacs_minus_this"][name] = paired_interval(diffs)
         out[method] = entry
     return out
 
@@ -208,7 +250,7 @@ def heldout_problems():
     return arithmetic_problems(n, seed=HELDOUT_SEED, ops=h["ops"], digits=h["digits"], split=h["split"])
 
 
-def evaluate(model: str, out: Path, threads: int) -> dict:
+def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
     """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable)."""
     from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval
 
@@ -234,7 +276,7 @@ def evaluate(model: str, out: Path, threads: int) -> dict:
         temperature=g["temperature"],
         max_new_tokens=g["max_new_tokens"],
     )
-    passk = EvalConfig(
+    passk_config = EvalConfig(
         **base,
         output_dir=str(out / "passk"),
         n=pk["n"],
@@ -246,20 +288,22 @@ def evaluate(model: str, out: Path, threads: int) -> dict:
     )
     sampler, tokenizer = build_sampler(greedy)
     gm = run_eval(greedy, sampler, tokenizer, problems=problems)
-    pm = run_eval(passk, sampler, tokenizer, problems=problems[: pk["problems"]])
-    return {
+    result = {
         "greedy": {
             "accuracy": gm["pass_at_k"]["1"],
             "n": gm["num_problems"],
             "mean_length": gm["mean_completion_tokens"],
-        },
-        "passk": {
+        }
+    }
+    if passk:
+        pm = run_eval(passk_config, sampler, tokenizer, problems=problems[: pk["problems"]])
+        result["passk"] = {
             "pass_at_k": pm["pass_at_k"],
             "n": pk["n"],
             "problems": pm["num_problems"],
             "mean_length": pm["mean_completion_tokens"],
-        },
-    }
+        }
+    return result
 
 
 def dynamics(metrics_file: Path) -> dict:
@@ -296,15 +340,28 @@ def dynamics(metrics_file: Path) -> dict:
     return out
 
 
-def job(method: str | None, seed: int | None, work: Path, threads: int, train: dict) -> None:
-    """Train (or resume) one run and evaluate it; ``method`` None evaluates the base model."""
+def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
+    """Train (or resume) one run of ``proto`` (a record's protocol) and evaluate it; ``method`` None evaluates
+    the base model."""
+    import warnings
+
     import torch
 
     from pacs_rl.models import resolve_model
     from pacs_rl.sampling.transformers_backend import cpu_capability
-    from pacs_rl.training.run import DONE_FILE, build_config, default_settings, run_training, split_settings
+    from pacs_rl.training.run import (
+        DONE_FILE,
+        TINY_MODEL,
+        build_config,
+        default_settings,
+        run_training,
+        split_settings,
+        tiny_model_folder,
+    )
 
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
     torch.set_num_threads(threads)
+    train, passk = proto["train"], proto["passk"] is not None
     host = {
         "cpu_capability": cpu_capability(),
         "threads": threads,
@@ -313,17 +370,23 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, train: d
     }
     if method is None:
         folder = work / "base"
-        result = {"method": "base", **evaluate(resolve_model("smollm2-135m"), folder / "eval", threads)}
+        model = train.get("model", default_settings()["model"])
+        model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
+        result = {"method": "base", **evaluate(model, folder / "eval", threads, passk)}
         (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
         return
-    folder = work / method / f"seed{seed}"
+    folder = work / slug(method) / f"seed{seed}"
     t0 = time.time()
     if not (folder / DONE_FILE).is_file():
-        values = {**default_settings(), **train, **METHODS[method][0], "seed": seed}
+        values = {**default_settings(), **train, **proto["methods"][method], "seed": seed}
         settings, cfg = split_settings(values)
         run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
     train_seconds = time.time() - t0
-    result = {"method": method, "seed": seed, **evaluate(str(folder / "final"), folder / "eval", threads)}
+    result = {
+        "method": method,
+        "seed": seed,
+        **evaluate(str(folder / "final"), folder / "eval", threads, passk),
+    }
     result["dynamics"] = dynamics(folder / "metrics.jsonl")
     result["host"] = {**host, "wall_seconds": round(time.time() - t0), "train_seconds": round(train_seconds)}
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
@@ -331,6 +394,11 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, train: d
         shutil.rmtree(checkpoint, ignore_errors=True)
     for weights in (folder / "final").glob("*.safetensors"):
         weights.unlink()
+
+
+def slug(method: str) -> str:
+    """A folder name for a method or variant: pacs[reference=frozen] -> pacs__reference=frozen."""
+    return method.replace("[", "__").replace("]", "").replace(",", "__")
 
 
 def _commit() -> str:
@@ -364,16 +432,16 @@ def next_jobs(record: dict, methods: list[str], first_seed: int = 0):
 
 
 def run(args) -> None:
-    record = load_record(args.record, args.overrides)
-    methods = args.methods or list(METHODS)
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise SystemExit(f"--methods: unknown {unknown}; known: {', '.join(METHODS)}")
+    record = load_record(args.record, args.overrides, args.methods, not args.no_passk)
+    methods = list(record["protocol"]["methods"])
     deadline = time.time() + args.hours * 3600
     jobs = next_jobs(record, methods)
     running: dict[subprocess.Popen, tuple] = {}
     failures: dict[tuple, int] = {}
     args.work.mkdir(parents=True, exist_ok=True)
+
+    def folder_of(method, seed) -> Path:
+        return args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
 
     def stop_children(*_):
         for proc in running:
@@ -386,7 +454,7 @@ def run(args) -> None:
         while True:
             for proc in [p for p in running if p.poll() is not None]:
                 method, seed = running.pop(proc)
-                folder = args.work / ("base" if method is None else f"{method}/seed{seed}")
+                folder = folder_of(method, seed)
                 if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
                     result = json.loads((folder / RESULT_FILE).read_text())
                     if method is None:
@@ -412,19 +480,10 @@ def run(args) -> None:
                 method, seed = pending.pop(0) if pending else next(jobs)
                 if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
                     break
-                folder = args.work / ("base" if method is None else f"{method}/seed{seed}")
+                folder = folder_of(method, seed)
                 folder.parent.mkdir(parents=True, exist_ok=True)
-                cmd = [
-                    sys.executable,
-                    __file__,
-                    "job",
-                    "--work",
-                    str(args.work),
-                    "--threads",
-                    str(args.threads),
-                    "--train",
-                    json.dumps(record["protocol"]["train"]),
-                ]
+                cmd = [sys.executable, __file__, "job", "--work", str(args.work), "--threads", str(args.threads),
+                       "--protocol", json.dumps(record["protocol"])]  # fmt: skip
                 cmd += [] if method is None else ["--method", method, "--seed", str(seed)]
                 env = {
                     **os.environ,
@@ -444,13 +503,18 @@ def run(args) -> None:
     print_summary(record)
 
 
+def _fmt(value, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def _line(record: dict, method, seed, result) -> str:
+    pass64 = (result.get("passk") or {}).get("pass_at_k", {}).get("64")
     if method is None:
-        return f"base: greedy {result['greedy']['accuracy']:.3f}, pass@64 {result['passk']['pass_at_k']['64']:.3f}"
+        return f"base: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}"
     gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
     text = (
-        f"{method} seed {seed}: greedy {result['greedy']['accuracy']:.3f}, pass@64 "
-        f"{result['passk']['pass_at_k']['64']:.3f}, {result['host']['wall_seconds']} s"
+        f"{method} seed {seed}: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}, "
+        f"{result['host']['wall_seconds']} s"
     )
     if gap.get("half_width") is not None:
         text += f" | PACS - {PRIMARY}: {gap['mean']:+.3f} ± {gap['half_width']:.3f} ({gap['pairs']} pairs)"
@@ -458,11 +522,10 @@ def _line(record: dict, method, seed, result) -> str:
 
 
 def print_summary(record: dict) -> None:
-    summary = summarize(record)
     print(
-        f"{'method':15} {'seeds':>5} {'greedy':>7} {'pass@1':>7} {'pass@64':>8}   PACS − method (greedy), 95% CI"
+        f"{'method':40} {'seeds':>5} {'greedy':>7} {'pass@1':>7} {'pass@64':>8}   PACS − method (greedy), 95% CI"
     )
-    for method, entry in summary.items():
+    for method, entry in summarize(record).items():
         m = entry["mean"]
         gap = entry.get("pacs_minus_this", {}).get("greedy_accuracy", {})
         ci = (
@@ -472,8 +535,8 @@ def print_summary(record: dict) -> None:
             else ""
         )
         print(
-            f"{method:15} {len(entry['seeds']):>5} {m['greedy_accuracy']:>7.3f} {m['pass@1']:>7.3f} "
-            f"{m['pass@64']:>8.3f}   {ci}"
+            f"{method:40} {len(entry['seeds']):>5} {_fmt(m['greedy_accuracy']):>7} {_fmt(m.get('pass@1')):>7} "
+            f"{_fmt(m.get('pass@64')):>8}   {ci}"
         )
 
 
@@ -488,7 +551,14 @@ def main() -> None:
     r.add_argument("--hours", type=float, default=8.0, help="start no run after this many hours")
     r.add_argument("--max-seeds", type=int, default=None, help="stop after this many complete seeds")
     r.add_argument("--target", type=float, default=TARGET, help="half-width of PACS − GRPO's 95%% interval")
-    r.add_argument("--methods", nargs="+", default=None, help=f"default: all of {', '.join(METHODS)}")
+    r.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help=f"of {', '.join(METHODS)}, or variants like 'pacs[reference=frozen,pacs_beta=0.5]'; default: all, or "
+        "the record's own when it exists",
+    )
+    r.add_argument("--no-passk", action="store_true", help="greedy accuracy only (part of the protocol)")
     r.add_argument(
         "--set",
         dest="sets",
@@ -503,7 +573,7 @@ def main() -> None:
     j.add_argument("--seed", type=int, default=None)
     j.add_argument("--work", type=Path, default=WORK)
     j.add_argument("--threads", type=int, default=1)
-    j.add_argument("--train", type=json.loads, default=PROTOCOL["train"])
+    j.add_argument("--protocol", type=json.loads, required=True)
     a = p.parse_args()
     if a.command == "run":
         from pacs_rl.training.run import parse_assignments
@@ -511,9 +581,9 @@ def main() -> None:
         a.overrides = parse_assignments(a.sets)
         run(a)
     elif a.command == "summary":
-        print_summary(load_record(a.record))
+        print_summary(json.loads(a.record.read_text()))  # reading only: whatever its protocol
     else:
-        job(a.method, a.seed, a.work, a.threads, a.train)
+        job(a.method, a.seed, a.work, a.threads, a.protocol)
 
 
 if __name__ == "__main__":

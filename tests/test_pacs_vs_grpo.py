@@ -59,7 +59,7 @@ def _run(method, seed, greedy):
 
 def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     record = {"runs": [_run("pacs", 0, 0.5), _run("grpo", 0, 0.4), _run("pacs", 1, 0.6), _run("grpo", 1, 0.6),
-                       _run("grpo", 2, 0.9)]}  # fmt: skip
+                       _run("grpo", 2, 0.9)], "protocol": driver.protocol()}  # fmt: skip
     summary = driver.summarize(record)
     gap = summary["grpo"]["pacs_minus_this"]["greedy_accuracy"]
     assert gap["pairs"] == 2 and gap["mean"] == pytest.approx(0.05)  # seed 2 has no PACS run: not paired
@@ -67,13 +67,15 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     assert driver.complete_seeds(record, ["pacs", "grpo"]) == [0, 1]
     assert not driver.target_reached(record)  # two pairs never stop it
     tight = {
+        "protocol": driver.protocol(),
         "runs": [
             _run(m, s, 0.5 + (0.001 * s if m == "pacs" else 0)) for s in range(4) for m in ("pacs", "grpo")
-        ]
+        ],
     }
     assert driver.target_reached(tight)
     wide = {
-        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(4) for m in ("pacs", "grpo")]
+        "protocol": driver.protocol(),
+        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(4) for m in ("pacs", "grpo")],
     }
     assert not driver.target_reached(wide)
 
@@ -116,3 +118,33 @@ def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path
     assert out["length_last_3"] == pytest.approx(45.0)
     assert out["critic_auc_second_minibatch"] == pytest.approx(0.7)
     assert out["curves"]["critic_auc"][2] is None
+
+
+def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_path):
+    assert driver.parse_method("pacs[reference=frozen,ref_reset_steps=8,pacs_beta=0.25]") == {
+        **driver.METHODS["pacs"][0],
+        "reference": "frozen",
+        "ref_reset_steps": 8,
+        "pacs_beta": 0.25,
+    }
+    for bad in ("nosuch", "pacs[reference=frozen", "pacs[reference]"):
+        with pytest.raises(SystemExit, match="--methods"):
+            driver.parse_method(bad)
+    path = tmp_path / "critic.json"
+    variants = ["pacs[reference=frozen]", "pacs[reference=frozen,ref_reset_steps=8]"]
+    record = driver.load_record(path, {"max_steps": 4}, variants, passk=False)
+    assert list(record["protocol"]["methods"]) == variants
+    assert record["protocol"]["passk"] is None and record["protocol"]["ks"] == []
+    run = _run(variants[0], 0, 0.4)
+    del run["passk"]
+    record["runs"].append(run)
+    driver.save_record(path, record)
+    again = driver.load_record(path, {"max_steps": 4}, None, passk=False)  # its own methods
+    assert again["runs"] == record["runs"]
+    summary = driver.summarize(again)
+    assert summary[variants[0]]["mean"]["greedy_accuracy"] == pytest.approx(0.4)
+    assert "pacs_minus_this" not in summary[variants[0]]  # no plain PACS in this record to pair with
+    assert "pass@64" not in summary[variants[0]]["mean"]
+    with pytest.raises(SystemExit, match="another protocol"):
+        driver.load_record(path, {"max_steps": 8}, None, passk=False)
+    assert driver.slug(variants[1]) == "pacs__reference=frozen__ref_reset_steps=8"
