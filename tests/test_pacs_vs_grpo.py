@@ -86,6 +86,9 @@ def test_jobs_come_seed_by_seed_and_skip_what_the_record_holds(driver):
     assert jobs == [(None, None), ("grpo", 0), ("pacs", 1), ("pacs", 2), ("grpo", 2)]
     record["base"] = {"greedy": {}}
     assert next(driver.next_jobs(record, ["pacs"])) == ("pacs", 1)
+    # --full-seeds 2: every method on seeds 0 and 1, then only PACS and the primary GRPO
+    jobs = list(itertools.islice(driver.next_jobs(record, ["pacs", "grpo", "pacs_clip"], full_seeds=2), 6))
+    assert jobs == [("grpo", 0), ("pacs_clip", 0), ("pacs", 1), ("pacs_clip", 1), ("pacs", 2), ("grpo", 2)]
 
 
 def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(driver, tmp_path):
