@@ -1,24 +1,26 @@
 """PACS against GRPO in miniature, powered: seed after seed of every method, added to one record.
 
 Every method trains the bundled SmolLM2-135M-Instruct with the `pacs-rl train` CPU default (two-digit ±
-one-digit arithmetic, 24 optimizer steps of 16 sequences, lr 2e-5, T = 0.7, 96 tokens) on the same seeds,
-the same training problems in the same order and the same held-out set; the methods differ only in their
-loss and its gradient clip (METHODS). Each trained model is evaluated on the whole held-out split of the
-task, greedy (PROTOCOL["greedy"]), and with unbiased pass@k at T = 0.6, top-p 0.95, n = 64 on its first
-PROTOCOL["passk"]["problems"] problems (the paper's exploration claim). The runs of one seed form a paired
-set; the record holds every run and, for each method, the paired difference PACS − method over the seeds
-both have, with its 95% interval (Student t over seeds) and the pairs a ±5 pp interval would need.
+one-digit arithmetic, 16 sequences per optimizer step, lr 2e-5 constant, T = 0.7, 96 tokens), run to 48 steps
+instead of 24, on the same seeds, the same training problems in the same order and the same held-out set; the
+methods differ only in their loss and its gradient clip (METHODS). Each run is evaluated greedy on the whole
+held-out split of the task at step 24 (its checkpoint: the `pacs-rl train` default's budget) and at step 48,
+and with unbiased pass@k at T = 0.6, top-p 0.95, n = 64 on the first PROTOCOL["passk"]["problems"] of those
+problems at step 48 (the paper's exploration claim). The runs of one seed are paired; the record holds every
+run and, for each method, the paired difference PACS − method over the seeds both have, with its 95% interval
+(Student t over seeds) and the pairs a ±5 pp interval would need at that spread.
 
     python benchmarks/pacs_vs_grpo.py run --workers 2 --hours 8   # add seeds until PACS − GRPO is ±5 pp
     python benchmarks/pacs_vs_grpo.py summary                     # print the record's table
-    python benchmarks/pacs_vs_grpo.py run --record runs/screen.json --methods pacs grpo --max-seeds 4 \
-        --set max_steps=48                                        # another budget: its own record
+    python benchmarks/pacs_vs_grpo.py run --record docs/benchmarks/pacs_critic.json --no-passk \
+        --methods "pacs[reference=frozen]" "pacs[reference=frozen,ref_reset_steps=8]" --max-seeds 2
 
 Stopped (Ctrl-C, end of session) and started again, in this session or a later one, it goes on: a run in the
 record is done, a run folder left half-way resumes from its last checkpoint. Each run is its own process with
-`--threads` torch threads (default 1: two single-threaded runs use 2 cores better than one two-threaded run,
-and one thread makes a run repeat itself bit for bit on one machine). Only the record (default
-docs/benchmarks/pacs_vs_grpo.json) is kept; run folders under --work lose their weights once evaluated.
+`--threads` torch threads (default 1: two single-threaded runs use 2 cores better than one two-threaded run).
+`--set key=value` changes a setting of every run and `--methods` takes variants (``pacs[key=value,...]``);
+both are part of a record's protocol, so another setting needs another `--record`. Only the record (default
+docs/benchmarks/pacs_vs_grpo.json) is kept: run folders under --work lose their weights once evaluated.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ RESULT_FILE = "result.json"
 # A record made with another protocol is refused (start a new record instead of mixing two).
 PROTOCOL = {
     "version": 1,
-    "train": {"eval_size": 0, "plot": False},  # evaluated below, on the whole held-out split
+    # 48 steps, checkpoints every 24: the first 24 steps of a run are the `pacs-rl train` default's 24 (constant
+    # lr), so one run measures both budgets; evaluated below, on the whole held-out split
+    "train": {"eval_size": 0, "plot": False, "max_steps": 48, "save_steps": 24, "save_total_limit": 2},
+    "greedy_at": [24],  # earlier checkpoints evaluated greedy too (the final model is the `greedy` figure)
     "heldout": {"ops": "+-", "digits": "2,1", "split": "test"},  # all of it, in the order of HELDOUT_SEED
     "greedy": {"temperature": 0.0, "max_new_tokens": 96},
     "passk": {"problems": 32, "n": 64, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 96},
@@ -188,6 +193,8 @@ def save_record(path: Path, record: dict) -> None:
 def metric_readers(record: dict) -> dict:
     """name -> how to read it from a run's result (accuracies in [0, 1], then the dynamics)."""
     readers = {"greedy_accuracy": lambda r: r["greedy"]["accuracy"]}
+    at = record["protocol"]["greedy_at"]
+    readers.update({f"greedy_accuracy@{s}": (lambda r, s=s: r["greedy_at"][str(s)]["accuracy"]) for s in at})
     readers.update(
         {f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in record["protocol"]["ks"]}
     )
@@ -387,6 +394,15 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         "seed": seed,
         **evaluate(str(folder / "final"), folder / "eval", threads, passk),
     }
+    result["greedy_at"] = {}
+    for step in proto["greedy_at"]:
+        if step >= train["max_steps"]:
+            continue
+        checkpoint = folder / f"checkpoint-{step}"
+        if not (checkpoint / "config.json").is_file():
+            raise SystemExit(f"{checkpoint} is missing: greedy_at {step} needs save_steps to divide it")
+        at = evaluate(str(checkpoint), folder / f"eval-{step}", threads, passk=False)
+        result["greedy_at"][str(step)] = at["greedy"]
     result["dynamics"] = dynamics(folder / "metrics.jsonl")
     result["host"] = {**host, "wall_seconds": round(time.time() - t0), "train_seconds": round(train_seconds)}
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
