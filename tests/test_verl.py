@@ -511,19 +511,77 @@ def test_guard_refuses_exactly_what_verls_batch_code_asserts_on():
     assert min(counts.values()) >= 200, counts  # the grid holds many of each outcome
 
 
+def test_what_the_refused_rollout_correction_modes_do_to_the_pacs_inputs():
+    """The reasons behind the guard's refusals, through verl's own rollout-correction code: bypass_mode puts the
+    sampler's log-probs in old_log_probs and renames the loss; sequence-level rejection empties a row, which then
+    leaves its group short in the PACS loss; token-level rejection drops tokens from eq. 8's masked sum."""
+    from verl.trainer.ppo.rollout_corr_helper import (
+        apply_bypass_mode,
+        compute_rollout_correction_and_add_to_batch,
+    )
+
+    mask, rewards, uids, old, new, lengths = make_batch(2, G, seed=11)
+    row = int(lengths.argmax())  # a row with several tokens, so token-level rejection leaves some
+    rollout = old.clone()
+    rollout[row, 0] -= 2.0  # the sampler's log-prob of one token differs from the trainer's
+
+    def batch():
+        tensors = {"old_log_probs": old, "rollout_log_probs": rollout, "response_mask": mask}
+        tensors["token_level_rewards"] = outcome_rewards(rewards, mask, lengths)
+        return DataProto.from_single_dict({**{k: v.clone() for k, v in tensors.items()}, "uid": uids})
+
+    correction = {"rollout_is": None, "rollout_rs_threshold": 0.5, "bypass_mode": True}
+    data, policy_loss = batch(), verl_config().actor_rollout_ref.actor.policy_loss
+    apply_bypass_mode(data, rollout_corr_config=correction, policy_loss_config=policy_loss)
+    assert torch.equal(data.batch["old_log_probs"], rollout) and policy_loss.loss_mode == "bypass_mode"
+
+    algo = omega_conf_to_dataclass(verl_config().algorithm)
+    config = actor_config()
+    config.global_batch_info.update(dp_size=1, global_batch_size=len(rewards))
+
+    def pacs_through_verl(data):
+        data = compute_advantage(data, adv_estimator=algo.adv_estimator, config=algo)
+        fields = ("old_log_probs", "advantages", "response_mask")
+        old_lp, adv, response_mask = (data.batch[k] for k in fields)
+        return core_algos.get_policy_loss_fn("pacs")(
+            old_log_prob=old_lp, log_prob=new, advantages=adv, response_mask=response_mask, config=config
+        )
+
+    rejected, _ = compute_rollout_correction_and_add_to_batch(
+        batch(), {**correction, "rollout_rs": "seq_max_k2"}
+    )
+    assert rejected.batch["response_mask"][row].sum() == 0  # 0.5 · 2² > 0.5: the whole row is rejected
+    assert torch.equal(
+        torch.cat([rejected.batch["response_mask"][:row], rejected.batch["response_mask"][row + 1 :]]),
+        torch.cat([mask[:row], mask[row + 1 :]]),
+    )
+    with pytest.raises(ValueError, match=f"whole groups of rollout.n={G}"):
+        pacs_through_verl(rejected)
+
+    rejected, _ = compute_rollout_correction_and_add_to_batch(
+        batch(), {**correction, "rollout_rs": "token_k2"}
+    )
+    kept = rejected.batch["response_mask"]
+    assert kept[row, 0] == 0 and kept.sum() == mask.sum() - 1  # only the disagreeing token
+    loss, _ = pacs_through_verl(rejected)
+    torch.testing.assert_close(loss, pacs_loss(new, old, kept, rewards, G)[0])
+    assert not torch.allclose(loss, pacs_loss(new, old, mask, rewards, G)[0])  # r̂ of eq. 8 changed
+
+
 # ---------------------------------------------------------------------------------------------------
 # Examples and processes
 
 
 def test_example_configs_pass_the_guard_and_hold_the_papers_recipe():
     with initialize_config_dir(config_dir=str(EXAMPLES), version_base=None):
-        paper = compose("pacs_qwen2.5_7b_deepscaler")
-        single = compose("pacs_qwen2.5_0.5b_single_gpu")
+        examples = {path.stem: compose(path.stem) for path in sorted(EXAMPLES.glob("*.yaml"))}
+    paper, single = examples["pacs_qwen2.5_7b_deepscaler"], examples["pacs_qwen2.5_0.5b_single_gpu"]
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    for config in (paper, single):
+    for config in examples.values():  # every shipped example, composed on verl's own ppo_trainer.yaml
         check_verl_config(config)
+        assert verl_batch_problems(config) == []
         # verl's own start-up validation (main_ppo.main runs it); PACS needs no critic and no reference model
         assert not need_critic(config) and not need_reference_policy(config)
         validate_config(config, use_reference_policy=False, use_critic=False)
@@ -630,6 +688,18 @@ def test_runner_checks_the_config_before_verl_starts():
     paper = _run([*example, "--config-name=pacs_qwen2.5_7b_deepscaler"], {"PACS_VERL_CHECK_ONLY": "1"})
     assert paper.returncode == 0, paper.stderr[-2000:]
     assert "n=8 dp=64 mini=256 micro_per_gpu=8" in paper.stdout
+    # the example's former log-prob micro-batch: 1024 × 8 / 64 = 128 rows per GPU, which verl 0.9 asserts on
+    old = _run(
+        [
+            *example,
+            "--config-name=pacs_qwen2.5_7b_deepscaler",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
+        ],
+        {"PACS_VERL_CHECK_ONLY": "1"},
+    )
+    assert old.returncode == 2, old.stderr[-2000:]
+    assert "log_prob_micro_batch_size_per_gpu=40 does not divide the 128 rows" in old.stderr
+    assert "Traceback" not in old.stderr  # a setting to change, said in one line per problem
 
 
 # ---------------------------------------------------------------------------------------------------

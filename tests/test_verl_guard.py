@@ -173,6 +173,17 @@ def test_reference_pass_is_checked_only_when_verl_builds_a_reference_model():
     # the reference has its own Ulysses size: 4 → 16 ranks, 512 rows per GPU, which 40 still does not divide
     config["actor_rollout_ref"]["ref"]["ulysses_sequence_parallel_size"] = 4
     assert "the 512 rows per GPU of the reference pass" in verl_config_problems(config)[0]
+    # the actor's Ulysses 2 (new spelling) leaves the reference on all 8 GPUs: 4 prompts × 3 rows split over the
+    # actor's 4 ranks, not over the reference's 8
+    small = copy.deepcopy(config)
+    small["trainer"].update(n_gpus_per_node=8, nnodes=1)
+    small["data"]["train_batch_size"] = 4
+    small["actor_rollout_ref"]["rollout"].update(n=3, log_prob_micro_batch_size_per_gpu=3)
+    small["actor_rollout_ref"]["actor"].update(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=3)
+    small["actor_rollout_ref"]["actor"]["fsdp_config"]["ulysses_sequence_parallel_size"] = 2
+    small["actor_rollout_ref"]["ref"] = {"log_prob_micro_batch_size_per_gpu": 3}
+    (problem,) = verl_config_problems(small)
+    assert "12 rows do not split evenly over the reference model's 8 data-parallel ranks" in problem
     # with LoRA the actor without its adapter is the reference: its pass uses the rollout's micro-batch
     config["actor_rollout_ref"]["model"] = {"lora": {"rank": 8}}
     assert verl_config_problems(config) == []
