@@ -343,18 +343,19 @@ def test_guard_refuses_v1_trainer_and_mini_batches_that_straddle_ranks_on_severa
 #
 # verl checks its batch sizes inside the Ray workers only. Its checks are inline in methods of workers that
 # need GPUs and a model, so the test runs the smallest units of verl that perform them, on one rank's rows
-# (every rank gets an equal share): the dispatch's split over dp ranks (decorator._split_args_kwargs_data_proto,
-# which asserts through chunk_tensordict), then TrainingWorker.infer_batch (old-log-prob and reference passes)
-# and TrainingWorker.train_mini_batch → train_batch (update), verl's own methods called on a stand-in worker
-# whose engine, like verl's FSDP engine, cuts its rows with verl's prepare_micro_batches and skips the model.
-# What the stand-in reproduces from verl's source: the dp size (FSDPEngine.get_data_parallel_size: GPUs //
-# the engine's Ulysses size, read from verl's own FSDPActorConfig), the micro-batch sizes that
-# ActorRolloutRefWorker.init_model copies into the engine configs, and the meta that
-# RayPPOTrainer._update_actor sends (mini_batch_size = ppo_mini_batch_size × rollout.n).
+# (every rank gets an equal share): the dispatch's split over dp ranks
+# (decorator._split_args_kwargs_data_proto, which asserts through chunk_tensordict), then
+# TrainingWorker.infer_batch (old-log-prob and reference passes) and TrainingWorker.train_mini_batch →
+# train_batch (update), verl's own methods called on a stand-in worker whose engine, like verl's FSDP engine,
+# cuts its rows with verl's prepare_micro_batches and skips the model. What the stand-in reproduces from
+# verl's source: the dp size (FSDPEngine.get_data_parallel_size: GPUs // the engine's Ulysses size, read from
+# verl's own FSDPActorConfig), the micro-batch sizes that ActorRolloutRefWorker.init_model copies into the
+# engine configs, and the meta that RayPPOTrainer._update_actor sends (mini_batch_size = ppo_mini_batch_size ×
+# rollout.n).
 
 
 class _StandInEngine:
-    """What TrainingWorker asks of its engine on one rank; train/infer only cut micro-batches, as verl's do."""
+    """What TrainingWorker asks of its engine on one rank; train/infer only cut micro-batches."""
 
     def __init__(self, dp: int):
         self.dp = dp
@@ -414,7 +415,7 @@ def _stand_in_worker(dp: int, micro: int | None, infer_micro: int | None):
 
 
 def _one_rank(rows: int, dp: int, **meta) -> TensorDict:
-    """The driver's batch of ``rows`` rows with its meta, split over ``dp`` ranks by verl's dispatch: rank 0's."""
+    """Rank 0's share of ``rows`` rows (with meta) when verl's dispatch splits them over ``dp`` ranks."""
     batch = TensorDict({"row": torch.arange(rows)}, batch_size=[rows])
     tu.assign_non_tensor(batch, global_token_num=None, **meta)
     (chunks,), _ = _split_args_kwargs_data_proto(dp, batch)
@@ -433,7 +434,7 @@ def _verl_ulysses(actor_sp: int, fsdp_sp: int) -> int:
 
 @functools.cache
 def _verl_reference(actor_sp: int, fsdp_sp: int, log_prob_micro: int) -> tuple[int, int]:
-    """(Ulysses size, micro-batch size) of the reference engine, as ActorRolloutRefWorker.init_model builds it."""
+    """(Ulysses size, micro-batch size) of the reference engine, as verl's init_model builds it."""
     config = verl_config(
         f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={actor_sp}",
         f"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size={fsdp_sp}",
@@ -480,9 +481,9 @@ def verl_assertion(config) -> str | None:
 
 
 def test_guard_refuses_exactly_what_verls_batch_code_asserts_on():
-    """Over a grid of GPUs, Ulysses sizes (either spelling), prompts, n, mini- and micro-batch sizes and KL on/off,
-    verl_batch_problems is non-empty exactly when verl's own code asserts, and the PACS guard refuses wherever
-    verl asserts."""
+    """Over a grid of GPUs, Ulysses sizes (either spelling), prompts, n, mini- and micro-batch sizes and KL
+    on/off, verl_batch_problems is non-empty exactly when verl's own code asserts, and the PACS guard refuses
+    wherever verl asserts."""
     config = verl_config()
     a = config.actor_rollout_ref
     parallel = [(1, 1, 1), (8, 1, 1)] + [
@@ -512,9 +513,10 @@ def test_guard_refuses_exactly_what_verls_batch_code_asserts_on():
 
 
 def test_what_the_refused_rollout_correction_modes_do_to_the_pacs_inputs():
-    """The reasons behind the guard's refusals, through verl's own rollout-correction code: bypass_mode puts the
-    sampler's log-probs in old_log_probs and renames the loss; sequence-level rejection empties a row, which then
-    leaves its group short in the PACS loss; token-level rejection drops tokens from eq. 8's masked sum."""
+    """The reasons behind the guard's refusals, through verl's own rollout-correction code: bypass_mode puts
+    the sampler's log-probs in old_log_probs and renames the loss; sequence-level rejection empties a row,
+    which then leaves its group short in the PACS loss; token-level rejection drops tokens from eq. 8's masked
+    sum."""
     from verl.trainer.ppo.rollout_corr_helper import (
         apply_bypass_mode,
         compute_rollout_correction_and_add_to_batch,

@@ -134,9 +134,9 @@ def test_log_prob_micro_batch_must_divide_the_rows_per_gpu():
     config = with_("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 40)
     (problem,) = verl_config_problems(config)
     assert problem == (
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40 does not divide the 128 rows per GPU of "
-        "the old-log-prob pass (data.train_batch_size=1024 × rollout.n=8 / 64 data-parallel ranks), which verl "
-        "asserts at the first step; use 32."
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40 does not divide the 128 rows per "
+        "GPU of the old-log-prob pass (data.train_batch_size=1024 × rollout.n=8 / 64 data-parallel ranks), "
+        "which verl asserts at the first step; use 32."
     )
     # the log-prob pass has no groups: any divisor works, a multiple of n is not needed
     assert verl_config_problems(with_("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 2)) == []
@@ -173,8 +173,8 @@ def test_reference_pass_is_checked_only_when_verl_builds_a_reference_model():
     # the reference has its own Ulysses size: 4 → 16 ranks, 512 rows per GPU, which 40 still does not divide
     config["actor_rollout_ref"]["ref"]["ulysses_sequence_parallel_size"] = 4
     assert "the 512 rows per GPU of the reference pass" in verl_config_problems(config)[0]
-    # the actor's Ulysses 2 (new spelling) leaves the reference on all 8 GPUs: 4 prompts × 3 rows split over the
-    # actor's 4 ranks, not over the reference's 8
+    # the actor's Ulysses 2 (new spelling) leaves the reference on all 8 GPUs: 4 prompts × 3 rows split over
+    # the actor's 4 ranks, not over the reference's 8
     small = copy.deepcopy(config)
     small["trainer"].update(n_gpus_per_node=8, nnodes=1)
     small["data"]["train_batch_size"] = 4
@@ -202,7 +202,7 @@ def test_reference_pass_is_checked_only_when_verl_builds_a_reference_model():
         (
             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
             None,
-            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu is not set: verl's workers assert it",
+            "rollout.log_prob_micro_batch_size_per_gpu is not set: verl's workers assert it",
         ),
         (
             "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
@@ -287,7 +287,8 @@ def _set(config: dict, dotted: str, value) -> None:
 
 
 def example_scripts() -> list[tuple[Path, str, list[str]]]:
-    """(script, config name, its fixed key=value overrides) for every launch of the runner in examples/verl."""
+    """(script, config name, its fixed key=value overrides) for every launch of the runner in
+    examples/verl."""
     found = []
     for script in sorted(EXAMPLES.glob("*.sh")):
         for line in script.read_text().replace("\\\n", " ").splitlines():
@@ -307,8 +308,8 @@ def test_every_example_script_launches_a_shipped_config():
 
 @pytest.mark.parametrize("config_path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_example_config_passes_the_guard(config_path):
-    """The YAML as written (verl's ppo_trainer.yaml fills the rest; tests/test_verl.py composes it with hydra),
-    with the fixed overrides of the scripts that launch it."""
+    """The YAML as written (verl's ppo_trainer.yaml fills the rest; tests/test_verl.py composes it with
+    hydra), with the fixed overrides of the scripts that launch it."""
     config = yaml.safe_load(config_path.read_text())
     assert verl_config_problems(config) == [] and verl_batch_problems(config) == []
     for _, name, overrides in example_scripts():

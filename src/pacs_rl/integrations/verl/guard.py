@@ -91,15 +91,16 @@ def _int(config: Any, dotted: str, default: int | None) -> int | None:
 
 
 def _world_size(config: Any) -> int:
-    """GPUs of the run: ``trainer.n_gpus_per_node × trainer.nnodes`` (the legacy trainer's one resource pool)."""
+    """GPUs of the run: ``trainer.n_gpus_per_node × trainer.nnodes`` (the legacy trainer's one pool)."""
     return _int(config, "trainer.n_gpus_per_node", 1) * _int(config, "trainer.nnodes", 1)
 
 
 def data_parallel_size(config: Any, role: str = ACTOR) -> int:
     """Data-parallel ranks of the actor's (or, with ``role=REF``, the reference model's) engine, as verl 0.9's
-    engines count them: GPUs // model-parallel size. FSDP: the Ulysses size is ``<role>.ulysses_sequence_parallel_size``
-    when above 1 (verl copies it into the engine), else ``<role>.fsdp_config.ulysses_sequence_parallel_size``.
-    Megatron: tensor × pipeline × context parallel sizes of ``<role>.megatron``."""
+    engines count them: GPUs // model-parallel size. FSDP: the Ulysses size is
+    ``<role>.ulysses_sequence_parallel_size`` when above 1 (verl copies it into the engine), else
+    ``<role>.fsdp_config.ulysses_sequence_parallel_size``. Megatron: tensor × pipeline × context parallel
+    sizes of ``<role>.megatron``."""
     ulysses = _int(config, f"{role}.ulysses_sequence_parallel_size", 1)
     if ulysses <= 1:
         ulysses = _int(config, f"{role}.fsdp_config.ulysses_sequence_parallel_size", 1)
@@ -110,17 +111,17 @@ def data_parallel_size(config: Any, role: str = ACTOR) -> int:
 
 
 def _fit(rows: int, wanted: int, step: int = 1) -> int:
-    """A micro-batch size that works: the divisor of ``rows`` that is a multiple of ``step``, the largest not above
-    ``wanted`` (else the smallest above it); ``step`` when ``rows`` has no such divisor."""
+    """A micro-batch size that works: the divisor of ``rows`` that is a multiple of ``step``, the largest not
+    above ``wanted`` (else the smallest above it); ``step`` when ``rows`` has no such divisor."""
     divisors = [d for d in range(step, rows + 1, step) if rows % d == 0]
     below = [d for d in divisors if d <= wanted]
     return max(below) if below else (min(divisors) if divisors else step)
 
 
 def _needs_reference(config: Any) -> tuple[bool, bool]:
-    """(verl builds a reference model, it runs inside the actor). A reference model is needed for a KL term
-    (``algorithm.use_kl_in_reward`` or ``actor.use_kl_loss``, verl's ``need_reference_policy``); with LoRA the actor
-    without its adapter is the reference, and the reference pass uses the rollout's log-prob micro-batch."""
+    """(verl builds a reference model, it runs inside the actor). A KL term needs one
+    (``algorithm.use_kl_in_reward`` or ``actor.use_kl_loss``: verl's ``need_reference_policy``); with LoRA the
+    actor without its adapter is the reference, and its pass uses the rollout's log-prob micro-batch."""
     needed = _as_bool(_select(config, "algorithm.use_kl_in_reward", False)) or _as_bool(
         _select(config, f"{ACTOR}.use_kl_loss", False)
     )
@@ -132,23 +133,24 @@ def _needs_reference(config: Any) -> tuple[bool, bool]:
 
 
 def _verl_setting_problems(config: Any) -> list[str]:
-    """What verl 0.9.1's worker start-up (``ActorRolloutRefWorker.init_model``) asserts, whatever the batch sizes."""
+    """What verl 0.9.1's workers assert at start-up (``ActorRolloutRefWorker.init_model``)."""
     problems = []
     world = _world_size(config)
     dynamic = _as_bool(_select(config, f"{ACTOR}.use_dynamic_bsz", False))
     log_prob_dynamic = _as_bool(_select(config, f"{ROLLOUT}.log_prob_use_dynamic_bsz", dynamic))
     if log_prob_dynamic != dynamic:
         problems.append(
-            f"{ROLLOUT}.log_prob_use_dynamic_bsz={log_prob_dynamic} differs from {ACTOR}.use_dynamic_bsz={dynamic}: "
-            f"verl's actor worker asserts they are equal at start-up; set {ROLLOUT}.log_prob_use_dynamic_bsz={dynamic}."
+            f"{ROLLOUT}.log_prob_use_dynamic_bsz={log_prob_dynamic} differs from "
+            f"{ACTOR}.use_dynamic_bsz={dynamic}: verl's actor worker asserts they are equal at start-up; set "
+            f"{ROLLOUT}.log_prob_use_dynamic_bsz={dynamic}."
         )
     n = _int(config, f"{ROLLOUT}.n", 1)
     rows = _int(config, "data.train_batch_size", 0) * n
     micro = _int(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", None) or n
 
     def require(section: str, name: str, role: str, total: int, step: int, wanted: int) -> None:
-        """``<section>.<name>_per_gpu`` must be set; suggest a divisor (a multiple of ``step`` where it can be) of
-        the rows each GPU holds, ``total`` rows over the role's dp ranks."""
+        """``<section>.<name>_per_gpu`` must be set; suggest a divisor (a multiple of ``step`` where it can
+        be) of the rows each GPU holds, ``total`` rows over the role's dp ranks."""
         if _select(config, f"{section}.{name}_per_gpu") is not None:
             return
         old, dp = _select(config, f"{section}.{name}"), data_parallel_size(config, role)
@@ -157,7 +159,8 @@ def _verl_setting_problems(config: Any) -> list[str]:
         if total and total % dp == 0:
             wanted = _fit(total // dp, wanted, step if (total // dp) % step == 0 else 1)
         problems.append(
-            f"{section}.{name}_per_gpu is not set{read}: verl's workers assert it at start-up; set it, e.g. to {wanted}."
+            f"{section}.{name}_per_gpu is not set{read}: verl's workers assert it at start-up; "
+            f"set it, e.g. to {wanted}."
         )
 
     if not dynamic:
@@ -183,44 +186,47 @@ def _verl_setting_problems(config: Any) -> list[str]:
     )
     if world % replica != 0:
         problems.append(
-            f"{ROLLOUT}.tensor_model_parallel_size={sizes['tensor_model_parallel_size']} × data_parallel_size="
-            f"{sizes['data_parallel_size']} × pipeline_model_parallel_size={sizes['pipeline_model_parallel_size']} = "
-            f"{replica} GPUs per rollout replica does not divide the {world} GPUs (trainer.nnodes × "
-            f"trainer.n_gpus_per_node); verl's rollout asserts it at start-up; use a product that divides {world}."
+            f"{ROLLOUT}.tensor_model_parallel_size={sizes['tensor_model_parallel_size']} × "
+            f"data_parallel_size={sizes['data_parallel_size']} × "
+            f"pipeline_model_parallel_size={sizes['pipeline_model_parallel_size']} = {replica} GPUs per "
+            f"rollout replica does not divide the {world} GPUs (trainer.nnodes × trainer.n_gpus_per_node); "
+            f"verl's rollout asserts it at start-up; use a product that divides {world}."
         )
     return problems
 
 
 def _verl_split_problems(config: Any) -> list[str]:
-    """verl 0.9.1's even splits of the rollout batch: over the dp ranks (its dispatch, ``chunk_tensordict``) and
-    into mini-batches (``TrainingWorker.train_mini_batch`` and ``make_iterator``), in rows."""
+    """verl 0.9.1's even splits of the rollout batch: over the dp ranks (its dispatch, ``chunk_tensordict``)
+    and into mini-batches (``TrainingWorker.train_mini_batch`` and ``make_iterator``), in rows."""
     dp, n = data_parallel_size(config), _int(config, f"{ROLLOUT}.n", 1)
     train, mini = _int(config, "data.train_batch_size", 0), _int(config, f"{ACTOR}.ppo_mini_batch_size", 0)
     step = dp // gcd(dp, n)  # prompts whose n rows each split evenly over the dp ranks
     if train and (train * n) % dp != 0:
         return [
-            f"data.train_batch_size={train} × rollout.n={n} = {train * n} rows do not split evenly over the {dp} "
-            f"data-parallel ranks, which verl asserts at the first step; use a multiple of {step} prompts."
+            f"data.train_batch_size={train} × rollout.n={n} = {train * n} rows do not split evenly over the "
+            f"{dp} data-parallel ranks, which verl asserts at the first step; use a multiple of {step} "
+            "prompts."
         ]
     problems = []
     if mini and (mini * n) % dp != 0:
         problems.append(
-            f"{ACTOR}.ppo_mini_batch_size={mini} × rollout.n={n} = {mini * n} rows do not split evenly over the "
-            f"{dp} data-parallel ranks, which verl asserts at the first update; use a multiple of {step} prompts."
+            f"{ACTOR}.ppo_mini_batch_size={mini} × rollout.n={n} = {mini * n} rows do not split evenly over "
+            f"the {dp} data-parallel ranks, which verl asserts at the first update; use a multiple of {step} "
+            "prompts."
         )
     elif train and mini and train % mini != 0:
         problems.append(
-            f"data.train_batch_size={train} is not a multiple of {ACTOR}.ppo_mini_batch_size={mini}: each rank's "
-            f"{train * n // dp} rows do not split into mini-batches of {mini * n // dp}, which verl asserts at the "
-            "first update; make it a multiple."
+            f"data.train_batch_size={train} is not a multiple of {ACTOR}.ppo_mini_batch_size={mini}: each "
+            f"rank's {train * n // dp} rows do not split into mini-batches of {mini * n // dp}, which verl "
+            "asserts at the first update; make it a multiple."
         )
     return problems
 
 
 def _verl_micro_problems(config: Any, update: bool = True) -> list[str]:
     """verl 0.9.1's micro-batches (``prepare_micro_batches``: the rows a GPU holds must be a multiple of the
-    per-GPU micro-batch size), for the old-log-prob pass, the reference pass and (``update``) the actor update;
-    each where the rows per GPU are whole (else :func:`_verl_split_problems` says why)."""
+    per-GPU micro-batch size), for the old-log-prob pass, the reference pass and (``update``) the actor
+    update; each where the rows per GPU are whole (else :func:`_verl_split_problems` says why)."""
     if _as_bool(_select(config, f"{ACTOR}.use_dynamic_bsz", False)):
         return []  # micro-batches packed by token count: no size to divide
     dp, n = data_parallel_size(config), _int(config, f"{ROLLOUT}.n", 1)
@@ -231,8 +237,9 @@ def _verl_micro_problems(config: Any, update: bool = True) -> list[str]:
     log_prob = _int(config, f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu", None)
     if rows and log_prob and rows % log_prob != 0:
         problems.append(
-            f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu={log_prob} does not divide the {rows} rows per GPU of the "
-            f"old-log-prob pass ({batch}), which verl asserts at the first step; use {_fit(rows, log_prob)}."
+            f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu={log_prob} does not divide the {rows} rows per GPU "
+            f"of the old-log-prob pass ({batch}), which verl asserts at the first step; use "
+            f"{_fit(rows, log_prob)}."
         )
     needed, in_actor = _needs_reference(config)
     ref = _int(config, f"{REF}.log_prob_micro_batch_size_per_gpu", None)
@@ -246,24 +253,24 @@ def _verl_micro_problems(config: Any, update: bool = True) -> list[str]:
         ref_rows = train * n // ref_dp if (train * n) % ref_dp == 0 else 0
         if (train * n) % ref_dp != 0:
             problems.append(
-                f"data.train_batch_size={train} × rollout.n={n} = {train * n} rows do not split evenly over the "
-                f"reference model's {ref_dp} data-parallel ranks, which verl asserts at the first step; use a "
-                f"multiple of {ref_dp // gcd(ref_dp, n)} prompts."
+                f"data.train_batch_size={train} × rollout.n={n} = {train * n} rows do not split evenly over "
+                f"the reference model's {ref_dp} data-parallel ranks, which verl asserts at the first step; "
+                f"use a multiple of {ref_dp // gcd(ref_dp, n)} prompts."
             )
         elif ref_rows % ref != 0:
             problems.append(
-                f"{REF}.log_prob_micro_batch_size_per_gpu={ref} does not divide the {ref_rows} rows per GPU of the "
-                f"reference pass (data.train_batch_size={train} × rollout.n={n} / {ref_dp} data-parallel ranks), "
-                f"which verl asserts at the first step; use {_fit(ref_rows, ref)}."
+                f"{REF}.log_prob_micro_batch_size_per_gpu={ref} does not divide the {ref_rows} rows per GPU "
+                f"of the reference pass (data.train_batch_size={train} × rollout.n={n} / {ref_dp} "
+                f"data-parallel ranks), which verl asserts at the first step; use {_fit(ref_rows, ref)}."
             )
     micro = _int(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", None)
     mini_rows = mini * n // dp if (mini * n) % dp == 0 else 0
     if update and mini_rows and micro and mini_rows % micro != 0:
         step = n if mini_rows % n == 0 else 1
         problems.append(
-            f"{ACTOR}.ppo_micro_batch_size_per_gpu={micro} does not divide the {mini_rows} rows per GPU of an update "
-            f"mini-batch ({ACTOR}.ppo_mini_batch_size={mini} × rollout.n={n} / {dp} data-parallel ranks), which "
-            f"verl asserts at the first update; use {_fit(mini_rows, micro, step)}."
+            f"{ACTOR}.ppo_micro_batch_size_per_gpu={micro} does not divide the {mini_rows} rows per GPU of "
+            f"an update mini-batch ({ACTOR}.ppo_mini_batch_size={mini} × rollout.n={n} / {dp} data-parallel "
+            f"ranks), which verl asserts at the first update; use {_fit(mini_rows, micro, step)}."
         )
     return problems
 
@@ -290,13 +297,13 @@ def verl_config_problems(config: Any) -> list[str]:
     problems: list[str] = []
     if estimator != PACS_NAME:
         problems.append(
-            f"algorithm.adv_estimator={estimator!r}: the 'pacs' policy loss reads the 0/1 labels and group ids "
-            "that the 'pacs' advantage estimator writes; set algorithm.adv_estimator=pacs."
+            f"algorithm.adv_estimator={estimator!r}: the 'pacs' policy loss reads the 0/1 labels and group "
+            "ids that the 'pacs' advantage estimator writes; set algorithm.adv_estimator=pacs."
         )
     if loss_mode != PACS_NAME:
         problems.append(
-            f"{ACTOR}.policy_loss.loss_mode={loss_mode!r}: the 'pacs' estimator writes labels, not advantages, "
-            f"so any other loss would train on them; set {ACTOR}.policy_loss.loss_mode=pacs."
+            f"{ACTOR}.policy_loss.loss_mode={loss_mode!r}: the 'pacs' estimator writes labels, not "
+            f"advantages, so any other loss would train on them; set {ACTOR}.policy_loss.loss_mode=pacs."
         )
 
     n = _int(config, f"{ROLLOUT}.n", 1)
@@ -327,7 +334,8 @@ def verl_config_problems(config: Any) -> list[str]:
         )
     if _as_bool(_select(config, f"{ACTOR}.shuffle", False)):
         problems.append(
-            f"{ACTOR}.shuffle=True shuffles rows inside each mini-batch, splitting groups; set {ACTOR}.shuffle=False."
+            f"{ACTOR}.shuffle=True shuffles rows inside each mini-batch, splitting groups; set "
+            f"{ACTOR}.shuffle=False."
         )
     if _as_bool(_select(config, "trainer.balance_batch", False)):
         problems.append(
@@ -338,7 +346,8 @@ def verl_config_problems(config: Any) -> list[str]:
         problems.append(
             "trainer.use_v1=True: verl's v1 trainer takes rows in the order its TransferQueue lists them "
             "(not grouped by prompt) and always balances sequence lengths across data-parallel ranks, "
-            "whatever trainer.balance_batch says; set trainer.use_v1=False (with trainer.balance_batch=False)."
+            "whatever trainer.balance_batch says; set trainer.use_v1=False (with "
+            "trainer.balance_batch=False)."
         )
 
     # Group boundaries: stricter than verl's own even splits (prompts, not rows), which they imply.
@@ -353,8 +362,9 @@ def verl_config_problems(config: Any) -> list[str]:
     train = _int(config, "data.train_batch_size", 0)
     if train and mini and train % mini != 0:
         split.append(
-            f"data.train_batch_size={train} is not a multiple of {ACTOR}.ppo_mini_batch_size={mini}: the last "
-            "mini-batch would be padded with rows of no group; make it a multiple."
+            f"data.train_batch_size={train} is not a multiple of {ACTOR}.ppo_mini_batch_size={mini}: a "
+            "rank's rows would not split into whole mini-batches, which verl asserts at the first update; "
+            "make it a multiple."
         )
     if train and train % dp != 0:
         split.append(
@@ -373,8 +383,8 @@ def verl_config_problems(config: Any) -> list[str]:
             else f"a multiple of {n}"
         )
         problems.append(
-            f"{ACTOR}.ppo_micro_batch_size_per_gpu={micro} is not a multiple of {ROLLOUT}.n={n}: a micro-batch "
-            f"would hold part of a group; use {fix}."
+            f"{ACTOR}.ppo_micro_batch_size_per_gpu={micro} is not a multiple of {ROLLOUT}.n={n}: a "
+            f"micro-batch would hold part of a group; use {fix}."
         )
 
     # What verl asserts in its workers. Its even splits hold when the group boundaries above do; the rows per
@@ -392,22 +402,23 @@ def verl_config_problems(config: Any) -> list[str]:
         )
     if _as_bool(_select(config, f"{correction}.bypass_mode", False)):
         problems.append(
-            f"{correction}.bypass_mode=True takes the rollout engine's log-probs as old_log_probs and rewrites "
-            "policy_loss.loss_mode to 'bypass_mode' on the driver: PACS's reward proxy (eq. 8) would measure "
-            f"π_θ against the sampler's numerics, not the policy that generated the batch; set {correction}.bypass_mode=false."
+            f"{correction}.bypass_mode=True takes the rollout engine's log-probs as old_log_probs and "
+            "rewrites policy_loss.loss_mode to 'bypass_mode' on the driver: PACS's reward proxy (eq. 8) "
+            "would measure π_θ against the sampler's numerics, not the policy that generated the batch; set "
+            f"{correction}.bypass_mode=false."
         )
     rejection = _select(config, f"{correction}.rollout_rs", None)
     if rejection is not None:
         options = [opt.strip() for opt in str(rejection).split(",") if opt.strip()]
         if any(opt.startswith("seq") for opt in options):
             effect = (
-                "rejects whole sequences by zeroing their response mask, which takes rows out of their groups "
-                "(the PACS loss then stops the run)"
+                "rejects whole sequences by zeroing their response mask, which takes rows out of their "
+                "groups (the PACS loss then stops the run)"
             )
         else:
             effect = (
-                "zeroes the response mask of rejected tokens, which drops them from eq. 8's masked sum, and a "
-                "row with every token rejected leaves its group short (the PACS loss then stops the run)"
+                "zeroes the response mask of rejected tokens, which drops them from eq. 8's masked sum, and "
+                "a row with every token rejected leaves its group short (the PACS loss then stops the run)"
             )
         problems.append(f"{correction}.rollout_rs={rejection!r} {effect}; set {correction}.rollout_rs=null.")
     return problems
