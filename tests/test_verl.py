@@ -4,10 +4,14 @@ splits groups, on verl's own composed config. Run: python -m pytest -m verl test
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,13 +21,17 @@ verl = pytest.importorskip("verl")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from verl import DataProto  # noqa: E402
+from verl.single_controller.base.decorator import _split_args_kwargs_data_proto  # noqa: E402
 from verl.trainer import main_ppo  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
+from verl.workers.engine.utils import prepare_micro_batches  # noqa: E402
+from verl.workers.engine_workers import TrainingWorker  # noqa: E402
 from verl.workers.utils.losses import ppo_loss  # noqa: E402
 
 from pacs_rl.algorithms import pacs_loss  # noqa: E402
@@ -33,6 +41,7 @@ from pacs_rl.integrations.verl import (  # noqa: E402
     core,
     verl_config_problems,
 )
+from pacs_rl.integrations.verl.guard import verl_batch_problems  # noqa: E402
 
 VERL_CONFIG_DIR = str(Path(main_ppo.__file__).resolve().parent / "config")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verl"
@@ -50,6 +59,8 @@ PACS_OVERRIDES = [
     "trainer.nnodes=1",
     "trainer.balance_batch=False",
     "trainer.use_v1=False",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
 ]
 
 
@@ -291,6 +302,15 @@ def test_guard_accepts_the_safe_config_and_ignores_non_pacs_runs():
         ("actor_rollout_ref.actor.policy_loss.loss_mode=vanilla", "loss_mode='vanilla'"),
         ("actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.n=1"),
         ("algorithm.rollout_correction.rollout_is=token", "rollout_correction.rollout_is='token'"),
+        ("algorithm.rollout_correction.bypass_mode=True", "rollout_correction.bypass_mode=True takes"),
+        ("algorithm.rollout_correction.rollout_rs=seq_mean_k1", "rollout_rs='seq_mean_k1' rejects whole"),
+        ("algorithm.rollout_correction.rollout_rs=token_k2", "rollout_rs='token_k2' zeroes"),
+        # 16 prompts × 4 / 1 GPU = 64 rows for the old-log-prob pass, 8 × 4 = 32 per update mini-batch
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=12", "=12 does not divide the 64 rows"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=12", "=12 does not divide the 32 rows"),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null", "per_gpu is not set"),
+        ("actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True", "log_prob_use_dynamic_bsz=True differs"),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "does not divide the 1 GPUs"),
     ],
 )
 def test_guard_refuses_each_unsafe_setting(override, named):
@@ -312,7 +332,242 @@ def test_guard_refuses_v1_trainer_and_mini_batches_that_straddle_ranks_on_severa
     assert "ppo_mini_batch_size=6 prompts is not a multiple of the 4 data-parallel ranks" in text
     assert "data.train_batch_size=12 prompts is not a multiple of the 4" not in text  # 12 = 3 × 4
     # verl's own default is the v1 trainer: a PACS run must opt out of it
-    assert any("use_v1" in p for p in verl_config_problems(verl_config(overrides=PACS_OVERRIDES[:-1])))
+    assert any(
+        "use_v1" in p
+        for p in verl_config_problems(verl_config(overrides=[o for o in PACS_OVERRIDES if "use_v1" not in o]))
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The guard against verl's own batch arithmetic
+#
+# verl checks its batch sizes inside the Ray workers only. Its checks are inline in methods of workers that
+# need GPUs and a model, so the test runs the smallest units of verl that perform them, on one rank's rows
+# (every rank gets an equal share): the dispatch's split over dp ranks
+# (decorator._split_args_kwargs_data_proto, which asserts through chunk_tensordict), then
+# TrainingWorker.infer_batch (old-log-prob and reference passes) and TrainingWorker.train_mini_batch →
+# train_batch (update), verl's own methods called on a stand-in worker whose engine, like verl's FSDP engine,
+# cuts its rows with verl's prepare_micro_batches and skips the model. What the stand-in reproduces from
+# verl's source: the dp size (FSDPEngine.get_data_parallel_size: GPUs // the engine's Ulysses size, read from
+# verl's own FSDPActorConfig), the micro-batch sizes that ActorRolloutRefWorker.init_model copies into the
+# engine configs, and the meta that RayPPOTrainer._update_actor sends (mini_batch_size = ppo_mini_batch_size ×
+# rollout.n).
+
+
+class _StandInEngine:
+    """What TrainingWorker asks of its engine on one rank; train/infer only cut micro-batches."""
+
+    def __init__(self, dp: int):
+        self.dp = dp
+
+    def get_data_parallel_size(self):
+        return self.dp
+
+    def get_data_parallel_rank(self):
+        return 0
+
+    def train_mode(self, **kwargs):
+        return contextlib.nullcontext()
+
+    eval_mode = train_mode
+
+    def is_mp_src_rank_with_outputs(self):
+        return False
+
+    def lr_scheduler_step(self):
+        return None
+
+    def train_batch(self, data, loss_function):
+        prepare_micro_batches(data)  # FSDPEngine.forward_backward_batch's call, before any forward
+
+    infer_batch = train_batch
+
+
+class _Profiler:
+    rank = 0
+
+    def step(self):
+        pass
+
+    def check_enable(self):
+        return False
+
+
+def _stand_in_worker(dp: int, micro: int | None, infer_micro: int | None):
+    engine_config = SimpleNamespace(
+        use_dynamic_bsz=False,
+        micro_batch_size_per_gpu=micro,
+        infer_micro_batch_size_per_gpu=infer_micro,
+        max_token_len_per_gpu=None,
+        infer_max_token_len_per_gpu=None,
+        use_fused_kernels=False,
+        forward_only=False,
+    )
+    worker = SimpleNamespace(
+        engine=_StandInEngine(dp),
+        engine_config=engine_config,
+        model_config={},
+        loss_fn=ppo_loss,
+        profiler=_Profiler(),
+    )
+    worker.train_batch = functools.partial(TrainingWorker.train_batch, worker)
+    return worker
+
+
+def _one_rank(rows: int, dp: int, **meta) -> TensorDict:
+    """Rank 0's share of ``rows`` rows (with meta) when verl's dispatch splits them over ``dp`` ranks."""
+    batch = TensorDict({"row": torch.arange(rows)}, batch_size=[rows])
+    tu.assign_non_tensor(batch, global_token_num=None, **meta)
+    (chunks,), _ = _split_args_kwargs_data_proto(dp, batch)
+    return chunks[0].unlock_()  # as a Ray worker receives it: its own, writable copy
+
+
+@functools.cache
+def _verl_ulysses(actor_sp: int, fsdp_sp: int) -> int:
+    """The actor engine's Ulysses size as verl's FSDPActorConfig derives it from the two keys."""
+    config = verl_config(
+        f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={actor_sp}",
+        f"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size={fsdp_sp}",
+    )
+    return omega_conf_to_dataclass(config.actor_rollout_ref.actor).engine.ulysses_sequence_parallel_size
+
+
+@functools.cache
+def _verl_reference(actor_sp: int, fsdp_sp: int, log_prob_micro: int) -> tuple[int, int]:
+    """(Ulysses size, micro-batch size) of the reference engine, as verl's init_model builds it."""
+    config = verl_config(
+        f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={actor_sp}",
+        f"actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size={fsdp_sp}",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={log_prob_micro}",
+    )
+    ref = OmegaConf.to_container(config.actor_rollout_ref.ref, resolve=True)
+    ref["ppo_mini_batch_size"] = config.actor_rollout_ref.actor.ppo_mini_batch_size
+    ref["ppo_micro_batch_size"] = ref.pop("log_prob_micro_batch_size", None)
+    ref["ppo_micro_batch_size_per_gpu"] = ref.pop("log_prob_micro_batch_size_per_gpu", None)
+    ref["use_dynamic_bsz"] = ref.pop("log_prob_use_dynamic_bsz", False)
+    ref["ppo_max_token_len_per_gpu"] = ref.pop("log_prob_max_token_len_per_gpu", None)
+    ref_config = omega_conf_to_dataclass(OmegaConf.create(ref))
+    return ref_config.engine.ulysses_sequence_parallel_size, ref_config.ppo_micro_batch_size_per_gpu
+
+
+def verl_assertion(config) -> str | None:
+    """Run verl's batch code for one step of ``config`` (see above); the AssertionError it raises, or None."""
+    a = config.actor_rollout_ref
+    gpus = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    sizes = (a.actor.ulysses_sequence_parallel_size, a.actor.fsdp_config.ulysses_sequence_parallel_size)
+    dp = gpus // _verl_ulysses(*sizes)
+    rows = config.data.train_batch_size * a.rollout.n
+    actor = _stand_in_worker(
+        dp, a.actor.ppo_micro_batch_size_per_gpu, a.rollout.log_prob_micro_batch_size_per_gpu
+    )
+    try:
+        TrainingWorker.infer_batch(actor, _one_rank(rows, dp, compute_loss=False))  # old log-probs
+        if a.actor.use_kl_loss:  # the reference pass, on the reference engine's own ranks
+            ref_sp, ref_micro = _verl_reference(*sizes, a.ref.log_prob_micro_batch_size_per_gpu)
+            ref = _stand_in_worker(gpus // ref_sp, None, ref_micro)
+            TrainingWorker.infer_batch(ref, _one_rank(rows, gpus // ref_sp, compute_loss=False))
+        mini = a.actor.ppo_mini_batch_size * a.rollout.n  # RayPPOTrainer._update_actor
+        meta = dict(
+            global_batch_size=mini,
+            mini_batch_size=mini,
+            epochs=1,
+            seed=0,
+            dataloader_kwargs={"shuffle": False},
+        )
+        TrainingWorker.train_mini_batch(actor, _one_rank(rows, dp, **meta))
+    except AssertionError as err:
+        return str(err) or "AssertionError"
+    return None
+
+
+def test_guard_refuses_exactly_what_verls_batch_code_asserts_on():
+    """Over a grid of GPUs, Ulysses sizes (either spelling), prompts, n, mini- and micro-batch sizes and KL
+    on/off, verl_batch_problems is non-empty exactly when verl's own code asserts, and the PACS guard refuses
+    wherever verl asserts."""
+    config = verl_config()
+    a = config.actor_rollout_ref
+    parallel = [(1, 1, 1), (8, 1, 1)] + [
+        (gpus, sp, fsdp) for gpus in (2, 4) for sp, fsdp in ((1, 1), (2, 1), (1, 2))
+    ]
+    grid = itertools.product(parallel, (4, 6), (2, 3, 4), (1, 2, 4), (2, 3, 4), (2, 3, 8))
+    counts, mismatches = {"asserts": 0, "runs": 0}, []
+    for index, ((gpus, sp, fsdp), train, n, mini, micro, log_prob) in enumerate(grid):
+        config.trainer.n_gpus_per_node = gpus
+        config.data.train_batch_size = train
+        a.rollout.n = n
+        a.actor.ppo_mini_batch_size = mini
+        a.actor.ppo_micro_batch_size_per_gpu = micro
+        a.rollout.log_prob_micro_batch_size_per_gpu = log_prob
+        a.actor.ulysses_sequence_parallel_size = sp
+        a.actor.fsdp_config.ulysses_sequence_parallel_size = fsdp
+        a.actor.use_kl_loss = index % 2 == 1  # the reference model's ranks follow only the first spelling
+        a.ref.log_prob_micro_batch_size_per_gpu = (2, 3)[index % 3 == 0]
+        verl_says = verl_assertion(config)
+        counts["asserts" if verl_says else "runs"] += 1
+        if bool(verl_says) != bool(verl_batch_problems(config)):
+            mismatches.append((gpus, sp, fsdp, train, n, mini, micro, log_prob, verl_says))
+        if verl_says:
+            assert verl_config_problems(config), (gpus, sp, fsdp, train, n, mini, micro, log_prob, verl_says)
+    assert mismatches == [], mismatches[:5]
+    assert min(counts.values()) >= 200, counts  # the grid holds many of each outcome
+
+
+def test_what_the_refused_rollout_correction_modes_do_to_the_pacs_inputs():
+    """The reasons behind the guard's refusals, through verl's own rollout-correction code: bypass_mode puts
+    the sampler's log-probs in old_log_probs and renames the loss; sequence-level rejection empties a row,
+    which then leaves its group short in the PACS loss; token-level rejection drops tokens from eq. 8's masked
+    sum."""
+    from verl.trainer.ppo.rollout_corr_helper import (
+        apply_bypass_mode,
+        compute_rollout_correction_and_add_to_batch,
+    )
+
+    mask, rewards, uids, old, new, lengths = make_batch(2, G, seed=11)
+    row = int(lengths.argmax())  # a row with several tokens, so token-level rejection leaves some
+    rollout = old.clone()
+    rollout[row, 0] -= 2.0  # the sampler's log-prob of one token differs from the trainer's
+
+    def batch():
+        tensors = {"old_log_probs": old, "rollout_log_probs": rollout, "response_mask": mask}
+        tensors["token_level_rewards"] = outcome_rewards(rewards, mask, lengths)
+        return DataProto.from_single_dict({**{k: v.clone() for k, v in tensors.items()}, "uid": uids})
+
+    correction = {"rollout_is": None, "rollout_rs_threshold": 0.5, "bypass_mode": True}
+    data, policy_loss = batch(), verl_config().actor_rollout_ref.actor.policy_loss
+    apply_bypass_mode(data, rollout_corr_config=correction, policy_loss_config=policy_loss)
+    assert torch.equal(data.batch["old_log_probs"], rollout) and policy_loss.loss_mode == "bypass_mode"
+
+    algo = omega_conf_to_dataclass(verl_config().algorithm)
+    config = actor_config()
+    config.global_batch_info.update(dp_size=1, global_batch_size=len(rewards))
+
+    def pacs_through_verl(data):
+        data = compute_advantage(data, adv_estimator=algo.adv_estimator, config=algo)
+        fields = ("old_log_probs", "advantages", "response_mask")
+        old_lp, adv, response_mask = (data.batch[k] for k in fields)
+        return core_algos.get_policy_loss_fn("pacs")(
+            old_log_prob=old_lp, log_prob=new, advantages=adv, response_mask=response_mask, config=config
+        )
+
+    rejected, _ = compute_rollout_correction_and_add_to_batch(
+        batch(), {**correction, "rollout_rs": "seq_max_k2"}
+    )
+    assert rejected.batch["response_mask"][row].sum() == 0  # 0.5 · 2² > 0.5: the whole row is rejected
+    assert torch.equal(
+        torch.cat([rejected.batch["response_mask"][:row], rejected.batch["response_mask"][row + 1 :]]),
+        torch.cat([mask[:row], mask[row + 1 :]]),
+    )
+    with pytest.raises(ValueError, match=f"whole groups of rollout.n={G}"):
+        pacs_through_verl(rejected)
+
+    rejected, _ = compute_rollout_correction_and_add_to_batch(
+        batch(), {**correction, "rollout_rs": "token_k2"}
+    )
+    kept = rejected.batch["response_mask"]
+    assert kept[row, 0] == 0 and kept.sum() == mask.sum() - 1  # only the disagreeing token
+    loss, _ = pacs_through_verl(rejected)
+    torch.testing.assert_close(loss, pacs_loss(new, old, kept, rewards, G)[0])
+    assert not torch.allclose(loss, pacs_loss(new, old, mask, rewards, G)[0])  # r̂ of eq. 8 changed
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -321,13 +576,14 @@ def test_guard_refuses_v1_trainer_and_mini_batches_that_straddle_ranks_on_severa
 
 def test_example_configs_pass_the_guard_and_hold_the_papers_recipe():
     with initialize_config_dir(config_dir=str(EXAMPLES), version_base=None):
-        paper = compose("pacs_qwen2.5_7b_deepscaler")
-        single = compose("pacs_qwen2.5_0.5b_single_gpu")
+        examples = {path.stem: compose(path.stem) for path in sorted(EXAMPLES.glob("*.yaml"))}
+    paper, single = examples["pacs_qwen2.5_7b_deepscaler"], examples["pacs_qwen2.5_0.5b_single_gpu"]
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    for config in (paper, single):
+    for config in examples.values():  # every shipped example, composed on verl's own ppo_trainer.yaml
         check_verl_config(config)
+        assert verl_batch_problems(config) == []
         # verl's own start-up validation (main_ppo.main runs it); PACS needs no critic and no reference model
         assert not need_critic(config) and not need_reference_policy(config)
         validate_config(config, use_reference_policy=False, use_critic=False)
@@ -434,6 +690,18 @@ def test_runner_checks_the_config_before_verl_starts():
     paper = _run([*example, "--config-name=pacs_qwen2.5_7b_deepscaler"], {"PACS_VERL_CHECK_ONLY": "1"})
     assert paper.returncode == 0, paper.stderr[-2000:]
     assert "n=8 dp=64 mini=256 micro_per_gpu=8" in paper.stdout
+    # the example's former log-prob micro-batch: 1024 × 8 / 64 = 128 rows per GPU, which verl 0.9 asserts on
+    old = _run(
+        [
+            *example,
+            "--config-name=pacs_qwen2.5_7b_deepscaler",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40",
+        ],
+        {"PACS_VERL_CHECK_ONLY": "1"},
+    )
+    assert old.returncode == 2, old.stderr[-2000:]
+    assert "log_prob_micro_batch_size_per_gpu=40 does not divide the 128 rows" in old.stderr
+    assert "Traceback" not in old.stderr  # a setting to change, said in one line per problem
 
 
 # ---------------------------------------------------------------------------------------------------

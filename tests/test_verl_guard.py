@@ -1,20 +1,26 @@
-"""The group guard of the verl integration, without verl installed: configs as nested dicts."""
+"""The group guard of the verl integration, without verl installed: configs as nested dicts, and the shipped
+examples/verl configs and launch scripts read as YAML."""
 
 from __future__ import annotations
 
 import copy
+import shlex
+from pathlib import Path
 
 import pytest
+import yaml
 
 from pacs_rl.integrations.verl import VerlConfigError, check_verl_config, verl_config_problems
-from pacs_rl.integrations.verl.guard import data_parallel_size
+from pacs_rl.integrations.verl.guard import _fit, data_parallel_size, verl_batch_problems
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verl"
 
 SAFE = {
     "algorithm": {"adv_estimator": "pacs", "rollout_correction": {"rollout_is": None}},
     "data": {"train_batch_size": 1024},
     "trainer": {"n_gpus_per_node": 8, "nnodes": 8, "balance_batch": False, "use_v1": False},
     "actor_rollout_ref": {
-        "rollout": {"n": 8},
+        "rollout": {"n": 8, "tensor_model_parallel_size": 2, "log_prob_micro_batch_size_per_gpu": 32},
         "actor": {
             "ppo_mini_batch_size": 256,
             "ppo_micro_batch_size_per_gpu": 8,
@@ -75,16 +81,21 @@ def test_each_unsafe_setting_is_refused_by_name(path, value, named):
     config = with_(path, value)
     problems = verl_config_problems(config)
     assert any(named in p for p in problems), problems
-    with pytest.raises(VerlConfigError, match="cannot run PACS with whole groups"):
+    with pytest.raises(VerlConfigError, match="cannot run PACS"):
         check_verl_config(config)
 
 
-def test_deprecated_global_micro_batch_is_divided_by_the_ranks():
+def test_deprecated_global_micro_batch_is_refused_with_the_per_gpu_value():
+    """verl 0.9's workers read only ppo_micro_batch_size_per_gpu and assert it is set (init_model)."""
     config = with_("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", None)
-    config["actor_rollout_ref"]["actor"]["ppo_micro_batch_size"] = 64 * 4  # 4 rows per GPU: half a group
-    (problem,) = verl_config_problems(config)
-    assert "ppo_micro_batch_size=256 / 64 ranks = 4 rows per GPU" in problem
     config["actor_rollout_ref"]["actor"]["ppo_micro_batch_size"] = 64 * 16
+    (problem,) = verl_config_problems(config)
+    assert problem.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu is not set")
+    assert "ppo_micro_batch_size=1024 is deprecated" in problem and problem.endswith("set it, e.g. to 16.")
+    config["actor_rollout_ref"]["actor"]["ppo_micro_batch_size"] = 64 * 12  # 12 per GPU: not whole groups
+    assert verl_config_problems(config)[0].endswith("set it, e.g. to 8.")
+    config["actor_rollout_ref"]["actor"]["ppo_micro_batch_size_per_gpu"] = 16
+    del config["actor_rollout_ref"]["actor"]["ppo_micro_batch_size"]
     assert verl_config_problems(config) == []
 
 
@@ -111,3 +122,200 @@ def test_data_parallel_size_divides_out_model_parallelism():
     # 8 data-parallel ranks: 100 prompts per mini-batch no longer divides, 256 still does
     megatron["actor_rollout_ref"]["actor"]["ppo_mini_batch_size"] = 100
     assert any("multiple of the 8 data-parallel ranks" in p for p in verl_config_problems(megatron))
+
+
+# ---------------------------------------------------------------------------------------------------
+# What verl 0.9 asserts on in its workers, after Ray starts
+
+
+def test_log_prob_micro_batch_must_divide_the_rows_per_gpu():
+    """1024 prompts × 8 / 64 ranks = 128 rows per GPU: 40 (the example's old value) fails verl's
+    prepare_micro_batches at the first old-log-prob pass; 32 is the largest divisor below it."""
+    config = with_("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 40)
+    (problem,) = verl_config_problems(config)
+    assert problem == (
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=40 does not divide the 128 rows per "
+        "GPU of the old-log-prob pass (data.train_batch_size=1024 × rollout.n=8 / 64 data-parallel ranks), "
+        "which verl asserts at the first step; use 32."
+    )
+    # the log-prob pass has no groups: any divisor works, a multiple of n is not needed
+    assert verl_config_problems(with_("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu", 2)) == []
+    # Ulysses 2 halves the ranks: 256 rows per GPU, which 40 still does not divide
+    sp = with_("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 2)
+    sp["actor_rollout_ref"]["rollout"]["log_prob_micro_batch_size_per_gpu"] = 40
+    assert "the 256 rows per GPU" in verl_config_problems(sp)[0]
+
+
+def test_update_micro_batch_must_divide_the_mini_batch_rows_per_gpu():
+    """256 prompts × 8 / 64 ranks = 32 rows per GPU and mini-batch: 24 holds whole groups yet fails verl."""
+    (problem,) = verl_config_problems(with_("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 24))
+    assert (
+        "ppo_micro_batch_size_per_gpu=24 does not divide the 32 rows per GPU of an update mini-batch"
+        in problem
+    )
+    assert problem.endswith("use 16.")  # a divisor of 32 and a multiple of n = 8
+    # 12 breaks both rules: one line, suggesting a size that satisfies both
+    (problem,) = verl_config_problems(with_("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 12))
+    assert "=12 is not a multiple of actor_rollout_ref.rollout.n=8" in problem
+    assert "e.g. 8, which divides the 32 rows per GPU of a mini-batch" in problem
+    assert verl_config_problems(with_("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 32)) == []
+
+
+def test_reference_pass_is_checked_only_when_verl_builds_a_reference_model():
+    config = with_("actor_rollout_ref.ref", {"log_prob_micro_batch_size_per_gpu": 40})
+    assert verl_config_problems(config) == []  # no KL term: verl builds no reference model
+    config["actor_rollout_ref"]["actor"]["use_kl_loss"] = True
+    (problem,) = verl_config_problems(config)
+    assert problem.startswith(
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=40 does not divide the 128"
+    )
+    assert problem.endswith("use 32.")
+    # the reference has its own Ulysses size: 4 → 16 ranks, 512 rows per GPU, which 40 still does not divide
+    config["actor_rollout_ref"]["ref"]["ulysses_sequence_parallel_size"] = 4
+    assert "the 512 rows per GPU of the reference pass" in verl_config_problems(config)[0]
+    # the actor's Ulysses 2 (new spelling) leaves the reference on all 8 GPUs: 4 prompts × 3 rows split over
+    # the actor's 4 ranks, not over the reference's 8
+    small = copy.deepcopy(config)
+    small["trainer"].update(n_gpus_per_node=8, nnodes=1)
+    small["data"]["train_batch_size"] = 4
+    small["actor_rollout_ref"]["rollout"].update(n=3, log_prob_micro_batch_size_per_gpu=3)
+    small["actor_rollout_ref"]["actor"].update(ppo_mini_batch_size=4, ppo_micro_batch_size_per_gpu=3)
+    small["actor_rollout_ref"]["actor"]["fsdp_config"]["ulysses_sequence_parallel_size"] = 2
+    small["actor_rollout_ref"]["ref"] = {"log_prob_micro_batch_size_per_gpu": 3}
+    (problem,) = verl_config_problems(small)
+    assert "12 rows do not split evenly over the reference model's 8 data-parallel ranks" in problem
+    # with LoRA the actor without its adapter is the reference: its pass uses the rollout's micro-batch
+    config["actor_rollout_ref"]["model"] = {"lora": {"rank": 8}}
+    assert verl_config_problems(config) == []
+    del config["actor_rollout_ref"]["model"]
+    config["actor_rollout_ref"]["ref"] = {}
+    config["algorithm"]["use_kl_in_reward"] = True
+    assert any(
+        p.startswith("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu is not set")
+        for p in verl_config_problems(config)
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+            None,
+            "rollout.log_prob_micro_batch_size_per_gpu is not set: verl's workers assert it",
+        ),
+        (
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz",
+            True,
+            "log_prob_use_dynamic_bsz=True differs from actor_rollout_ref.actor.use_dynamic_bsz=False",
+        ),
+        (
+            "actor_rollout_ref.rollout.tensor_model_parallel_size",
+            3,
+            "= 3 GPUs per rollout replica does not divide the 64 GPUs",
+        ),
+    ],
+)
+def test_verls_start_up_assertions_are_refused(path, value, named):
+    problems = verl_config_problems(with_(path, value))
+    assert any(named in p for p in problems), problems
+
+
+def test_verl_batch_problems_hold_for_any_loss_and_state_verls_row_splits():
+    grpo = with_("algorithm.adv_estimator", "grpo")
+    grpo["actor_rollout_ref"]["actor"]["policy_loss"]["loss_mode"] = "vanilla"
+    grpo["actor_rollout_ref"]["rollout"]["log_prob_micro_batch_size_per_gpu"] = 40
+    assert verl_config_problems(grpo) == []  # not a PACS run: the PACS guard stays silent
+    assert "=40 does not divide the 128 rows per GPU" in verl_batch_problems(grpo)[0]
+    # rows, not prompts: 1000 prompts × 8 = 8000 rows do split over 64 ranks (125 each) for verl
+    rows = with_("data.train_batch_size", 1000)
+    assert all("do not split evenly" not in p for p in verl_batch_problems(rows))
+    text = "\n".join(verl_batch_problems(rows))
+    assert "=32 does not divide the 125 rows per GPU of the old-log-prob pass" in text and "use 25." in text
+    assert (
+        "data.train_batch_size=1000 is not a multiple of actor_rollout_ref.actor.ppo_mini_batch_size=256"
+        in text
+    )
+    rows["data"]["train_batch_size"] = 1001
+    assert "8008 rows do not split evenly over the 64 data-parallel ranks" in verl_batch_problems(rows)[0]
+    mini = with_("actor_rollout_ref.actor.ppo_mini_batch_size", 250)  # 2000 rows: not a multiple of 64
+    assert any("ppo_mini_batch_size=250 × rollout.n=8 = 2000 rows" in p for p in verl_batch_problems(mini))
+
+
+@pytest.mark.parametrize(
+    ("rows", "wanted", "step", "fit"),
+    [(128, 40, 1, 32), (32, 24, 8, 16), (32, 4, 8, 8), (7, 5, 1, 1), (6, 4, 4, 4)],
+)
+def test_fit_is_a_divisor_and_a_multiple_of_the_step(rows, wanted, step, fit):
+    assert _fit(rows, wanted, step) == fit
+    assert fit % step == 0 and (rows % fit == 0 or rows % step != 0)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rollout correction: what changes the inputs of the PACS loss
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        (
+            "algorithm.rollout_correction.bypass_mode",
+            True,
+            "takes the rollout engine's log-probs as old_log_probs",
+        ),
+        ("algorithm.rollout_correction.rollout_rs", "seq_mean_k3", "rejects whole sequences"),
+        ("algorithm.rollout_correction.rollout_rs", "token_k1,seq_max_k2", "rejects whole sequences"),
+        ("algorithm.rollout_correction.rollout_rs", "token_k3", "drops them from eq. 8's masked sum"),
+    ],
+)
+def test_rollout_correction_modes_that_change_pacs_inputs_are_refused(path, value, named):
+    problems = verl_config_problems(with_(path, value))
+    assert len(problems) == 1 and named in problems[0], problems
+    assert problems[0].endswith(f"set {path}=null.") or problems[0].endswith(f"set {path}=false.")
+    assert verl_config_problems(with_(path, None)) == []
+
+
+# ---------------------------------------------------------------------------------------------------
+# The shipped examples
+
+
+def _set(config: dict, dotted: str, value) -> None:
+    *parents, leaf = dotted.lstrip("+").split(".")
+    for key in parents:
+        config = config.setdefault(key, {})
+    config[leaf] = value
+
+
+def example_scripts() -> list[tuple[Path, str, list[str]]]:
+    """(script, config name, its fixed key=value overrides) for every launch of the runner in
+    examples/verl."""
+    found = []
+    for script in sorted(EXAMPLES.glob("*.sh")):
+        for line in script.read_text().replace("\\\n", " ").splitlines():
+            if "pacs_rl.integrations.verl " not in line:
+                continue  # the data converter (pacs_rl.integrations.verl.data) and other lines
+            tokens = shlex.split(line)
+            name = next(t.split("=", 1)[1] for t in tokens if t.startswith("--config-name="))
+            overrides = [t for t in tokens if "=" in t and not t.startswith(("-", "$"))]
+            found.append((script, name, overrides))
+    return found
+
+
+def test_every_example_script_launches_a_shipped_config():
+    launched = {name for _, name, _ in example_scripts()}
+    assert launched == {path.stem for path in EXAMPLES.glob("*.yaml")}
+
+
+@pytest.mark.parametrize("config_path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_example_config_passes_the_guard(config_path):
+    """The YAML as written (verl's ppo_trainer.yaml fills the rest; tests/test_verl.py composes it with
+    hydra), with the fixed overrides of the scripts that launch it."""
+    config = yaml.safe_load(config_path.read_text())
+    assert verl_config_problems(config) == [] and verl_batch_problems(config) == []
+    for _, name, overrides in example_scripts():
+        if name == config_path.stem:
+            launched = copy.deepcopy(config)
+            for override in overrides:
+                key, value = override.split("=", 1)
+                _set(launched, key, yaml.safe_load(value))
+            assert verl_config_problems(launched) == []

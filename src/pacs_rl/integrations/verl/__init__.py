@@ -3,7 +3,8 @@
     algorithm.adv_estimator=pacs
     actor_rollout_ref.actor.policy_loss.loss_mode=pacs
 
-- :mod:`.guard` (pure Python): :func:`check_verl_config` refuses settings that split groups.
+- :mod:`.guard` (pure Python): :func:`check_verl_config` refuses settings that split groups, that verl 0.9
+  would assert on in its workers, or that change what the PACS loss reads.
 - :mod:`.core` (imports verl): the ``pacs`` estimator and loss; importing it registers them.
 - :mod:`.plugin`: the ``verl.plugins`` entry point, so every verl process registers PACS on ``import verl``.
 - ``python -m pacs_rl.integrations.verl <hydra overrides>``: registers, checks the config, runs verl's PPO main.

@@ -16,7 +16,7 @@ import hydra
 from verl.trainer import main_ppo
 
 from . import core
-from .guard import check_verl_config, data_parallel_size
+from .guard import VerlConfigError, check_verl_config, data_parallel_size
 
 
 def main() -> None:
@@ -25,7 +25,11 @@ def main() -> None:
 
     @hydra.main(config_path=config_dir, config_name="ppo_trainer", version_base=None)
     def run(config) -> None:
-        check_verl_config(config)
+        try:
+            check_verl_config(config)
+        except VerlConfigError as err:  # a user's setting: the list of what to change, no traceback
+            print(f"pacs-rl: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
         if os.environ.get("PACS_VERL_CHECK_ONLY", "") not in ("", "0"):
             actor = config.actor_rollout_ref.actor
             loss = actor.policy_loss
