@@ -54,7 +54,7 @@ def _run(method, seed, greedy):
         "greedy": {"accuracy": greedy, "n": 10, "mean_length": 20.0},
         "greedy_at": {"24": {"accuracy": greedy / 2, "n": 10, "mean_length": 30.0}},
         "passk": {"pass_at_k": {str(k): min(1.0, greedy + 0.01 * k) for k in (1, 2, 4, 8, 16, 32, 64)}},
-        "dynamics": {"entropy_last_3": 0.5, "length_last_3": 30.0},
+        "dynamics": {"curves": {"entropy": [0.9, 0.5, 0.5, 0.5], "length": [60.0, None, 30.0, 30.0, 30.0]}},
     }
 
 
@@ -67,6 +67,9 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     at24 = summary["grpo"]["pacs_minus_this"]["greedy_accuracy@24"]  # the checkpoint halfway, paired alike
     assert at24["pairs"] == 2 and at24["mean"] == pytest.approx(0.025)
     assert summary["grpo"]["mean"]["greedy_accuracy"] == pytest.approx((0.4 + 0.6 + 0.9) / 3)
+    # the dynamics: means of the last 3 logged values (length is logged at rollout steps only)
+    assert summary["grpo"]["mean"]["entropy_last"] == pytest.approx(0.5)
+    assert summary["grpo"]["mean"]["length_last"] == pytest.approx(30.0)
     assert driver.complete_seeds(record, ["pacs", "grpo"]) == [0, 1]
     assert not driver.target_reached(record)  # two pairs never stop it
     tight = {
