@@ -157,3 +157,14 @@ def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_pat
     with pytest.raises(SystemExit, match="another protocol"):
         driver.load_record(path, {"max_steps": 8}, None, passk=False)
     assert driver.slug(variants[1]) == "pacs__reference=frozen__ref_reset_steps=8"
+
+
+def test_repeatability_finds_the_first_differing_step():
+    spec = importlib.util.spec_from_file_location("repeatability", REPO / "benchmarks" / "repeatability.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    a = [{"step": 1, "loss": 0.69, "time": 1.0}, {"step": 2, "loss": 0.5, "grad_norm": 66.40255737}]
+    b = [{"step": 1, "loss": 0.69, "time": 2.0}, {"step": 2, "loss": 0.5, "grad_norm": 66.40256500}]
+    assert module.first_difference(a, a) is None
+    assert module.first_difference(a, b) == {"step": 2, "values": {"grad_norm": [66.40255737, 66.40256500]}}
+    assert module.first_difference(a, a[:1])["step"] == 2  # one run stopped early
