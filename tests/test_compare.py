@@ -114,7 +114,7 @@ def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
     assert seen["resume"] is True and seen["output_dir"] == str(run_dir)
     assert seen["cfg"].seed == 0 and seen["cfg"].loss_type == "pacs"
     assert seen["cfg"].max_steps == settings["train"]["max_steps"]
-    assert seen["run"].dataset == settings["train"]["data"] and seen["run"].eval_size == 0
+    assert seen["run"].dataset == settings["train"]["dataset"] and seen["run"].eval_size == 0
     assert train_run(settings, spec, run_dir, "base", "test") == "skipped"
 
 

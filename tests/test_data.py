@@ -82,7 +82,7 @@ def test_benchmark_offline_error_says_what_to_do(monkeypatch, tmp_path):
     with pytest.raises(DataError) as e:
         load_problems("aime25")
     msg = str(e.value)
-    assert "--benchmark path/to/aime25.jsonl" in msg and "PACS_RL_DATA_DIR" in msg
+    assert "local file instead (path/to/aime25.jsonl" in msg and "PACS_RL_DATA_DIR" in msg
 
 
 def test_unknown_source_and_missing_file(tmp_path):

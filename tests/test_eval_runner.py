@@ -225,7 +225,8 @@ def test_prompt_settings_reach_the_sampler(tmp_path, tiny_tokenizer):
 
 
 def test_benchmark_and_n_options_of_the_command():
-    from pacs_rl.evaluation.cli import parse_n, split_benchmarks
+    from pacs_rl.evaluation.cli import split_benchmarks
+    from pacs_rl.evaluation.runner import parse_samples as parse_n
 
     assert split_benchmarks(["math500,aime24", "arithmetic?digits=2,1&n=5", " amc23 "]) == [
         "math500",
@@ -236,8 +237,10 @@ def test_benchmark_and_n_options_of_the_command():
     assert parse_n("32", ["math500"]) == (32, {})
     assert parse_n("paper", ["MATH-500", "aime24", "minerva"]) == (32, {"math500": 32, "aime24": 512})
     assert parse_n("16,aime24=512", ["aime24"]) == (16, {"aime24": 512})
-    with pytest.raises(Exception, match="--n takes"):
+    with pytest.raises(ValueError, match="--n takes"):
         parse_n("aime24=many", ["aime24"])
+    with pytest.raises(ValueError, match="must be >= 1"):
+        parse_n("math500=0", ["math500"])
 
 
 def test_k_outside_n_and_plan_chunks(tmp_path):
@@ -330,9 +333,9 @@ def test_cli_tiny_model_on_shared_data_and_merge(tmp_path, tiny_model_dir, share
             "eval",
             "--model",
             str(tiny_model_dir),
-            "--benchmark",
+            "--benchmarks",
             bench,
-            "--output",
+            "--output-dir",
             str(tmp_path / "a"),
             *common,
         ]
@@ -355,9 +358,9 @@ def test_cli_tiny_model_on_shared_data_and_merge(tmp_path, tiny_model_dir, share
             "eval",
             "--model",
             str(tiny_model_dir),
-            "--benchmark",
+            "--benchmarks",
             bench,
-            "--output",
+            "--output-dir",
             str(tmp_path / "a"),
             *common,
         ]
@@ -376,9 +379,9 @@ def test_cli_tiny_model_on_shared_data_and_merge(tmp_path, tiny_model_dir, share
             "eval",
             "--model",
             str(tiny_model_dir),
-            "--benchmark",
+            "--benchmarks",
             bench,
-            "--output",
+            "--output-dir",
             str(tmp_path / "b"),
             *common,
             "--seed",
@@ -386,7 +389,9 @@ def test_cli_tiny_model_on_shared_data_and_merge(tmp_path, tiny_model_dir, share
         ]
     )
     assert r.exit_code == 0, r.output
-    r = _cli(["eval", "--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--output", str(tmp_path / "m")])
+    r = _cli(
+        ["eval", "--merge", str(tmp_path / "a"), str(tmp_path / "b"), "--output-dir", str(tmp_path / "m")]
+    )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "m" / "passk.png").is_file() and (tmp_path / "m" / "results.md").read_text().count(
         str(tiny_model_dir)
@@ -442,9 +447,18 @@ def test_several_models_merge_into_one_table(tmp_path, built):
 @pytest.mark.slow
 def test_bundled_model_offline_cli(tmp_path, bundled_model_dir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    args = ["eval", "--model", "smollm2-135m", "--benchmark", "arithmetic?n=2&seed=0", "--n", "2"]
+    args = ["eval", "--model", "smollm2-135m", "--benchmarks", "arithmetic?n=2&seed=0", "--n", "2"]
     r = _cli(
-        [*args, "--max-new-tokens", "16", "--threads", "1", "--no-progress", "--output", str(tmp_path / "s")]
+        [
+            *args,
+            "--max-new-tokens",
+            "16",
+            "--threads",
+            "1",
+            "--no-progress",
+            "--output-dir",
+            str(tmp_path / "s"),
+        ]
     )
     assert r.exit_code == 0, r.output
     rows = [json.loads(line) for line in (tmp_path / "s" / "samples.jsonl").read_text().splitlines()]

@@ -227,6 +227,38 @@ def test_every_grpo_config_field_is_classified():
     assert all(r.note for r in GRPO_FIELDS.values())
 
 
+def test_the_setting_table_names_every_config_field_with_its_type():
+    """`pacs-rl train` checks names and types before TRL loads, from a table (training/settings.py): it must name
+    every field of the installed GRPOConfig, PACSConfig and PPOConfig with its declared type, and the critic's own
+    fields, built-in losses and trackers as the installed libraries have them."""
+    import dataclasses
+
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    from pacs_rl.algorithms import CRITIC_LOSSES, POLICY_LOSSES
+    from pacs_rl.settings import TRACKERS
+    from pacs_rl.training import PACSConfig, PPOConfig
+    from pacs_rl.training.settings import (
+        CONFIG_TYPES,
+        CRITIC_FIELDS,
+        CRITIC_LOSS_TYPES,
+        LOSS_TYPES,
+        type_text,
+    )
+
+    installed = {f.name: type_text(f.type) for f in dataclasses.fields(PPOConfig) if f.init}
+    assert {f.name for f in dataclasses.fields(GRPOConfig)} <= set(installed)
+    wrong = {k: (CONFIG_TYPES.get(k), v) for k, v in installed.items() if CONFIG_TYPES.get(k) != v}
+    assert not wrong, f"training/settings.py _CONFIG_TYPES differs from the installed classes: {wrong}"
+    assert set(CONFIG_TYPES) == set(installed)
+    pacs = {f.name for f in dataclasses.fields(PACSConfig) if f.init}
+    assert set(CRITIC_FIELDS) == set(installed) - pacs
+    registry = {**POLICY_LOSSES, **CRITIC_LOSSES}
+    builtin = tuple(n for n, fn in registry.items() if fn.__module__.startswith("pacs_rl."))  # not a test's
+    assert builtin == LOSS_TYPES and set(CRITIC_LOSS_TYPES) == set(CRITIC_LOSSES)
+    assert set(TRACKERS) == set(INTEGRATION_TO_CALLBACK)
+
+
 def _non_default(name: str):
     """A value other than GRPOConfig's default for field ``name``."""
     from pacs_rl.training.fields import grpo_default

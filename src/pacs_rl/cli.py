@@ -6,9 +6,9 @@ from __future__ import annotations
 import importlib.metadata as md
 
 import typer
-from typer.core import TyperCommand
 
 from pacs_rl import __version__
+from pacs_rl.command import Command, Group
 from pacs_rl.compare.cli import compare_command
 from pacs_rl.evaluation.cli import eval_command
 from pacs_rl.models import BUNDLED_MODELS, bundled_gguf_path, cache_dir
@@ -17,8 +17,10 @@ from pacs_rl.training.cli import train_command
 app = typer.Typer(
     name="pacs-rl",
     help="Post-train language models with PACS and RLVR baselines; evaluate them with pass@k.",
+    cls=Group,
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
     pretty_exceptions_show_locals=False,
 )
 
@@ -51,24 +53,33 @@ def info() -> None:
         typer.echo(f"  CPU: unknown ({e})")
 
 
-class _RegistryHelp(TyperCommand):
+class _RegistryHelp(Command):
     """A command whose option help may name the registered losses: ``{losses}`` and ``{methods}`` are filled
-    in from pacs_rl.algorithms when the help is shown, so importing the command (and ``pacs-rl --help``)
-    does not import torch."""
+    in when the help is shown (from names that need no torch)."""
 
     def format_help(self, ctx, formatter):
-        from pacs_rl.algorithms import loss_names  # torch: only for this command's --help
         from pacs_rl.compare.plan import method_names
+        from pacs_rl.training.settings import loss_type_names
 
-        names = {"losses": ", ".join(loss_names()), "methods": ", ".join(method_names())}
+        names = {"losses": ", ".join(loss_type_names()), "methods": ", ".join(method_names())}
         for param in self.params:
             if getattr(param, "help", None) and "{" in param.help:
                 param.help = param.help.format(**names)
         return super().format_help(ctx, formatter)
 
 
-app.command("eval")(eval_command)
-app.command("train", cls=_RegistryHelp)(train_command)
+class _TrainCommand(_RegistryHelp):
+    """`pacs-rl train`: every setting is an option too (``--learning_rate 1e-5``, TRL's spelling)."""
+
+    @property
+    def settings(self):  # type: ignore[override]
+        from pacs_rl.training.settings import known_keys, setting_type
+
+        return {k: setting_type(k) for k in known_keys()}
+
+
+app.command("eval", cls=Command)(eval_command)
+app.command("train", cls=_TrainCommand)(train_command)
 app.command("compare", cls=_RegistryHelp)(compare_command)
 
 

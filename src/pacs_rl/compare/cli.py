@@ -1,6 +1,6 @@
-"""``pacs-rl compare``: parse the options, call :func:`pacs_rl.compare.execute.run_comparison`, print the
-report. The comparison library (torch, TRL) is imported when the command runs, so ``pacs-rl --help`` stays
-fast; the method list in the help is filled in from the loss registry only when the help is shown."""
+"""``pacs-rl compare``: parse the options, check the settings (names, types, the output folder, the model, the
+training data) before torch loads, call :func:`pacs_rl.compare.execute.run_comparison`, print the report. The
+method list in the help is filled in from names that need no torch."""
 
 from __future__ import annotations
 
@@ -9,22 +9,28 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from pacs_rl.command import fail, note, show_library_notes
 from pacs_rl.compare.plan import (
     PRESETS,
-    CompareError,
     build_plan,
+    check_training_data,
     load_settings_file,
     parse_sweep,
     resolve_settings,
     write_or_check_manifest,
 )
-from pacs_rl.compare.report import write_comparison_report
-from pacs_rl.data import DataError
-from pacs_rl.evaluation.runner import ResumeMismatch
+from pacs_rl.settings import SettingsError, missing_packages, output_dir_problem
 
 
 def _split(text: str | None) -> list[str] | None:
     return [x.strip() for x in text.split(",") if x.strip()] if text else None
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    try:
+        return [int(s) for s in _split(text)] if text else None
+    except ValueError:
+        fail(f"--seed {text!r}: give whole numbers, comma-separated (--seed 0,1,2)")
 
 
 def compare_command(
@@ -33,76 +39,134 @@ def compare_command(
         "--methods",
         help="Comma-separated methods: {methods} (pacs_no_weight = PACS with pacs_weighted=False). "
         "Default: from --config / --preset, else pacs,grpo.",
+        metavar="NAME,...",
     ),
-    seeds: int = typer.Option(None, "--seeds", help="Number of seeds per method (seeds 0..N-1)."),
+    seed: str = typer.Option(
+        None,
+        "--seed",
+        help="Seeds, comma-separated: one run per method and seed (default: from the settings, else 0).",
+        metavar="SEED,...",
+    ),
     config: str = typer.Option(
-        None, "--config", help="YAML/JSON settings file (model, methods, seeds, sweeps, train, eval)."
+        None,
+        "--config",
+        "-c",
+        help="YAML/JSON settings file (model, methods, seeds, sweeps, train, eval).",
+        metavar="FILE",
     ),
-    preset: str = typer.Option(None, "--preset", help=f"Named settings: {', '.join(PRESETS)}."),
+    preset: str = typer.Option(
+        None, "--preset", help=f"Named settings: {', '.join(PRESETS)}.", metavar="NAME"
+    ),
     sweep: list[str] = typer.Option(
         None,
         "--sweep",
         help="FIELD=V1,V2,...: one variant per value of a PACSConfig field, e.g. pacs_beta=0.1,0.5,1,2,10 or "
         "pacs_score=rloo,grpo,dr_grpo. Repeatable (each sweep is one-at-a-time, as in the paper).",
+        metavar="FIELD=V1,...",
+    ),
+    model: str = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help="Base model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder "
+        "[default: smollm2-135m].",
+        metavar="NAME",
+    ),
+    dataset: str = typer.Option(
+        None,
+        "--dataset",
+        "-d",
+        help="Training problems (train.dataset), as `pacs-rl train --dataset` takes them.",
+        metavar="SOURCE",
     ),
     benchmarks: str = typer.Option(
         None,
         "--benchmarks",
+        "-b",
         help="Comma-separated evaluation benchmarks (math500, aime24, a .jsonl file, "
         "'arithmetic?n=40&split=test&seed=1', ...). Default: from the settings.",
+        metavar="SOURCE,...",
     ),
-    model: str = typer.Option(None, "--model", help="Base model (bundled alias, Hub id, folder, or 'tiny')."),
-    output: str = typer.Option(
-        "compare_runs", "--output", "-o", help="Comparison folder (resumed if it exists)."
+    output_dir: str = typer.Option(
+        "compare_runs", "--output-dir", "-o", help="Comparison folder (resumed if it exists).", metavar="DIR"
     ),
-    steps: int = typer.Option(None, "--steps", help="Optimizer steps per run (train.max_steps)."),
-    n: int = typer.Option(None, "--n", help="Samples per problem in evaluation (eval.n)."),
+    max_steps: int = typer.Option(
+        None, "--max-steps", help="Optimizer steps per run (train.max_steps).", metavar="N"
+    ),
+    n: str = typer.Option(
+        None,
+        "--n",
+        help="Samples per problem in evaluation (eval.n): 32; math500=32,aime24=512; or paper.",
+        metavar="N",
+    ),
     only: str = typer.Option(
         None,
         "--only",
         help="Run only these phases: comma-separated glob patterns over run keys (grpo/seed0, 'pacs*/*') and "
-        "'base'. Several processes with different --only can share one --output folder.",
+        "'base'. Several processes with different --only can share one --output-dir.",
+        metavar="PATTERN,...",
     ),
     report_only: bool = typer.Option(
         False, "--report-only", help="Only rewrite report.md and the PNGs from what is finished."
     ),
 ) -> None:
     """Train several methods from one base model under one budget, evaluate all with one pass@k protocol,
-    and write report.md + PNGs into --output. Rerun the same command to resume after an interruption."""
+    and write report.md + PNGs into --output-dir. Rerun the same command to resume after an interruption.
+    Older spellings still work: --output, --steps, --seeds N (seeds 0..N-1)."""
     console = Console(stderr=True)
+    output = Path(output_dir)
     try:
+        notes: list[str] = []
+        file_settings = load_settings_file(config, notes) if config else None
+        for message in notes:
+            note(message)
         cli: dict = {
             "methods": _split(methods),
-            "seeds": list(range(seeds)) if seeds else None,
+            "seeds": _seeds(seed),
             "model": model,
             "sweeps": dict(parse_sweep(s) for s in sweep) if sweep else None,
-            "train": {"max_steps": steps} if steps else None,
+            "train": {k: v for k, v in {"max_steps": max_steps, "dataset": dataset}.items() if v is not None}
+            or None,
             "eval": {
                 **({"benchmarks": _split(benchmarks)} if benchmarks else {}),
-                **({"n": n} if n else {}),
+                **({"n": int(n) if n.strip().isdigit() else n} if n else {}),
             }
             or None,
         }
-        path = _compare(config, preset, cli, Path(output), _split(only), report_only, console)
-    except CompareError as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+        settings = resolve_settings(preset=preset, config=file_settings, cli=cli)
+        path = _compare(settings, output, _split(only), report_only, console)
+    except SettingsError as e:  # CompareError included
+        fail(e)
     typer.echo(path.read_text())
 
 
-def _compare(config, preset, cli, output: Path, only, report_only: bool, console) -> Path:
-    """Resolve the settings and run (or only report) the comparison; return the report's path."""
-    from pacs_rl.compare import execute  # torch, TRL
+def _compare(settings: dict, output: Path, only, report_only: bool, console) -> Path:
+    """Check what can be checked without torch, then run (or only report) the comparison; return the report's
+    path."""
+    from pacs_rl.models import model_problem
 
-    settings = resolve_settings(preset=preset, config=load_settings_file(config) if config else None, cli=cli)
+    problem = output_dir_problem(output) or model_problem(settings["model"])
+    if problem:
+        fail(problem)
     if report_only:
+        from pacs_rl.compare.report import write_comparison_report
+
         specs = build_plan(settings)
         write_or_check_manifest(output, settings, specs)
         path = write_comparison_report(output, settings, specs)
         console.print(f"report: {path}")
         return path
+    missing = missing_packages(settings["train"])  # an engine or tracker this machine lacks
+    if missing:
+        fail("; ".join(f"train: {m}" for m in missing))
+    show_library_notes()
+    check_training_data(settings)
+    from pacs_rl.compare import execute  # torch, TRL
+    from pacs_rl.data import DataError
+    from pacs_rl.evaluation.runner import ResumeMismatch
+
     try:
         result = execute.run_comparison(settings, output, only=only, console=console)
     except (ResumeMismatch, DataError) as e:  # an eval folder drawn with other settings, bad data
-        raise CompareError(str(e)) from None
+        fail(e)
     return Path(result["report"])

@@ -25,22 +25,23 @@ from pacs_rl.compare.plan import (
     CompareError,
     RunSpec,
     build_plan,
+    check_training_data,
+    eval_data_settings,
     eval_dir_of,
     method_config_overrides,
+    run_settings,
     write_or_check_manifest,
 )
 from pacs_rl.compare.report import write_comparison_report
-from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS
-from pacs_rl.evaluation.runner import EvalConfig, run_eval
+from pacs_rl.evaluation.runner import EvalConfig, parse_samples, run_eval, samples_per_benchmark
+from pacs_rl.settings import DATA_KEYS
 from pacs_rl.training.run import (
     BASE_MODEL_DIR,
     CPU_DEFAULTS,
     TINY_MODEL,
     RunSettings,
-    SettingsError,
     build_config,
     config_and_trainer_classes,
-    load_run_data,
     run_training,
     tiny_model_folder,
 )
@@ -62,7 +63,7 @@ def resolve_base_model(settings: dict[str, Any], out: Path) -> str:
 def train_config_dict(settings: dict[str, Any], spec: RunSpec, run_dir: Path) -> dict[str, Any]:
     """The PACSConfig keyword arguments of one run: shared train settings, then the method/sweep overrides,
     then the per-run fields (output folder, seed). Budget fields come only from the shared settings."""
-    kw = {k: v for k, v in settings["train"].items() if k != "data"}
+    kw = {k: v for k, v in settings["train"].items() if k not in ("dataset", *DATA_KEYS)}
     kw.update(spec.overrides)
     kw.update(
         output_dir=str(run_dir),
@@ -92,15 +93,6 @@ def check_methods_buildable(settings: dict[str, Any]) -> None:
             raise CompareError(f"method {m!r} cannot be trained with these settings: {e}") from None
 
 
-def check_training_data(settings: dict[str, Any]) -> None:
-    """Load the training problems once (no model) so a bad train.data fails before any training."""
-    run, _ = training_settings(settings, RunSpec("check", "check", 0, {}), "unused")
-    try:
-        load_run_data(run, seed=0)
-    except SettingsError as e:
-        raise CompareError(f"train.data cannot be used: {e}") from None
-
-
 def is_trained(run_dir: Path) -> bool:
     return (run_dir / TRAIN_DONE_FILE).is_file() and (run_dir / FINAL / "config.json").is_file()
 
@@ -112,16 +104,7 @@ def training_settings(
 
     The config starts from `pacs-rl train`'s CPU defaults, so the run folder's ``train_config.yaml`` reproduces
     the run with ``pacs-rl train --config RUN/train_config.yaml --output-dir RUN [--resume]``."""
-    run = RunSettings(
-        model=base_model,
-        dataset=settings["train"]["data"],
-        train_size=0,
-        eval_size=0,  # the comparison evaluates every model itself, with one protocol
-        # an arithmetic source string means here what it means to the evaluation (load_problems): its own
-        # ops=/digits=, else the task's defaults, not `pacs-rl train`'s CPU default task
-        arithmetic_ops=ARITHMETIC_OPS,
-        arithmetic_digits=str(ARITHMETIC_DIGITS),
-    )
+    run = run_settings(settings, base_model)
     cfg = {**CPU_DEFAULTS, **train_config_dict(settings, spec, Path("."))}
     cfg.pop("output_dir", None)
     cfg.pop("disable_tqdm", None)
@@ -164,11 +147,12 @@ def train_run(
 def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: Path, label: str):
     """The one evaluation protocol of a comparison (same problems, n, k, temperature, top-p, seed)."""
     ev = settings["eval"]
+    default_n, by_bench = parse_samples(str(ev["n"]), ev["benchmarks"])
     return EvalConfig(
         model=model,
         benchmark=benchmark,
         output_dir=str(out_dir),
-        n=int(ev["n"]),
+        n=samples_per_benchmark([benchmark], by_bench, default_n)[0],
         ks=[int(k) for k in ev["ks"]] if ev.get("ks") else None,
         temperature=float(ev["temperature"]),
         top_p=float(ev["top_p"]),
@@ -182,6 +166,7 @@ def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: P
         dtype=str(ev.get("dtype", "float32")),
         label=label,
         progress=True,
+        **eval_data_settings(settings),
     )
 
 
@@ -306,9 +291,9 @@ def run_comparison(
     console = console or Console(stderr=True)
     out = Path(out)
     plan = build_plan(settings)
-    write_or_check_manifest(out, settings, plan)
-    check_methods_buildable(settings)
+    check_methods_buildable(settings)  # every check before the manifest is written
     check_training_data(settings)
+    write_or_check_manifest(out, settings, plan)
     base_model = resolve_base_model(settings, out)
     phases = plan_phases(settings, plan)
     phases = [p for p in phases if _selected(BASE if p.spec is None else p.spec.key, only)]

@@ -12,9 +12,14 @@ Settings (a YAML/JSON file, a preset, then the command-line options, each overri
     methods: [pacs, grpo]
     seeds: [0, 1]
     sweeps: {pacs_beta: [0.1, 1, 10]}
-    train:  {data: "arithmetic?n=256&split=train", max_steps: 8, ...every other key is a PACSConfig field}
+    train:  {dataset: "arithmetic?n=256&split=train", max_steps: 8, ...a data setting or a PACSConfig field}
     method_settings: {grpo: {max_grad_norm: 1.0}, pacs: {max_grad_norm: null}}   # optional, per method
     eval:   {benchmarks: ["arithmetic?n=40&split=test&seed=1"], n: 8, ks: [1, 2, 4, 8], temperature: 0.6, ...}
+
+Both sections take the data settings of `pacs-rl train` and `eval` (pacs_rl.settings.DataSettings: split,
+problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows); the prompt of the training
+section (instruction, system_prompt) is the evaluation's too unless the eval section sets its own. ``eval.n`` is
+written as `pacs-rl eval --n` is: 32, math500=32,aime24=512, or paper.
 
 ``method_settings`` sets config fields for one method only (the PACS authors clipped their baselines but
 not PACS, and only PPO has a critic); the budget fields (BUDGET_KEYS) may not differ between methods.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import functools
 import json
 import re
@@ -31,14 +37,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pacs_rl.rewards.graders import parse_grader
+from pacs_rl.settings import DATA_KEYS, SettingsError, read_yaml, rename_keys
+from pacs_rl.training.settings import (
+    CONFIG_TYPES,
+    CRITIC_FIELDS,
+    CRITIC_LOSS_TYPES,
+    RunSettings,
+    coerce_setting,
+    config_problems,
+    load_run_data,
+    loss_type_names,
+)
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
 
-# The comparison folder (OUT = --output), named here beside RunSpec.folder so that the runner and the
+# The comparison folder (OUT = --output-dir), named here beside RunSpec.folder so that the runner and the
 # report read one layout:
 #   OUT/manifest.json                      the settings and the plan (a rerun must match them)
 #   OUT/base_model/                        only for model "tiny": the tiny random model used as base
@@ -65,26 +80,17 @@ def _training():
     return run
 
 
-@functools.cache
-def _methods() -> dict[str, tuple[dict[str, Any], str]]:
-    """name -> (config overrides, row label): every registered loss (pacs_rl.algorithms, in registry order,
-    the paper's label), with each extra variant after the loss it modifies."""
-    from pacs_rl.algorithms import LOSS_LABELS  # torch: see _training
-
-    out: dict[str, tuple[dict[str, Any], str]] = {}
-    for name, label in LOSS_LABELS.items():
-        out[name] = ({"loss_type": name}, label)
-        out.update({k: v for k, v in EXTRA_METHODS.items() if v[0]["loss_type"] == name})
-    return out
-
-
 def method_names() -> list[str]:
-    return list(_methods())
+    """Every method: each registered loss (registry order), each extra variant after the loss it modifies."""
+    out = []
+    for name in loss_type_names():
+        out += [name, *(k for k, (overrides, _) in EXTRA_METHODS.items() if overrides["loss_type"] == name)]
+    return out
 
 
 def method_overrides(method: str) -> dict[str, Any]:
     """The config overrides of ``method`` (a copy)."""
-    return dict(_methods()[method][0])
+    return dict(EXTRA_METHODS[method][0]) if method in EXTRA_METHODS else {"loss_type": method}
 
 
 def method_config_overrides(settings: dict[str, Any], method: str) -> dict[str, Any]:
@@ -94,8 +100,11 @@ def method_config_overrides(settings: dict[str, Any], method: str) -> dict[str, 
 
 def method_label(method: str) -> str:
     """Row name of ``method`` in the tables, as the paper writes it."""
-    entry = _methods().get(method)
-    return entry[1] if entry else method
+    if method in EXTRA_METHODS:
+        return EXTRA_METHODS[method][1]
+    from pacs_rl.algorithms import LOSS_LABELS  # torch: only the report needs the labels
+
+    return LOSS_LABELS.get(method, method)
 
 
 # Fields a comparison sets for every run itself (they must not differ between methods).
@@ -110,7 +119,7 @@ BUDGET_KEYS = (
 
 # Training settings shared by every run unless the settings file changes them.
 TRAIN_DEFAULTS: dict[str, Any] = {
-    "data": "arithmetic?n=256&split=train&seed=0",
+    "dataset": "arithmetic?n=256&split=train&seed=0",
     "max_steps": 8,
     "learning_rate": 1e-6,
     "num_generations": 8,
@@ -145,7 +154,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "methods": ["pacs", "grpo"],
         "seeds": [0],
         "train": {
-            "data": "arithmetic?n=16&split=train&seed=0",
+            "dataset": "arithmetic?n=16&split=train&seed=0",
             "max_steps": 2,
             "learning_rate": 1e-3,
             "num_generations": 4,
@@ -172,7 +181,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "methods": ["pacs", "grpo", "ppo"],
         "seeds": [0, 1],
         "train": {
-            "data": "arithmetic?n=2000&split=train&seed=0&ops=+-",
+            "dataset": "arithmetic?n=2000&split=train&seed=0&ops=+-",
             "max_steps": 12,
             "learning_rate": 2e-5,
             "num_generations": 8,
@@ -195,7 +204,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-class CompareError(ValueError):
+class CompareError(SettingsError):
     """A comparison setting that cannot be run; the message names it and what to do."""
 
 
@@ -251,32 +260,30 @@ def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_settings_file(path: str | Path) -> dict[str, Any]:
-    """A YAML or JSON settings file as a dict."""
-    p = Path(path)
-    if not p.is_file():
-        raise CompareError(f"--config {p}: file not found.")
-    text = p.read_text()
-    if p.suffix == ".json":
-        data = json.loads(text)
-    else:
-        data = yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise CompareError(f"--config {p}: expected a mapping at the top, got {type(data).__name__}.")
-    unknown = set(data) - {
-        "model",
-        "methods",
-        "seeds",
-        "sweeps",
-        "train",
-        "method_settings",
-        "eval",
-        "preset",
-    }
+SECTIONS = ("model", "methods", "seeds", "sweeps", "train", "method_settings", "eval", "preset")
+
+
+def renamed(settings: dict[str, Any], where: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """``settings`` with every key of the top level and of its train and eval sections under its current name
+    (TRL's model_name_or_path and dataset_name, an older train.data)."""
+    out = rename_keys(settings, where, notes)
+    for section in ("train", "eval"):
+        if isinstance(out.get(section), dict):
+            out[section] = rename_keys(out[section], f"{where} ({section})", notes)
+    return out
+
+
+def load_settings_file(path: str | Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """A YAML or JSON settings file as a dict, keys under their current names (``notes`` gets a line per older
+    spelling); a syntax error names the file, line and column."""
+    try:
+        data = renamed(read_yaml(path), str(path), notes)
+    except SettingsError as e:
+        raise CompareError(str(e)) from None
+    unknown = set(data) - set(SECTIONS)
     if unknown:
         raise CompareError(
-            f"--config {p}: unknown key(s) {sorted(unknown)}; known: model, methods, seeds, sweeps, train, "
-            "method_settings, eval."
+            f"--config {path}: unknown key(s) {sorted(unknown)}; known: {', '.join(SECTIONS[:-1])}."
         )
     return data
 
@@ -293,7 +300,7 @@ def resolve_settings(
         "train": dict(TRAIN_DEFAULTS),
         "eval": dict(EVAL_DEFAULTS),
     }
-    config = dict(config or {})
+    config = renamed(dict(config or {}), "the settings")
     preset = preset or config.pop("preset", None)
     config.pop("preset", None)
     if preset is not None:
@@ -328,8 +335,15 @@ def _field_default(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+def shared_config_keys(loss_type: str | None = None) -> set[str]:
+    """The trainer config fields a comparison may set: every method's (a critic field only for a critic loss)."""
+    critic = set(CRITIC_FIELDS) if loss_type not in CRITIC_LOSS_TYPES else set()
+    return set(CONFIG_TYPES) - critic
+
+
 def check_settings(settings: dict[str, Any]) -> None:
-    """Refuse unknown methods, unknown PACSConfig fields, reserved fields and empty lists, by name."""
+    """Refuse unknown methods, unknown or mistyped fields, reserved fields and empty lists, by name: all of it
+    without torch or TRL."""
     methods = settings["methods"]
     if isinstance(methods, str):
         methods = settings["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
@@ -343,23 +357,32 @@ def check_settings(settings: dict[str, Any]) -> None:
     seeds = settings["seeds"]
     if isinstance(seeds, int):
         seeds = settings["seeds"] = list(range(seeds))
-    if not seeds or len(set(seeds)) != len(seeds):
+    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
         raise CompareError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}.")
-    fields = _pacs_fields()
+    fields = shared_config_keys()
     train = settings["train"]
-    if "data" not in train:
+    if "dataset" not in train:
         raise CompareError(
-            "train.data is missing: the training problems (e.g. 'arithmetic?n=256&split=train')."
+            "train.dataset is missing: the training problems (e.g. 'arithmetic?n=256&split=train')."
         )
     for key in train:
-        if key == "data":
+        if key in ("dataset", *DATA_KEYS):
             continue
         if key in RESERVED_TRAIN_KEYS:
             raise CompareError(
                 f"train.{key} is set by the comparison itself (per run / per method); remove it from the settings."
             )
         if key not in fields:
-            raise CompareError(f"train.{key} is not a PACSConfig field; see `pacs-rl train --help`.")
+            close = difflib.get_close_matches(key, [*fields, "dataset", *DATA_KEYS], n=3, cutoff=0.6)
+            hint = f"did you mean {', '.join(close)}?" if close else "see `pacs-rl train --list-keys`."
+            raise CompareError(f"train.{key} is neither a data setting nor a PACSConfig field; {hint}")
+    try:
+        typed = {k: coerce_setting(k, v) for k, v in train.items()}
+    except SettingsError as e:
+        raise CompareError(f"train: {e}") from None
+    problems = config_problems(typed, installed=False)  # the packages: where it runs (pacs-rl compare checks)
+    if problems:
+        raise CompareError(f"train: {problems[0]}")
     for name, values in settings.get("sweeps", {}).items():
         if name not in fields or name in RESERVED_TRAIN_KEYS:
             raise CompareError(
@@ -370,13 +393,22 @@ def check_settings(settings: dict[str, Any]) -> None:
             raise CompareError(f"--sweep {name}: give at least one value, e.g. --sweep {name}=0.1,1,10.")
     _check_method_settings(settings)
     ev = settings["eval"]
-    unknown_eval = set(ev) - set(EVAL_DEFAULTS)
+    unknown_eval = set(ev) - set(EVAL_DEFAULTS) - set(DATA_KEYS)
     if unknown_eval:
-        raise CompareError(f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join(EVAL_DEFAULTS)}.")
+        raise CompareError(
+            f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join([*EVAL_DEFAULTS, *DATA_KEYS])}."
+        )
     if not ev["benchmarks"]:
         raise CompareError("eval.benchmarks is empty; give at least one benchmark (--benchmarks math500).")
+    from pacs_rl.evaluation.runner import parse_samples
+
+    try:
+        default_n, by_bench = parse_samples(str(ev["n"]), ev["benchmarks"])
+    except ValueError as e:
+        raise CompareError(f"eval.n: {e}") from None
     ks = ev.get("ks")
-    if ks is not None and any(int(k) < 1 or int(k) > int(ev["n"]) for k in ks):
+    smallest = min([default_n, *by_bench.values()])
+    if ks is not None and any(int(k) < 1 or int(k) > smallest for k in ks):
         raise CompareError(f"eval.ks {ks} must lie in 1..n (n = {ev['n']}).")
     try:
         parse_grader(str(ev["grader"]))
@@ -402,7 +434,7 @@ def _check_method_settings(settings: dict[str, Any]) -> None:
             raise CompareError(
                 f"method_settings.{method} must map field -> value, got {type(values).__name__}."
             )
-        fields = _training().config_fields(method_overrides(method)["loss_type"])
+        fields = shared_config_keys(method_overrides(method)["loss_type"])
         for key in values:
             if key in BUDGET_KEYS or key in RESERVED_TRAIN_KEYS:
                 raise CompareError(
@@ -411,7 +443,7 @@ def _check_method_settings(settings: dict[str, Any]) -> None:
                 )
             if key not in fields:
                 raise CompareError(
-                    f"method_settings.{method}.{key} is not a field of {method}'s config; see `pacs-rl train --help`."
+                    f"method_settings.{method}.{key} is not a field of {method}'s config; see `pacs-rl train --list-keys`."
                 )
 
 
@@ -421,7 +453,7 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
         raise CompareError(f"--sweep {text!r}: expected FIELD=V1,V2,... e.g. --sweep pacs_beta=0.1,1,10.")
     name, _, raw = text.partition("=")
     name = name.strip()
-    if name not in _pacs_fields():
+    if name not in shared_config_keys():
         raise CompareError(
             f"--sweep {text!r}: {name!r} is not a PACSConfig field (e.g. pacs_beta, pacs_score)."
         )
@@ -429,9 +461,56 @@ def parse_sweep(text: str) -> tuple[str, list[Any]]:
     if not values:
         raise CompareError(f"--sweep {text!r}: no values after '='.")
     try:
-        return name, [_training().coerce_setting(name, v) for v in values]
+        return name, [coerce_setting(name, v) for v in values]
     except ValueError as e:
         raise CompareError(f"--sweep {text!r}: {e}.") from None
+
+
+PROMPT_KEYS = ("instruction", "system_prompt")  # the training section's prompt is the evaluation's too
+
+
+def run_settings(settings: dict[str, Any], base_model: str) -> RunSettings:
+    """The RunSettings of every training run of a comparison (`pacs-rl train`'s run keys): the train section's
+    dataset and data settings, no held-out evaluation (the comparison evaluates every model itself)."""
+    from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS
+
+    train = settings["train"]
+    return RunSettings(
+        model=base_model,
+        dataset=train["dataset"],
+        train_size=0,
+        eval_size=0,  # the comparison evaluates every model itself, with one protocol
+        # an arithmetic source string means here what it means to the evaluation (load_problems): its own
+        # ops=/digits=, else the task's defaults, not `pacs-rl train`'s CPU default task
+        arithmetic_ops=ARITHMETIC_OPS,
+        arithmetic_digits=str(ARITHMETIC_DIGITS),
+        **{k: coerce_setting(k, train[k]) for k in DATA_KEYS if k in train},
+    )
+
+
+def eval_data_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The data settings of the evaluations: the eval section's, the training prompt where it sets none."""
+    train, ev = settings["train"], settings["eval"]
+    given = {**{k: train[k] for k in PROMPT_KEYS if k in train}, **{k: ev[k] for k in DATA_KEYS if k in ev}}
+    return {k: coerce_setting(k, v) for k, v in given.items()}
+
+
+_DATA_CHECKED: set[str] = (
+    set()
+)  # the train sections whose data was read (once per process: one skipped-row note)
+
+
+def check_training_data(settings: dict[str, Any]) -> None:
+    """Read the training problems once (no model, no torch) so that a bad train.dataset fails before anything
+    runs or is written."""
+    key = json.dumps(settings["train"], sort_keys=True, default=str)
+    if key in _DATA_CHECKED:
+        return
+    try:
+        load_run_data(run_settings(settings, settings["model"]), seed=0)
+    except SettingsError as e:
+        raise CompareError(f"train.dataset cannot be used: {e}") from None
+    _DATA_CHECKED.add(key)
 
 
 # ----------------------------------------------------------------------------------------------- plan
@@ -519,13 +598,13 @@ def write_or_check_manifest(out: Path, settings: dict[str, Any], plan: list[RunS
     if path.is_file():
         old = json.loads(path.read_text())
         # an evaluation key added to this version after the folder was made counts at its default value
-        recorded = deep_merge({"eval": EVAL_DEFAULTS}, old.get("settings", {}))
+        recorded = deep_merge({"eval": EVAL_DEFAULTS}, renamed(old.get("settings", {}), str(path)))
         diffs = _diff(recorded, wanted)
         if diffs:
             lines = "\n".join(f"  {k}: folder has {a!r}, this command has {b!r}" for k, a, b in diffs)
             raise ManifestMismatch(
                 f"{out} holds a comparison made with other settings:\n{lines}\n"
-                "Rerun with the same settings to resume it, or choose another --output folder."
+                "Rerun with the same settings to resume it, or choose another --output-dir."
             )
         return old
     manifest = {

@@ -328,7 +328,7 @@ def header_section(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> 
         "# Comparison report",
         "",
         f"Base model `{settings['model']}`; methods {', '.join(settings['methods'])}; seeds {settings['seeds']}; "
-        f"training data `{tr['data']}`; {tr.get('max_steps')} optimizer steps per run, "
+        f"training data `{tr['dataset']}`; {tr.get('max_steps')} optimizer steps per run, "
         f"G = {tr.get('num_generations')}, {tr.get('per_device_train_batch_size')} completions per mini-batch, "
         f"{tr.get('mini_batches_per_rollout')} mini-batches per rollout batch, "
         f"max {tr.get('max_completion_length')} completion tokens, lr {tr.get('learning_rate')}.",

@@ -10,6 +10,7 @@ from pacs_rl.data.loaders import (
     DATA_DIR_ENV,
     BenchmarkSpec,
     benchmark_name,
+    hub_dataset,
     load_problems,
 )
 from pacs_rl.data.problems import DataError, Problem, ProblemSet
@@ -52,6 +53,7 @@ __all__ = [
     "encode_prompts",
     "format_prompt",
     "format_prompts",
+    "hub_dataset",
     "is_held_out",
     "load_problems",
     "plain_prompt",

@@ -265,7 +265,37 @@ def _offline() -> bool:
     ).lower() in ("1", "true", "yes")
 
 
+def hub_dataset(source: str | os.PathLike) -> str | None:
+    """The Hub dataset id :func:`load_problems` would read ``source`` from; None when it reads it without the
+    network (a procedural task, a local file, a benchmark found in $PACS_RL_DATA_DIR) or cannot read it."""
+    src = os.fspath(source)
+    path = Path(src).expanduser()
+    if procedural.is_procedural(src) or path.exists() or path.suffix.lower() in LOCAL_SUFFIXES:
+        return None
+    name = benchmark_name(src)
+    if name is not None:
+        data_dir = os.environ.get(DATA_DIR_ENV)
+        local = bool(data_dir) and (Path(data_dir) / BENCHMARKS[name].local_file).is_file()
+        return None if local else BENCHMARKS[name].hub_id
+    return src if "/" in src else None
+
+
 def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: str) -> None:
+    hint = (
+        f"Point at a local file instead (path/to/{local_hint}, JSON lines with 'problem' and 'answer' fields), "
+        f"or set {DATA_DIR_ENV} to a folder holding {local_hint}."
+    )
+    if not _offline():
+        from pacs_rl.models import (
+            hub_unreachable,  # one quick attempt, where the Hub client retries for a minute
+        )
+
+        why = hub_unreachable()
+        if why:
+            raise DataError(
+                f"could not load {hub_id!r} from the Hugging Face Hub, which cannot be reached ({why}). {hint} "
+                "HF_HUB_OFFLINE=1 reads the local datasets cache."
+            )
     try:
         import datasets  # slow to import; only for the Hub
 
@@ -279,9 +309,7 @@ def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: st
         mode = "offline (HF_HUB_OFFLINE=1)" if _offline() else "perhaps offline"
         raise DataError(
             f"could not load {hub_id!r} (split {split or 'default'}) from the Hugging Face Hub, {mode}: "
-            f"{type(e).__name__}: {str(e)[:300]}. Point at a local file instead: --benchmark "
-            f"path/to/{local_hint} (JSON lines with 'problem' and 'answer' fields), or set "
-            f"{DATA_DIR_ENV} to a folder holding {local_hint}."
+            f"{type(e).__name__}: {' '.join(str(e).split())[:300]}. {hint}"
         ) from e
     reader.source = f"{hub_id}[{split}]"
     for i, row in enumerate(ds):
@@ -327,7 +355,7 @@ def load_problems(
         _read_local(path, r)
         return r.finish()
     if path.suffix.lower() in LOCAL_SUFFIXES:
-        raise DataError(f"file not found: {path} (from --benchmark {src!r}). Check the path.")
+        raise DataError(f"file not found: {path}. Check the path.")
 
     name = benchmark_name(src)
     if name is not None:

@@ -1,6 +1,7 @@
 """``pacs-rl eval``: pass@k of one or more models on one or more benchmarks, or a merged table of finished runs.
 
-The command parses its options, builds an :class:`EvalConfig`, calls the library and prints.
+The command parses its options, checks them (the output folder, the model names) before torch loads, builds an
+:class:`EvalConfig`, calls the library and prints.
 """
 
 from __future__ import annotations
@@ -10,11 +11,9 @@ import json
 import typer
 from rich.console import Console
 
-from pacs_rl.data import benchmark_name
+from pacs_rl.command import data_option, fail
 from pacs_rl.evaluation.report import load_metrics, results_table, write_report
-
-# The paper's samples per problem (§4.1): 32 for MATH-500, 512 for the small AIME and AMC sets.
-PAPER_N = {"math500": 32, "aime24": 512, "aime25": 512, "amc23": 512}
+from pacs_rl.settings import DATA_KEYS, output_dir_problem
 
 
 def _parse_ks(text: str | None) -> list[int] | None:
@@ -23,13 +22,11 @@ def _parse_ks(text: str | None) -> list[int] | None:
     try:
         return [int(x) for x in text.replace(" ", "").split(",") if x]
     except ValueError:
-        raise typer.BadParameter(
-            f"--k takes comma-separated integers such as 1,2,4,8; got {text!r}"
-        ) from None
+        fail(f"--k takes comma-separated integers such as 1,2,4,8; got {text!r}")
 
 
 def split_benchmarks(values: list[str]) -> list[str]:
-    """``--benchmark`` values (repeatable, each comma-separated) -> sources. A piece that starts with a digit
+    """``--benchmarks`` values (repeatable, each comma-separated) -> sources. A piece that starts with a digit
     continues the previous source (``arithmetic?digits=2,1``)."""
     out: list[str] = []
     for value in values:
@@ -42,38 +39,15 @@ def split_benchmarks(values: list[str]) -> list[str]:
     return out
 
 
-def parse_n(text: str, benchmarks: list[str]) -> tuple[int, dict[str, int]]:
-    """``--n``: ``32``; ``math500=32,aime24=512``; ``paper`` (32 for MATH-500, 512 for AIME and AMC); or a
-    mix (``16,aime24=512``). Returns (n for benchmarks not named, n by benchmark)."""
-    default, by_bench = 32, {}
-    for item in (x.strip() for x in text.split(",") if x.strip()):
-        key, sep, value = item.rpartition("=")
-        try:
-            if item == "paper":
-                names = {benchmark_name(b) for b in benchmarks}
-                by_bench.update({k: v for k, v in PAPER_N.items() if k in names})
-            elif sep:
-                by_bench[key.strip()] = int(value)
-            else:
-                default = int(item)
-        except ValueError:
-            raise typer.BadParameter(
-                f"--n takes a number (32), benchmark=number pairs (math500=32,aime24=512) or 'paper'; got {text!r}"
-            ) from None
-    return default, by_bench
-
-
 def _parse_json(text: str | None, option: str) -> dict | None:
     if not text:
         return None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise typer.BadParameter(
-            f"{option} takes a JSON object such as '{{\"enable_thinking\": false}}': {e}"
-        ) from None
+        fail(f"{option} takes a JSON object such as '{{\"enable_thinking\": false}}': {e}")
     if not isinstance(value, dict):
-        raise typer.BadParameter(f"{option} takes a JSON object, got {type(value).__name__}")
+        fail(f"{option} takes a JSON object, got {type(value).__name__}")
     return value
 
 
@@ -87,23 +61,29 @@ def eval_command(
         None,
         "--model",
         "-m",
-        help="Model (bundled alias smollm2-135m, Hub id, local folder). Repeat for several.",
+        help="Model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder. Repeat for "
+        "several.",
+        metavar="NAME",
     ),
-    benchmark: list[str] = typer.Option(
+    benchmarks: list[str] = typer.Option(
         ["math500"],
-        "--benchmark",
+        "--benchmarks",
         "-b",
         help="Comma-separated and/or repeated: math500, aime24, aime25, amc23, minerva, olympiadbench; a "
         ".jsonl/.json/.parquet file; a Hub dataset id; 'arithmetic?n=100&seed=0'; or "
         "'reasoning_gym:<task>?size=100&seed=0'. The model loads once for all of them.",
+        metavar="SOURCE",
     ),
     n: str = typer.Option(
         "32",
         "--n",
         help="Samples per problem: 32; per benchmark math500=32,aime24=512; or 'paper' (32 for MATH-500, 512 "
         "for AIME and AMC).",
+        metavar="N",
     ),
-    k: str = typer.Option(None, "--k", help="k values, comma-separated (default: powers of two up to n)."),
+    k: str = typer.Option(
+        None, "--k", help="k values, comma-separated (default: powers of two up to n).", metavar="K,..."
+    ),
     temperature: float = typer.Option(0.6, help="Sampling temperature (paper: 0.6)."),
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus top-p (paper: 0.95)."),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="Generated tokens per sample at most."),
@@ -134,30 +114,21 @@ def eval_command(
     max_model_len: int = typer.Option(None, "--max-model-len", help="vLLM: context length per sequence."),
     limit: int = typer.Option(None, help="Only the first LIMIT problems (file order) of each benchmark."),
     seed: int = typer.Option(0, help="Sampling seed."),
-    split: str = typer.Option(None, help="Dataset split (Hub datasets, procedural tasks)."),
-    output: str = typer.Option("eval_runs", "--output", "-o", help="Output folder (resumed when it exists)."),
-    problem_field: str = typer.Option(
-        None, "--problem-field", help="Field with the problem text (default problem)."
+    output_dir: str = typer.Option(
+        "eval_runs", "--output-dir", "-o", help="Output folder (resumed when it exists).", metavar="DIR"
     ),
-    answer_field: str = typer.Option(None, "--answer-field", help="Field with the answer (default answer)."),
-    prompt_field: str = typer.Option(
-        None, "--prompt-field", help="Field that already holds the prompt as chat messages (used as is)."
-    ),
-    instruction: str = typer.Option(
-        None,
-        "--instruction",
-        help="Appended to each problem in the user turn (default: the paper's; '' = none).",
-    ),
-    system_prompt: str = typer.Option(None, "--system-prompt", help="A system turn (default: none)."),
+    split: str = data_option("split"),
+    problem_field: str = data_option("problem_field"),
+    answer_field: str = data_option("answer_field"),
+    prompt_field: str = data_option("prompt_field"),
+    instruction: str = data_option("instruction"),
+    system_prompt: str = data_option("system_prompt"),
+    skip_bad_rows: bool = data_option("skip_bad_rows"),
     chat_template_kwargs: str = typer.Option(
         None,
         "--chat-template-kwargs",
         help="Chat-template variables as JSON: '{\"enable_thinking\": false}'.",
-    ),
-    on_error: str = typer.Option(
-        "skip",
-        "--on-error",
-        help="Bad data rows: skip (the default, as in pacs-rl train: counted and reported) or raise.",
+        metavar="JSON",
     ),
     verify_workers: int = typer.Option(1, "--verify-workers", help="Verifier processes (0 = in-process)."),
     plain_prompt: bool = typer.Option(
@@ -171,30 +142,45 @@ def eval_command(
 ) -> None:
     """Sample N completions per problem with the paper's prompt, grade them, and report pass@k.
 
-    Writes samples.jsonl, metrics.json, results.md and passk.png into --output; rerun the same command to resume after a crash. Several --benchmark values (math500,aime24,amc23) or --model options run into --output/<model>/<benchmark> with the model loaded once, and one table laid out like the paper's Tables 2 and 3; --merge DIR... merges finished runs.
+    Writes samples.jsonl, metrics.json, results.md and passk.png into --output-dir; rerun the same command to
+    resume after a crash. Several --benchmarks (math500,aime24,amc23) or --model options run into
+    --output-dir/<model>/<benchmark> with the model loaded once, and one table laid out like the paper's Tables 2
+    and 3; --merge DIR... merges finished runs. Older spellings still work: --output, --benchmark, --on-error.
     """
     console = Console(stderr=True)
+    problem = output_dir_problem(output_dir)
+    if problem:
+        fail(problem)
     if merge:
-        _merge(run_dirs, output, console)
+        _merge(run_dirs, output_dir, console)
         return
     if run_dirs:
-        raise typer.BadParameter(f"unexpected arguments {run_dirs}; to merge finished runs add --merge")
+        fail(f"unexpected arguments {run_dirs}; to merge finished runs add --merge")
     if not model:
-        raise typer.BadParameter("give --model (several allowed), or --merge with run folders")
-    benchmarks = split_benchmarks(benchmark)
-    if not benchmarks:
-        raise typer.BadParameter("give at least one --benchmark")
-    n_default, n_by_bench = parse_n(n, benchmarks)
+        fail("give --model (several allowed), or --merge with run folders")
+    sources = split_benchmarks(benchmarks)
+    if not sources:
+        fail("give at least one --benchmarks source")
     # The runner imports numpy and the data loaders (torch and the verifier load when sampling starts):
     # imported here, when a run starts, so that `pacs-rl --help` does not pay for them.
     from pacs_rl.data import DataError
-    from pacs_rl.evaluation.runner import EvalConfig, ResumeMismatch, run_evals
-    from pacs_rl.models import ModelError
+    from pacs_rl.evaluation.runner import EvalConfig, ResumeMismatch, parse_samples, run_evals
+    from pacs_rl.models import ModelError, model_problem
 
+    for name in model:
+        problem = model_problem(name)
+        if problem:
+            fail(problem)
+    try:
+        n_default, n_by_bench = parse_samples(n, sources)
+    except ValueError as e:
+        fail(e)
+    given = dict(zip(DATA_KEYS, (split, problem_field, answer_field, prompt_field, instruction, system_prompt,
+                                 skip_bad_rows), strict=True))  # fmt: skip
     config = EvalConfig(
         model=model[0],
-        benchmark=benchmarks[0],
-        output_dir=output,
+        benchmark=sources[0],
+        output_dir=output_dir,
         n=n_default,
         ks=_parse_ks(k),
         temperature=temperature,
@@ -207,45 +193,37 @@ def eval_command(
         num_threads=threads,
         limit=limit,
         seed=seed,
-        split=split,
-        problem_field=problem_field,
-        answer_field=answer_field,
-        prompt_field=prompt_field,
-        on_error=on_error,
         grader=grader,
         verify_workers=verify_workers,
         plain_prompt=plain_prompt,
-        system_prompt=system_prompt,
         chat_template_kwargs=_parse_json(chat_template_kwargs, "--chat-template-kwargs"),
         tensor_parallel_size=tensor_parallel_size,
         data_parallel_size=data_parallel_size,
         gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len,
         progress=not no_progress,
+        **{key: value for key, value in given.items() if value is not None},
     )
-    if instruction is not None:
-        config.instruction = instruction
     try:
         results = run_evals(
-            config, list(model), labels=list(label) if label else None, benchmarks=benchmarks, n=n_by_bench
+            config, list(model), labels=list(label) if label else None, benchmarks=sources, n=n_by_bench
         )
     except (DataError, ModelError, ResumeMismatch, ValueError) as e:
-        console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(2) from None
+        fail(e)
     typer.echo(results_table(results))
     for r in results:
         _print_run_summary(r, console)
-    console.print(f"results in {output}")
+    console.print(f"results in {output_dir}")
 
 
 def _merge(run_dirs: list[str] | None, output: str, console: Console) -> None:
     """``--merge``: one table and plot from the metrics of finished runs."""
     if not run_dirs:
-        raise typer.BadParameter("--merge needs run folders: pacs-rl eval --merge DIR1 DIR2 --output OUT")
+        fail("--merge needs run folders: pacs-rl eval --merge DIR1 DIR2 --output-dir OUT")
     try:
         runs = load_metrics(run_dirs)
     except FileNotFoundError as e:
-        raise typer.BadParameter(str(e)) from None
+        fail(e)
     md, png = write_report(runs, output)
     typer.echo(results_table(runs))
     console.print(f"wrote {md} and {png}")

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from pacs_rl.data import Problem, ProblemSet, benchmark_name, format_prompt, load_problems
-from pacs_rl.data.prompts import INSTRUCTION
 from pacs_rl.evaluation.passk import mean_pass_at_k
 from pacs_rl.evaluation.report import METRICS_FILE, write_report
 from pacs_rl.evaluation.samples import (
@@ -45,6 +44,7 @@ from pacs_rl.evaluation.samples import (
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
 from pacs_rl.rewards.graders import grader_name, parse_grader  # names only: no math-verify
+from pacs_rl.settings import DataSettings
 
 # pacs_rl.sampling (torch) and pacs_rl.rewards (math-verify, sympy) are imported where they are used:
 # `pacs-rl --help` imports this module through the eval command.
@@ -75,10 +75,16 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
-class EvalConfig:
-    """Settings of one evaluation run (the ``pacs-rl eval`` options)."""
+class EvalConfig(DataSettings):
+    """Settings of one evaluation run (the ``pacs-rl eval`` options); the data and prompt settings (split,
+    problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows) are
+    :class:`pacs_rl.settings.DataSettings`', shared with `pacs-rl train`."""
 
-    model: str = field(metadata={"help": "Model: bundled alias (smollm2-135m), Hub id or local folder."})
+    model: str = field(
+        metadata={
+            "help": "Model: bundled alias (smollm2-135m), tiny (a tiny random model), Hub id or local folder."
+        }
+    )
     benchmark: str = field(
         metadata={"help": "Benchmark name, .jsonl/.json/.parquet file, Hub dataset id, or procedural task."}
     )
@@ -120,19 +126,6 @@ class EvalConfig:
         default=None, metadata={"help": "Use only the first `limit` problems (file order)."}
     )
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
-    split: str | None = field(default=None, metadata={"help": "Dataset split (Hub datasets / procedural)."})
-    problem_field: str | None = field(default=None, metadata={"help": "Field holding the problem text."})
-    answer_field: str | None = field(default=None, metadata={"help": "Field holding the reference answer."})
-    prompt_field: str | None = field(
-        default=None,
-        metadata={
-            "help": "Field that already holds the prompt as chat messages (used as is, no instruction)."
-        },
-    )
-    on_error: str = field(
-        default="skip",
-        metadata={"help": "Bad data rows: 'skip' (the default of every command: count, report) or 'raise'."},
-    )
     grader: str = field(
         default="paper",
         metadata={
@@ -147,12 +140,6 @@ class EvalConfig:
     plain_prompt: bool = field(
         default=False,
         metadata={"help": "Use 'Question: ... Answer:' when the tokenizer has no chat template."},
-    )
-    instruction: str = field(
-        default=INSTRUCTION, metadata={"help": "Appended to each problem in the user turn ('' = none)."}
-    )
-    system_prompt: str | None = field(
-        default=None, metadata={"help": "A system turn; default none (the chat template adds its own)."}
     )
     chat_template_kwargs: dict | None = field(
         default=None,
@@ -216,8 +203,6 @@ class EvalConfig:
             out.append(f"dtype={self.dtype!r}: choose one of {list(DTYPES)}")
         if self.backend not in ("transformers", "vllm"):
             out.append(f"backend={self.backend!r}: choose transformers or vllm")
-        if self.on_error not in ("skip", "raise"):
-            out.append(f"on_error={self.on_error!r}: choose skip or raise")
         try:
             parse_grader(self.grader)
         except ValueError as e:
@@ -244,7 +229,7 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
     if rows and not run_file.exists():
         raise ResumeMismatch(
             f"{samples} holds samples but {run_file} is missing, so their settings are unknown. "
-            "Use another --output folder."
+            "Use another --output-dir."
         )
     if rows:
         _check_settings(out, json.loads(run_file.read_text()).get("settings", {}), locked)
@@ -262,7 +247,7 @@ def _check_settings(out: Path, old: dict[str, Any], locked: dict[str, Any]) -> N
         lines = "\n".join(f"  {k}: samples have {a!r}, this command has {b!r}" for k, (a, b) in diff.items())
         raise ResumeMismatch(
             f"{out} holds samples drawn with other settings:\n{lines}\n"
-            "Use another --output folder, or rerun with the settings above to resume."
+            "Use another --output-dir, or rerun with the settings above to resume."
         )
 
 
@@ -362,16 +347,8 @@ def eval_problems(config: EvalConfig, problems: list[Problem] | None = None) -> 
 
     Raises DataError for a bad source, ValueError when there is no problem."""
     if problems is None:
-        problems = load_problems(
-            config.benchmark,
-            problem_field=config.problem_field,
-            answer_field=config.answer_field,
-            split=config.split,
-            limit=config.limit,
-            on_error=config.on_error,
-            prompt_field=config.prompt_field,
-        )
-    else:  # given by the caller: no rows were skipped here
+        problems = load_problems(config.benchmark, limit=config.limit, **config.loader_kwargs())
+    elif not isinstance(problems, ProblemSet):  # given by the caller: no rows were skipped here
         problems = ProblemSet(problems[: config.limit] if config.limit else problems, source=config.benchmark)
     if not problems:
         raise ValueError(f"no problems to evaluate in {config.benchmark!r}")
@@ -627,7 +604,7 @@ def run_eval(
 
     ``sampler``/``tokenizer`` may be passed in (already loaded), or ``load()`` returns them when sampling
     is needed; otherwise they are built from ``config.model`` and ``config.backend``. ``problems``
-    overrides loading ``config.benchmark``.
+    overrides loading ``config.benchmark`` (a ProblemSet from :func:`eval_problems` keeps its skipped rows).
     """
     timing = RunTiming()
     problems_found = config.problems()
@@ -677,6 +654,35 @@ def _unique(names: list[str]) -> list[str]:
             name += "_"
         out.append(name)
     return out
+
+
+# The paper's samples per problem (§4.1): 32 for MATH-500, 512 for the small AIME and AMC sets.
+PAPER_N = {"math500": 32, "aime24": 512, "aime25": 512, "amc23": 512}
+
+
+def parse_samples(text: str, benchmarks: list[str]) -> tuple[int, dict[str, int]]:
+    """``--n`` (and a comparison's eval.n): ``32``; ``math500=32,aime24=512``; ``paper`` (32 for MATH-500, 512 for
+    AIME and AMC); or a mix (``16,aime24=512``). Returns (n for benchmarks not named, n by benchmark).
+    Raises ValueError naming the text."""
+    default, by_bench = 32, {}
+    for item in (x.strip() for x in str(text).split(",") if x.strip()):
+        key, sep, value = item.rpartition("=")
+        try:
+            if item == "paper":
+                names = {benchmark_name(b) for b in benchmarks}
+                by_bench.update({k: v for k, v in PAPER_N.items() if k in names})
+            elif sep:
+                by_bench[key.strip()] = int(value)
+            else:
+                default = int(item)
+        except ValueError:
+            raise ValueError(
+                f"--n takes a number (32), benchmark=number pairs (math500=32,aime24=512) or 'paper'; got {text!r}"
+            ) from None
+    bad = {k: v for k, v in {"": default, **by_bench}.items() if v < 1}
+    if bad:
+        raise ValueError(f"--n {text!r}: samples per problem must be >= 1")
+    return default, by_bench
 
 
 def samples_per_benchmark(benchmarks: list[str], n: dict[str, int] | None, default: int) -> list[int]:
@@ -736,10 +742,12 @@ def run_evals(
         if problems:
             raise ValueError("; ".join(problems))
         cfg.resolved_ks()
+    # every benchmark read once, before any folder is written or any model loads: a bad source fails first
+    loaded = {cfg.benchmark: eval_problems(cfg) for cfg in per_model[0]}
     results = []
     for runs in per_model:
         load = functools.cache(functools.partial(build_sampler, runs[0]))  # the model loads once, if needed
-        results += [run_eval(cfg, load=load) for cfg in runs]
+        results += [run_eval(cfg, load=load, problems=loaded[cfg.benchmark]) for cfg in runs]
     if len(results) > 1:
         write_report(results, config.output_dir)
     return results

@@ -7,6 +7,7 @@ any verifier loads. What each grader and rule does: :mod:`pacs_rl.rewards.math_v
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_GRADER = "paper"
@@ -59,3 +60,27 @@ def parse_grader(name: str) -> Grader:
 def grader_name(name: str) -> str:
     """The canonical name of a grader (``"paper+echo+restatement"`` -> ``"paper+restatement+echo"``)."""
     return parse_grader(name).name
+
+
+# ----------------------------------------------------------------------------------- reward functions by name
+MATH_REWARD = "math"
+
+
+def split_reward_specs(spec: str | Sequence[str]) -> list[str]:
+    """``"math, mypkg.rewards:my_reward"`` (or a list) -> ``["math", "mypkg.rewards:my_reward"]``."""
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    return [s.strip() for s in items if str(s).strip()]
+
+
+def reward_spec_problem(spec: str) -> str | None:
+    """Why ``spec`` cannot name a reward function (None when it can): ``math``, ``package.module:function``
+    or ``path/to/file.py:function``."""
+    if spec == MATH_REWARD:
+        return None
+    module, sep, func = spec.rpartition(":")
+    if not sep or not module or not func.isidentifier():
+        return (
+            f"{spec!r} is neither 'math' nor 'module:function' (e.g. mypkg.rewards:my_reward or "
+            "path/to/rewards.py:my_reward)"
+        )
+    return None

@@ -14,7 +14,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pacs_rl.rewards.graders import DEFAULT_GRADER, grader_name
+from pacs_rl.rewards.graders import (  # light, so that settings are checked before the verifier loads
+    DEFAULT_GRADER,
+    MATH_REWARD,
+    grader_name,
+    reward_spec_problem,
+    split_reward_specs,
+)
 from pacs_rl.rewards.pool import DEFAULT_TIMEOUT, BatchResult, RewardPool, verify_batch
 
 
@@ -153,29 +159,6 @@ math_reward_func = MathRewardFunction()
 
 
 # ----------------------------------------------------------------------------------- reward functions by name
-MATH_REWARD = "math"
-
-
-def split_reward_specs(spec: str | Sequence[str]) -> list[str]:
-    """``"math, mypkg.rewards:my_reward"`` (or a list) -> ``["math", "mypkg.rewards:my_reward"]``."""
-    items = spec.split(",") if isinstance(spec, str) else list(spec)
-    return [s.strip() for s in items if str(s).strip()]
-
-
-def reward_spec_problem(spec: str) -> str | None:
-    """Why ``spec`` cannot name a reward function (None when it can): ``math``, ``package.module:function``
-    or ``path/to/file.py:function``."""
-    if spec == MATH_REWARD:
-        return None
-    module, sep, func = spec.rpartition(":")
-    if not sep or not module or not func.isidentifier():
-        return (
-            f"{spec!r} is neither 'math' nor 'module:function' (e.g. mypkg.rewards:my_reward or "
-            "path/to/rewards.py:my_reward)"
-        )
-    return None
-
-
 def load_reward_function(spec: str):
     """Import the reward function ``package.module:function`` or ``path/to/file.py:function``.
 

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -23,7 +24,8 @@ METRICS_FILE = "metrics.jsonl"
 
 def progress_bar(*fields: TextColumn) -> Progress:
     """The look of every bar of a run (training, held-out): description, bar, n/total, ``fields``, then the
-    elapsed time and the ETA. The elapsed time stays meaningful once a bar is full, when the ETA reads 0."""
+    elapsed time and the ETA. The elapsed time stays meaningful once a bar is full, when the ETA reads 0.
+    Without a terminal (a log file) the bar shows nothing: the run prints a line per step instead."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -33,6 +35,7 @@ def progress_bar(*fields: TextColumn) -> Progress:
         TextColumn("ETA"),
         TimeRemainingColumn(),
         transient=False,
+        disable=not Console().is_terminal,
     )
 
 
@@ -123,7 +126,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 
 class RichProgressCallback(TrainerCallback):
-    """A one-line progress bar: step, reward, accuracy, seconds per step and ETA."""
+    """A one-line progress bar: step, reward, accuracy, seconds per step and ETA; without a terminal (a log
+    file), one plain line per logged step instead of the bar."""
 
     def __init__(self, description: str = "training"):
         self.description = description
@@ -158,7 +162,7 @@ class RichProgressCallback(TrainerCallback):
             if logs.get(key) is not None:
                 self.fields[key] = logs[key]
         self.progress.update(self.task, **self.fields)
-        if not self.progress.console.is_terminal and "loss" in logs:  # a log file: one plain line per step
+        if self.progress.disable and "loss" in logs:  # a log file: one plain line per step
             t0, s0 = self.start
             per_step = (time.time() - t0) / max(state.global_step - s0, 1)
             eta = per_step * (state.max_steps - state.global_step)

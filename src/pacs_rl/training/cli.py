@@ -1,24 +1,31 @@
-"""`pacs-rl train`: merge the settings layers, call `pacs_rl.training.run.run_training`, print the summary.
+"""`pacs-rl train`: merge the settings layers, check them, call `pacs_rl.training.run.run_training`, print the
+summary.
 
-With no arguments it runs the CPU default (`RunSettings()` and `CPU_DEFAULTS` in training/run.py, mirrored by
-configs/cpu_default.yaml). Settings are one flat namespace: every trainer config field plus the run keys.
-Later layers win: CPU defaults < --config FILE.yaml < the options below (--model, --dataset, ...) < --set.
+With no arguments it runs the CPU default (`RunSettings()` and `CPU_DEFAULTS` in training/settings.py, mirrored
+by configs/cpu_default.yaml). Settings are one flat namespace: every trainer config field plus the run keys.
+Later layers win: CPU defaults < --config FILE.yaml < the options below (--model, --dataset, ...) < --set
+(and any setting written as an option, TRL's way: --learning_rate 1e-5).
 
-The training library (torch, TRL) is imported when the command runs, so `pacs-rl --help` stays fast.
+Everything that can be checked without torch and TRL is checked first (training/settings.py: names, types,
+paths, the model name, the data, installed packages), so that a mistake is answered in about a second; the
+training library is imported only then.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import time
-import warnings
 from typing import Any
 
 import typer
 
+from pacs_rl.command import data_option, fail, note, show_library_notes
 from pacs_rl.models import ModelError
+from pacs_rl.settings import SettingsError
+from pacs_rl.training import settings as schema
+
+_DEFAULTS = schema.default_settings()
 
 
 def summary_lines(result) -> list[str]:
@@ -44,7 +51,7 @@ def summary_lines(result) -> list[str]:
 
 @functools.cache
 def _library():
-    """pacs_rl.training.run (torch, TRL), imported when the command runs so that `pacs-rl --help` stays fast."""
+    """pacs_rl.training.run (torch, TRL), imported once the settings have passed their checks."""
     from pacs_rl.training import run
 
     return run
@@ -52,7 +59,6 @@ def _library():
 
 # Config fields the command sets itself: naming them in --config or --set would be overwritten without a word.
 COMMAND_FIELDS = {
-    "output_dir": "use --output-dir",
     "disable_tqdm": "the command shows its own progress bar",
     "resume_from_checkpoint": "use --resume (with --output-dir: the run's newest complete checkpoint)",
 }
@@ -65,15 +71,20 @@ DRY_RUN_HELP = (
 NUM_PROCESSES_HELP = "With --dry-run: plan for this many training processes (default: $WORLD_SIZE, else 1)."
 
 
-def merge_settings(config: str | None, options: dict[str, Any], sets: list[str]) -> dict[str, Any]:
-    """The layers (CPU defaults < --config < options < --set) merged into one flat mapping of settings."""
-    run = _library()
-    values = run.default_settings()
-    layers = [run.load_settings_file(config) if config else {}, run.parse_assignments(sets)]
+def merge_settings(
+    config: str | None, options: dict[str, Any], sets: list[str], notes: list[str] | None = None
+) -> dict[str, Any]:
+    """The layers (CPU defaults < --config < options < --set) merged into one flat mapping of settings, keys
+    under their current names (``notes`` gets a line per older spelling). ``output_dir`` is among them."""
+    values = schema.default_settings()
+    layers = [
+        schema.load_settings_file(config, notes) if config else {},
+        schema.parse_assignments(sets, notes=notes),
+    ]
     for layer, where in zip(layers, (config, "--set"), strict=True):
         taken = sorted(set(layer) & set(COMMAND_FIELDS))
         if taken:
-            raise run.SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
+            raise SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
     values.update(layers[0])
     values.update({k: v for k, v in options.items() if v is not None})
     values.update(layers[1])
@@ -82,7 +93,9 @@ def merge_settings(config: str | None, options: dict[str, Any], sets: list[str])
 
 def resolve_settings(config: str | None, options: dict[str, Any], sets: list[str]):
     """Merge the layers (CPU defaults < --config < options < --set) into (RunSettings, config kwargs)."""
-    return _library().split_settings(merge_settings(config, options, sets))
+    values = merge_settings(config, options, sets)
+    values.pop("output_dir", None)
+    return schema.split_settings(values)
 
 
 def _is_main_process() -> bool:
@@ -90,97 +103,164 @@ def _is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _echo_notes() -> None:
-    """Show the library's notes (a capped training set, skipped rows) as plain lines."""
-    logger = logging.getLogger("pacs_rl")
-    if not any(getattr(h, "_pacs_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._pacs_cli = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+def _with_default(text: str, key: str) -> str:
+    """An option's help with the CPU default of its setting (the option itself defaults to the layer below)."""
+    return f"{text}  [default: {_DEFAULTS[key]}]"
 
 
 def train_command(
     config: str = typer.Option(
-        None, "--config", "-c", help="YAML file of settings (trainer config fields + run keys)."
+        None,
+        "--config",
+        "-c",
+        help="YAML file of settings (trainer config fields + run keys).",
+        metavar="FILE",
     ),
     set_: list[str] = typer.Option(
-        [], "--set", "-s", help="Override any setting: --set learning_rate=1e-5 (repeatable)."
+        [],
+        "--set",
+        "-s",
+        help="Override any setting: --set learning_rate=1e-5 (repeatable). Any setting is also an option: "
+        "--learning_rate 1e-5, --use_vllm (TRL's spelling).",
+        metavar="KEY=VALUE",
+        show_default=False,
     ),
     output_dir: str = typer.Option(
-        None, "--output-dir", "-o", help="Run folder (default runs/<loss>-<time>)."
+        None,
+        "--output-dir",
+        "-o",
+        help="Run folder.  [default: runs/<loss>-<time>]",
+        metavar="DIR",
+        show_default=False,
     ),
     resume: bool = typer.Option(
         False, "--resume", help="Continue the run in --output-dir from its last checkpoint."
     ),
-    model: str = typer.Option(None, "--model", "-m", help="Bundled alias, Hub id or local folder."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        "-m",
+        help=_with_default(
+            "Bundled alias (smollm2-135m), tiny (a tiny random model: a smoke run), Hub id or local folder.",
+            "model",
+        ),
+        metavar="NAME",
+        show_default=False,
+    ),
     dataset: str = typer.Option(
         None,
         "--dataset",
         "-d",
-        help="arithmetic | reasoning_gym:<task> | file.jsonl | Hub id | benchmark name.",
+        help=_with_default(
+            "Training problems: arithmetic | reasoning_gym:<task> | file.jsonl | Hub id | benchmark name.",
+            "dataset",
+        ),
+        metavar="SOURCE",
+        show_default=False,
     ),
-    loss_type: str = typer.Option(None, "--loss-type", "-l", help="Policy loss: {losses} (default pacs)."),
-    max_steps: int = typer.Option(None, "--max-steps", help="Optimizer steps."),
-    learning_rate: float = typer.Option(None, "--learning-rate", "--lr", help="Peak learning rate."),
-    seed: int = typer.Option(None, "--seed", help="Random seed (data order, sampling, init)."),
-    problem_field: str = typer.Option(None, "--problem-field", help="Column holding the problem text."),
-    answer_field: str = typer.Option(None, "--answer-field", help="Column holding the reference answer."),
-    skip_bad_rows: bool = typer.Option(
+    loss_type: str = typer.Option(
         None,
-        "--skip-bad-rows/--no-skip-bad-rows",
-        help="Skip bad data rows, counted and reported (the default, as in pacs-rl eval); --no-skip-bad-rows stops at the first.",
+        "--loss-type",
+        "-l",
+        help=_with_default("Policy loss: {losses}.", "loss_type"),
+        metavar="NAME",
+        show_default=False,
     ),
-    eval_size: int = typer.Option(
-        None, "--eval-size", help="Held-out problems for before/after accuracy (0 = off)."
+    max_steps: str = typer.Option(
+        None,
+        "--max-steps",
+        help=_with_default("Optimizer steps.", "max_steps"),
+        metavar="N",
+        show_default=False,
+    ),
+    learning_rate: str = typer.Option(
+        None,
+        "--learning-rate",
+        "--lr",
+        help=_with_default("Peak learning rate.", "learning_rate"),
+        metavar="LR",
+        show_default=False,
+    ),
+    seed: str = typer.Option(
+        None,
+        "--seed",
+        help=_with_default("Random seed (data order, sampling, init).", "seed"),
+        metavar="N",
+        show_default=False,
+    ),
+    split: str = data_option("split"),
+    problem_field: str = data_option("problem_field"),
+    answer_field: str = data_option("answer_field"),
+    prompt_field: str = data_option("prompt_field"),
+    instruction: str = data_option("instruction"),
+    system_prompt: str = data_option("system_prompt"),
+    skip_bad_rows: bool = data_option("skip_bad_rows"),
+    eval_size: str = typer.Option(
+        None,
+        "--eval-size",
+        help=_with_default("Held-out problems for before/after accuracy (0 = off).", "eval_size"),
+        metavar="N",
+        show_default=False,
     ),
     list_keys: bool = typer.Option(False, "--list-keys", help="List every setting name and exit."),
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
-    num_processes: int = typer.Option(None, "--num-processes", help=NUM_PROCESSES_HELP),
+    num_processes: int = typer.Option(None, "--num-processes", help=NUM_PROCESSES_HELP, metavar="N"),
 ) -> None:
     """Train with PACS (default) or a baseline on TRL. No arguments: the CPU default on arithmetic.
-    --model tiny trains a tiny random model (a smoke run, or a check of a launch setup)."""
-    run = _library()
+    --model tiny trains a tiny random model (a smoke run, or a check of a launch setup). TRL's names work too:
+    --model_name_or_path, --dataset_name, --output_dir, --use_peft, --report_to, --use_vllm."""
     if list_keys:
-        for key in run.known_keys():
+        for key in schema.known_keys():
             typer.echo(key)
         raise typer.Exit()
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    # TRL's generation reads transformers' deprecated `is_gradient_checkpointing`; nothing a user can change
-    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated")
-    if _is_main_process():
-        _echo_notes()
     options = {
+        "output_dir": output_dir,
         "model": model,
         "dataset": dataset,
         "loss_type": loss_type,
         "max_steps": max_steps,
         "learning_rate": learning_rate,
         "seed": seed,
+        "split": split,
         "problem_field": problem_field,
         "answer_field": answer_field,
+        "prompt_field": prompt_field,
+        "instruction": instruction,
+        "system_prompt": system_prompt,
         "skip_bad_rows": skip_bad_rows,
         "eval_size": eval_size,
     }
-    if resume and not output_dir:
-        raise typer.BadParameter("--resume needs --output-dir: the folder of the run to continue")
     if num_processes is not None and not dry_run:
-        raise typer.BadParameter(
-            "--num-processes plans a --dry-run; a run has the processes it was launched with"
-        )
+        fail("--num-processes plans a --dry-run; a run has the processes it was launched with")
+    notes: list[str] = []
     try:
-        values = merge_settings(config, options, set_)
+        values = merge_settings(config, options, set_, notes)
+        output_dir = values.pop("output_dir", None)
+        if resume and not output_dir:
+            fail("--resume needs --output-dir: the folder of the run to continue")
         output_dir = output_dir or os.path.join(
             "runs", f"{values.get('loss_type', 'pacs')}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
+        for message in notes:
+            note(message)
         if dry_run:
             _dry_run(values, output_dir, num_processes, resume)
             return
-        settings, cfg = run.split_settings(values)
-        result = run.run_training(settings, run.build_config(cfg, output_dir), resume=resume)
-    except (run.SettingsError, ModelError) as e:  # a setting, a data row, a config check, a model name
-        raise typer.BadParameter(str(e)) from None
+        settings, cfg = schema.split_settings(values)
+        if _is_main_process():
+            show_library_notes()
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        problems, data = schema.preflight(settings, cfg, output_dir, resume, world)
+        if problems:
+            fail("; ".join(problems))
+        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+        run = _library()  # torch, TRL: only now
+        from pacs_rl.training.quiet import quiet_libraries
+
+        quiet_libraries()
+        result = run.run_training(settings, run.build_config(cfg, output_dir), resume=resume, data=data)
+    except (SettingsError, ModelError) as e:  # a setting, a data row, a config check, a model name
+        fail(e)
     if not _is_main_process():
         return
     typer.echo("")

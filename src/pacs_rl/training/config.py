@@ -24,10 +24,22 @@ import torch
 from trl import GRPOConfig
 
 from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names, policy_loss_options
-from pacs_rl.training.fields import refused_fields
+from pacs_rl.training.fields import KL_OPTION_FIELDS, PACS_OPTION_FIELDS, refused_fields
+from pacs_rl.training.settings import group_split_problem
 
 REFERENCES = ("old", "frozen")
 LOGPROB_IMPLS = ("auto", "trl", "logits")
+
+
+class ServedLosses:
+    """A config class's ``served_loss_types``, read from a loss registry each time it is asked: a loss registered
+    from your code after pacs_rl was imported is served too."""
+
+    def __init__(self, registry: dict):
+        self.registry = registry
+
+    def __get__(self, obj, cls=None) -> tuple[str, ...]:
+        return tuple(self.registry)
 
 
 def _config_classes() -> list[type]:
@@ -241,8 +253,9 @@ class PACSConfig(GRPOConfig):
         },
     )
 
-    # The loss types this config class (and its trainer) serves; subclasses serve others (PPOConfig: 'ppo').
-    served_loss_types: ClassVar[tuple[str, ...]] = tuple(POLICY_LOSSES)
+    # The loss types this config class (and its trainer) serves: every group loss registered (now, not at import);
+    # subclasses serve others (PPOConfig: 'ppo').
+    served_loss_types: ClassVar[tuple[str, ...]] = ServedLosses(POLICY_LOSSES)
 
     def __post_init__(self):
         self._check_choices()
@@ -385,9 +398,7 @@ class PACSConfig(GRPOConfig):
         """Refuse, before any model loads, a loss option the loss does not take or that has a config field."""
         if self.loss_type not in POLICY_LOSSES:
             return  # a critic loss: its config class checks its own options
-        own_fields = {"kl_coef": "beta", "kl_ratio_weighted": "use_bias_correction_kl"}
-        if self.loss_type == "pacs":
-            own_fields.update(beta="pacs_beta", score="pacs_score", weighted="pacs_weighted")
+        own_fields = {**KL_OPTION_FIELDS, **(PACS_OPTION_FIELDS if self.loss_type == "pacs" else {})}
         for key, name in own_fields.items():
             if key in self.loss_options:
                 raise ValueError(
@@ -420,27 +431,11 @@ class PACSConfig(GRPOConfig):
     def _check_num_generations(self) -> None:
         """Every batch must hold whole groups of num_generations completions. Checked before TRL's own check,
         whose error names no setting to change; the micro-batch check also keeps a group on one process."""
-        G, per_device, gen = (
-            self.num_generations,
-            self.per_device_train_batch_size,
-            self.generation_batch_size,
+        problem = group_split_problem(
+            self.per_device_train_batch_size, self.num_generations, self.generation_batch_size
         )
-        if not isinstance(G, int) or G < 2:
-            return  # TRL's own message: at least 2 generations per prompt
-        if per_device % G != 0:
-            divisors = [d for d in range(2, per_device + 1) if per_device % d == 0]
-            raise ValueError(
-                f"per_device_train_batch_size={per_device} is not a multiple of num_generations={G}: a group of "
-                f"{G} completions would be split across micro-batches (or processes), and PACS/RLOO/GRPO need a "
-                f"whole group to form its score. Set per_device_train_batch_size to a multiple of {G} (e.g. "
-                f"{G * max(1, per_device // G)}), or num_generations to one of {divisors or 'its divisors'}."
-            )
-        if gen is not None and gen % G != 0:
-            raise ValueError(
-                f"generation_batch_size={gen} is not a multiple of num_generations={G}: a rollout batch must hold "
-                f"whole groups of {G} completions. Set generation_batch_size to a multiple of {G} (e.g. "
-                f"{G * max(1, gen // G)}), or leave it unset and choose mini_batches_per_rollout."
-            )
+        if problem:
+            raise ValueError(problem)
 
     def _check_groups_whole(self) -> None:
         """Refuse evaluation settings that would split a group (the training batches: _check_num_generations)."""

@@ -306,6 +306,19 @@ GRPO_FIELDS: dict[str, FieldRule] = {
 # fmt: on
 
 
+# Loss options the trainers fill from a config field (option -> field), the one place these names are paired:
+# PACS's options come from the pacs_* fields; the clipped losses' clip range and length from TRL's epsilon,
+# epsilon_high and max_completion_length (a loss_options entry wins); the baselines' KL term from TRL's beta
+# (a loss_options entry is refused: the field is the one setting).
+PACS_OPTION_FIELDS = {"beta": "pacs_beta", "score": "pacs_score", "weighted": "pacs_weighted"}
+CLIP_OPTION_FIELDS = {
+    "clip_eps": "epsilon",
+    "clip_eps_high": "epsilon_high",
+    "max_completion_length": "max_completion_length",
+}
+KL_OPTION_FIELDS = {"kl_coef": "beta", "kl_ratio_weighted": "use_bias_correction_kl"}
+
+
 def rule_status(name: str, loss_type: str) -> str:
     """The status of GRPOConfig field ``name`` for ``loss_type`` (a per-loss refusal reads as honoured elsewhere)."""
     rule = GRPO_FIELDS[name]
@@ -341,4 +354,15 @@ def refused_fields(values: Any, loss_type: str) -> list[str]:
     return out
 
 
-__all__ = ["GRPO_FIELDS", "HONOURED", "IRRELEVANT", "REFUSED", "FieldRule", "refused_fields", "rule_status"]
+__all__ = [
+    "CLIP_OPTION_FIELDS",
+    "GRPO_FIELDS",
+    "HONOURED",
+    "IRRELEVANT",
+    "KL_OPTION_FIELDS",
+    "PACS_OPTION_FIELDS",
+    "REFUSED",
+    "FieldRule",
+    "refused_fields",
+    "rule_status",
+]

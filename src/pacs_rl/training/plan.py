@@ -30,9 +30,11 @@ from typing import Any
 
 from pacs_rl.data import BENCHMARKS, DATA_DIR_ENV, benchmark_name
 from pacs_rl.data.procedural import is_procedural
-from pacs_rl.models import BUNDLED_MODELS, cache_dir
+from pacs_rl.models import BUNDLED_MODELS, cache_dir, model_problem
+from pacs_rl.settings import missing_packages
 from pacs_rl.training import fields as grpo_fields
 from pacs_rl.training import run
+from pacs_rl.training import settings as schema
 from pacs_rl.training.pieces import pieces_problems
 
 GIB = 1024**3
@@ -210,6 +212,14 @@ def dry_run(
     loss_type = str(cfg.get("loss_type", "pacs"))
     refused = grpo_fields.refused_fields(cfg, loss_type)
     refusals += refused
+    # an engine, tracker or adapter library that is not installed; a max_steps that trains nothing; a model
+    # folder that is not there (a Hub name is checked where the run starts)
+    refusals += missing_packages({**cfg, "use_lora": settings.use_lora})
+    refusals += [
+        p
+        for p in (schema.max_steps_problem(cfg.get("max_steps")), model_problem(settings.model, hub=False))
+        if p
+    ]
     refused_names = {m.split("=", 1)[0] for m in refused}
     ds_config, ds_problem = (None, None)
     if cfg.get("deepspeed"):
@@ -234,6 +244,9 @@ def dry_run(
                 data_settings = settings if local_held else dataclasses.replace(settings, eval_size=0)
                 train, held = run.load_run_data(data_settings, int(cfg.get("seed", 42)))
                 train_n, held_n = len(train), (len(held) if local_held else None)
+                per_rollout = schema.rollout_prompts(cfg, num_processes)
+                few = per_rollout and schema.too_few_problems(train_n, per_rollout, settings.dataset)
+                refusals += [few] if few else []
         except run.SettingsError as e:
             refusals.append(str(e))
     resume_note = ""
@@ -280,6 +293,13 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
             else "on GPUs"
         ),
         f"loss: {config.loss_type}; G = {G} completions per prompt",
+        "trained weights: "
+        + (
+            f"a LoRA adapter (use_lora: r {settings.lora_r}, alpha {settings.lora_alpha}, dropout "
+            f"{settings.lora_dropout}, modules {settings.lora_target_modules})"
+            if settings.use_lora
+            else "all of them (use_lora false)"
+        ),
         f"sequences per optimizer step: {seqs_per_step} ({seqs_per_step // G} prompts) = "
         f"{config.per_device_train_batch_size} per device x {config.gradient_accumulation_steps} accumulation x {n_proc}",
         f"prompts per rollout batch: {rollout_prompts} ({rollout_seqs} sequences)",
@@ -298,8 +318,6 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
             f"training prompts: {train_n}; per epoch {rollouts * rollout_prompts} prompts in {rollouts} rollout "
             f"batches = {per_epoch} optimizer steps{epochs}"
         )
-        if rollouts == 0:
-            lines.append(f"  warning: fewer training prompts than one rollout batch ({rollout_prompts})")
     else:
         lines.append(f"training data: {settings.dataset}{train_note}")
     lines.append(f"max_steps: {config.max_steps}")

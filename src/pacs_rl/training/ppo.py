@@ -58,7 +58,8 @@ from pacs_rl.algorithms import (
     ppo_policy_loss,
     ppo_value_loss,
 )
-from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.config import PACSConfig, ServedLosses
+from pacs_rl.training.fields import CLIP_OPTION_FIELDS
 from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors
 
 CRITIC_DIR = "critic"  # inside a checkpoint folder (and beside a saved final model)
@@ -85,7 +86,7 @@ class PPOConfig(PACSConfig):
     `learning_rate` (1e-6 in the paper); the critic's is `critic_learning_rate` (1e-5 in the paper).
     """
 
-    served_loss_types: ClassVar[tuple[str, ...]] = tuple(CRITIC_LOSSES)
+    served_loss_types: ClassVar[tuple[str, ...]] = ServedLosses(CRITIC_LOSSES)
 
     loss_type: str = field(
         default="ppo",
@@ -482,11 +483,7 @@ class PPOTrainer(PACSTrainer):
             )  # (B, T) each
         old_logp = inputs.get("old_per_token_logps")  # None when one optimizer step uses the whole rollout
         old_logp = logp.detach() if old_logp is None else old_logp
-        options = {
-            "clip_eps": self.args.epsilon,
-            "clip_eps_high": self.args.epsilon_high,
-            "max_completion_length": self.args.max_completion_length,
-        }
+        options = {option: getattr(self.args, name) for option, name in CLIP_OPTION_FIELDS.items()}
         options.update(self.args.loss_options)
         advantages, rewards = inputs["ppo_advantages"], inputs["rewards"]
         is_weights = inputs.get("importance_sampling_ratio")  # TRL's, with use_vllm and the correction

@@ -14,48 +14,36 @@ Two kinds of settings, one flat namespace for users:
 
 `split_settings` turns one flat mapping (a YAML file, `--set key=value`, a comparison's train section) into
 both, converting text to each field's type once (`coerce_setting`). Every refusal is a `SettingsError`
-(a `ValueError`) naming the setting and what to do.
+(a `ValueError`) naming the setting and what to do. The settings and the checks that need neither torch nor TRL
+live in `pacs_rl.training.settings` (so that `pacs-rl train` answers a mistake before they load); this module
+re-exports them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import logging
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 from accelerate import PartialState
 from datasets import Dataset
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from pacs_rl.data import (
-    INSTRUCTION,
-    DataError,
-    Problem,
-    arithmetic_pool_size,
-    arithmetic_problems,
-    benchmark_name,
-    build_messages,
-    load_problems,
-    split_disjoint,
-)
-from pacs_rl.data.procedural import is_procedural, parse_query
-from pacs_rl.models import load_tokenizer, resolve_model, save_tiny_model
+from pacs_rl.data import Problem, build_messages
+from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
 from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
-from pacs_rl.rewards.graders import parse_grader
-from pacs_rl.rewards.trl_reward import reward_spec_problem, split_reward_specs
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, RichProgressCallback
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.heldout import heldout_accuracy, plot_curves
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
+from pacs_rl.training.quiet import expect_tied_missing_keys
 from pacs_rl.training.rollout_eval import (
     CallOnTrainBegin,
     PeriodicEvalCallback,
@@ -63,7 +51,52 @@ from pacs_rl.training.rollout_eval import (
     engine_pass_at_k,
     needs_engine,
 )
-from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, last_complete_checkpoint, sharding_problems
+from pacs_rl.training.settings import (  # re-exported: the settings of a run, checked before torch loads
+    ARITHMETIC_GRADER,
+    CPU_DEFAULTS,
+    HELDOUT_SEED,
+    MODEL_DTYPES,
+    RunSettings,
+    SettingsError,
+    coerce_setting,
+    default_settings,
+    known_keys,
+    last_complete_checkpoint,
+    load_run_data,
+    load_settings_file,
+    output_folder_problem,
+    parse_assignments,
+    run_fields,
+    split_settings,
+    too_few_problems,
+)
+from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, sharding_problems
+
+__all__ = [  # the library API of a run (with what pacs_rl.training.settings defines)
+    "ARITHMETIC_GRADER",
+    "CPU_DEFAULTS",
+    "HELDOUT_SEED",
+    "MODEL_DTYPES",
+    "TINY_MODEL",
+    "RunSettings",
+    "SettingsError",
+    "TrainResult",
+    "build_config",
+    "build_dataset",
+    "build_reward_funcs",
+    "coerce_setting",
+    "config_and_trainer_classes",
+    "config_fields",
+    "default_settings",
+    "known_keys",
+    "load_run_data",
+    "load_settings_file",
+    "parse_assignments",
+    "run_fields",
+    "run_training",
+    "split_settings",
+    "tiny_model_folder",
+]  # fmt: skip
 
 log = logging.getLogger("pacs_rl.training")
 
@@ -76,242 +109,11 @@ FINAL_DIR = "final"
 TRAINERS: tuple[tuple[type[PACSConfig], type], ...] = ((PACSConfig, PACSTrainer), (PPOConfig, PPOTrainer))
 
 
-# The grader `grader: auto` picks for the built-in arithmetic task: a PACS run there learned to answer
-# "What is 33 - 51?" with "33 - 51", which math-verify evaluates; the restatement rule refuses exactly that.
-ARITHMETIC_GRADER = "paper+restatement"
-MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
-# The held-out arithmetic problems are drawn with this seed whatever the run's seed: every seed of a
-# comparison is measured on the same problems (a seed-dependent set added its own variance to the spread
-# over seeds). It is the set seed 0 drew before.
-HELDOUT_SEED = 10_000
-
-
-class SettingsError(ValueError):
-    """A run setting that cannot be used as given; the message names it and what to do."""
-
-
-@dataclass
-class RunSettings:
-    """What a run trains on and reports, beside the trainer's config (the "run keys")."""
-
-    model: str = field(
-        default="smollm2-135m",
-        metadata={"help": "Bundled alias (smollm2-135m), Hub id or local folder."},
-    )
-    dataset: str = field(
-        default="arithmetic",
-        metadata={
-            "help": "Training problems: arithmetic[?n=..&ops=..&digits=..] | reasoning_gym:<task> | a .jsonl/.json/"
-            ".parquet file | a Hub dataset id | a benchmark name."
-        },
-    )
-    dataset_split: str | None = field(default=None, metadata={"help": "Split of a Hub dataset."})
-    problem_field: str | None = field(
-        default=None,
-        metadata={"help": "Column holding the problem text (default problem; also read from eval_dataset)."},
-    )
-    answer_field: str | None = field(
-        default=None,
-        metadata={
-            "help": "Column holding the reference answer (default answer; also read from eval_dataset)."
-        },
-    )
-    prompt_field: str | None = field(
-        default=None,
-        metadata={
-            "help": "Column that already holds the prompt as chat messages, used as is (no instruction added); "
-            "the problem text is then problem_field if present, else the last user message."
-        },
-    )
-    instruction: str = field(
-        default=INSTRUCTION,
-        metadata={
-            "help": "Appended to each problem in the user turn; default the paper's (Appendix B.1); '' = none."
-        },
-    )
-    system_prompt: str | None = field(
-        default=None,
-        metadata={
-            "help": "A system turn before each problem; default none (the chat template adds its own)."
-        },
-    )
-    skip_bad_rows: bool = field(
-        default=True,
-        metadata={
-            "help": "Skip bad data rows (counted and reported), as `pacs-rl eval` does by default; false stops at "
-            "the first one."
-        },
-    )
-    arithmetic_ops: str = field(
-        default="+-",
-        metadata={"help": "Operators of the built-in arithmetic task (training and held-out); '+-*' adds ×."},
-    )
-    arithmetic_digits: str = field(
-        default="2,1",
-        metadata={"help": "Operand lengths of the arithmetic task: '2,1' (47 + 8) or '2' (47 + 38)."},
-    )
-    train_size: int = field(
-        default=2000,
-        metadata={
-            "help": "Problems drawn for the arithmetic task (a ceiling: capped at the split's size) or rows "
-            "kept of another source (0 = all)."
-        },
-    )
-    eval_dataset: str | None = field(
-        default=None,
-        metadata={
-            "help": "Held-out problems; default: the held-out arithmetic split when training on arithmetic. A file "
-            "or Hub dataset is read with the training set's field names, a named benchmark with its own."
-        },
-    )
-    eval_size: int = field(
-        default=200, metadata={"help": "Held-out problems for before/after accuracy (0 = no evaluation)."}
-    )
-    eval_temperature: float = field(
-        default=0.0, metadata={"help": "Held-out sampling temperature (0 = greedy)."}
-    )
-    eval_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Held-out completion length; default: max_completion_length."}
-    )
-    eval_batch_size: int = field(default=50, metadata={"help": "Held-out problems sampled together."})
-    reward_funcs: str | list = field(
-        default="math",
-        metadata={
-            "help": "Reward functions, comma-separated: math (the answer verifier, graded by `grader`) and/or your "
-            "own as package.module:function or path/to/file.py:function, called as TRL calls reward functions "
-            "(completions=..., prompts=..., one keyword per dataset column: answer, problem, problem_id). Weights: "
-            "TRL's reward_weights."
-        },
-    )
-    grader: str = field(
-        default="auto",
-        metadata={
-            "help": "Grader of the math reward and the held-out accuracy: paper (math-verify as the PACS authors call "
-            "it), strict (a \\boxed{} answer), either with +rules (restatement, multiple_boxed, echo). "
-            f"auto = {ARITHMETIC_GRADER} on the built-in arithmetic task (a policy there learned "
-            "to restate the question: '33 - 51' for 'What is 33 - 51?'), paper on any other data."
-        },
-    )
-    model_dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "Dtype the weights load in: auto (float32; bfloat16/float16 under DeepSpeed or FSDP training in "
-            "bf16/fp16, which keep fp32 master weights) | float32 | bfloat16 | float16. bf16 autocast is the "
-            "config's `bf16`."
-        },
-    )
-    use_lora: bool = field(
-        default=False, metadata={"help": "Train a LoRA adapter (peft) instead of all weights."}
-    )
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
-    lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules."})
-    plot: bool = field(default=True, metadata={"help": "Write a PNG of the training curves at the end."})
-
-    def __post_init__(self):
-        problems = self.problems()
-        if problems:
-            raise SettingsError("; ".join(problems))
-
-    def problems(self) -> list[str]:
-        """Every setting that cannot be used, each naming the setting and what to do (empty when all is well)."""
-        out = []
-        for name in ("train_size", "eval_size"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                out.append(
-                    f"{name}={getattr(self, name)!r}: give a whole number >= 0 (0 = {'all rows' if name == 'train_size' else 'no evaluation'})"
-                )
-        if not isinstance(self.eval_batch_size, int) or self.eval_batch_size < 1:
-            out.append(f"eval_batch_size={self.eval_batch_size!r}: give a whole number >= 1")
-        if not isinstance(self.eval_temperature, (int, float)) or self.eval_temperature < 0:
-            out.append(f"eval_temperature={self.eval_temperature!r}: give a number >= 0 (0 = greedy)")
-        if self.grader != "auto":
-            try:
-                parse_grader(self.grader)
-            except ValueError as e:
-                out.append(f"grader={self.grader!r}: {e}")
-        specs = split_reward_specs(self.reward_funcs) if isinstance(self.reward_funcs, (str, list)) else []
-        if not specs:
-            out.append(
-                f"reward_funcs={self.reward_funcs!r}: name at least one, e.g. math or mypkg.rewards:my_reward"
-            )
-        out += [f"reward_funcs: {p}" for p in map(reward_spec_problem, specs) if p]
-        if self.model_dtype not in MODEL_DTYPES:
-            out.append(f"model_dtype={self.model_dtype!r}: choose one of {list(MODEL_DTYPES)}")
-        return out
-
-    def on_arithmetic(self) -> bool:
-        """Whether the training set is the built-in arithmetic task."""
-        return self.dataset == "arithmetic" or self.dataset.startswith("arithmetic?")
-
-    def resolved_grader(self) -> str:
-        """``grader`` with ``auto`` made concrete (ARITHMETIC_GRADER on the arithmetic task, else paper)."""
-        if self.grader == "auto":
-            return ARITHMETIC_GRADER if self.on_arithmetic() else "paper"
-        return parse_grader(self.grader).name
-
-    def prompt_kwargs(self, config: PACSConfig | None = None) -> dict[str, Any]:
-        """The prompt settings as :func:`pacs_rl.data.format_prompt` takes them (``chat_template_kwargs`` is
-        the trainer config's own field, which TRL applies to the training prompts)."""
-        return {
-            "system_prompt": self.system_prompt,
-            "instruction": self.instruction,
-            "chat_template_kwargs": getattr(config, "chat_template_kwargs", None),
-        }
-
-
-# The config of the CPU default run (configs/cpu_default.yaml mirrors these and RunSettings' defaults; a test
-# keeps them equal). Why each value: docs/TRAINING.md, "The first run".
-CPU_DEFAULTS: dict[str, Any] = {
-    "use_cpu": True,
-    "bf16": False,  # fp32: a CPU without AVX512-BF16/AMX runs bf16 matmuls several times slower than fp32
-    "loss_type": "pacs",
-    "num_generations": 8,
-    "per_device_train_batch_size": 8,  # one group per forward/backward: half the activation memory
-    "gradient_accumulation_steps": 2,  # 2 groups of 8 = 16 sequences per optimizer step
-    "mini_batches_per_rollout": 2,  # 4 prompts x 8 completions per rollout, 2 optimizer steps on it
-    "max_steps": 24,
-    "learning_rate": 2.0e-5,
-    "lr_scheduler_type": "constant",
-    "warmup_steps": 0,
-    "max_grad_norm": 1.0,
-    "temperature": 0.7,  # at 1.0 the 135M model rambles and finds fewer right answers on this task
-    "top_p": 1.0,
-    "max_completion_length": 96,  # much shorter and most completions are cut off before their answer
-    "fast_sampler": True,  # pacs_rl.sampling: one prefill per prompt shared by its 8 samples
-    "fast_sampler_dtype": None,  # the model's fp32 (see "bf16")
-    "old_logprobs_from_sampler": True,  # the fp32 sampler's log-probs are the old ones: no second forward
-    "update_token_budget": 128,  # the backward in pieces of <= 128 completion tokens: peak memory, padding
-    "logging_steps": 1,
-    "save_strategy": "steps",
-    "save_steps": 10,
-    "save_total_limit": 2,
-    "report_to": "none",
-    "seed": 0,
-    "dataloader_num_workers": 0,
-}
-
-
 # ---------------------------------------------------------------------------------------------------- settings
-def run_fields() -> dict[str, dataclasses.Field]:
-    return {f.name: f for f in dataclasses.fields(RunSettings)}
-
-
 def config_fields(loss_type: str | None = None) -> dict[str, dataclasses.Field]:
     """Fields of the config class serving ``loss_type``; None: the fields of every config class."""
     classes = [config_and_trainer_classes(loss_type)[0]] if loss_type else [c for c, _ in TRAINERS]
     return {f.name: f for cls in classes for f in dataclasses.fields(cls) if f.init}
-
-
-def known_keys() -> list[str]:
-    """Every setting name: the run keys and every field of every config class."""
-    return sorted(set(run_fields()) | set(config_fields()))
-
-
-def default_settings() -> dict[str, Any]:
-    """The CPU default run as one flat mapping (what `pacs-rl train` runs with no arguments)."""
-    return {**dataclasses.asdict(RunSettings()), **CPU_DEFAULTS}
 
 
 def config_and_trainer_classes(
@@ -338,94 +140,6 @@ def config_and_trainer_classes(
     return config_cls, trainer_cls
 
 
-def _type_name(key: str) -> str:
-    """The declared type of setting ``key`` as text ('float', 'int | None', ...)."""
-    f = run_fields().get(key) or config_fields().get(key)
-    if f is None:
-        return "str"
-    return f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-
-
-_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
-
-
-def coerce_setting(key: str, value: Any) -> Any:
-    """Convert ``value`` to the declared type of setting ``key`` when it arrives as text (from a command
-    line, or a YAML file that reads 1e-5 as a string). Non-text values pass through unchanged.
-    Raises SettingsError naming the key when the text does not fit the type."""
-    if not isinstance(value, str):
-        return value
-    kind = _type_name(key)
-    low = value.strip().lower()
-    if low == "null" or (low == "none" and "str" not in kind):
-        return None
-    takes_text = "str" in kind
-    if "bool" in kind:
-        if low in _TRUE + _FALSE:
-            return low in _TRUE
-        if not (takes_text or "int" in kind or "float" in kind):
-            raise SettingsError(f"{key}={value!r} is not a bool (true or false)")
-    try:
-        if "float" in kind:
-            return float(value)
-        if "int" in kind:
-            return int(value)
-    except ValueError:
-        if not takes_text:
-            raise SettingsError(f"{key}={value!r} is not a {kind}") from None
-    return value
-
-
-def check_keys(keys, where: str) -> None:
-    """Refuse unknown setting names, naming the close matches."""
-    known = known_keys()
-    for key in keys:
-        if key not in known:
-            close = difflib.get_close_matches(key, known, n=4, cutoff=0.6)
-            hint = f" Did you mean: {', '.join(close)}?" if close else " See `pacs-rl train --list-keys`."
-            raise SettingsError(f"unknown setting {key!r} in {where}.{hint}")
-
-
-def split_settings(
-    values: Mapping[str, Any], where: str = "the settings"
-) -> tuple[RunSettings, dict[str, Any]]:
-    """One flat mapping of settings -> (RunSettings, the config's keyword arguments), each value converted to
-    its field's type. Unknown names are refused with close matches."""
-    check_keys(values, where)
-    typed = {k: coerce_setting(k, v) for k, v in values.items()}
-    run_keys = run_fields()
-    settings = RunSettings(**{k: v for k, v in typed.items() if k in run_keys})
-    return settings, {k: v for k, v in typed.items() if k not in run_keys}
-
-
-def load_settings_file(path: str | Path) -> dict[str, Any]:
-    """A YAML file of settings (`setting: value` per line) as a dict; unknown names are refused."""
-    path = Path(path)
-    if not path.is_file():
-        raise SettingsError(f"config file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise SettingsError(f"{path}: expected a mapping of setting: value, got {type(data).__name__}")
-    check_keys(data, str(path))
-    return data
-
-
-def parse_assignments(items: list[str], where: str = "--set") -> dict[str, Any]:
-    """``["learning_rate=1e-5", "pacs_weighted=false"]`` -> a dict; each value read as YAML, then typed by
-    :func:`split_settings`. Unknown names are refused."""
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise SettingsError(f"{where} {item!r}: expected key=value")
-        key, text = item.split("=", 1)
-        try:
-            out[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            out[key.strip()] = text
-    check_keys(out, where)
-    return out
-
-
 def build_config(config_kwargs: Mapping[str, Any], output_dir: str | Path) -> PACSConfig:
     """The trainer config (PACSConfig or PPOConfig, by loss_type) for a run writing into ``output_dir``.
     Raises SettingsError with the config's own message (its checks name the field and the fix)."""
@@ -438,96 +152,6 @@ def build_config(config_kwargs: Mapping[str, Any], output_dir: str | Path) -> PA
 
 
 # ---------------------------------------------------------------------------------------------------- data
-def _arithmetic_sets(settings: RunSettings, seed: int) -> tuple[list[Problem], dict[str, Any]]:
-    """The arithmetic training problems; a source string's own options win over the run keys."""
-    source = settings.dataset
-    opts = parse_query(source.partition("?")[2])
-    if str(opts.pop("split", "train")) != "train":
-        raise DataError(
-            f"{source!r}: a training set is drawn from the train split (the held-out set from test)"
-        )
-    unknown = set(opts) - {"n", "seed", "ops", "digits"}
-    if unknown:
-        raise DataError(
-            f"{source!r}: unknown option(s) {', '.join(sorted(unknown))}; known: n, seed, ops, digits"
-        )
-    task = {
-        "ops": str(opts.get("ops", settings.arithmetic_ops)),
-        "digits": opts.get("digits", settings.arithmetic_digits),
-    }
-    want = int(opts.get("n", settings.train_size or 2000))
-    pool = arithmetic_pool_size(split="train", **task)
-    if want > pool and "n" not in opts:  # train_size is a ceiling here; an explicit n= is a demand
-        log.info(
-            "training on all %d problems of arithmetic ops=%s digits=%s (train_size=%d is more)",
-            pool, task["ops"], task["digits"], want,
-        )  # fmt: skip
-        want = pool
-    return arithmetic_problems(want, seed=int(opts.get("seed", seed)), split="train", **task), task
-
-
-def _field_names(settings: RunSettings) -> dict[str, str | None]:
-    return {
-        "problem_field": settings.problem_field,
-        "answer_field": settings.answer_field,
-        "prompt_field": settings.prompt_field,
-    }
-
-
-def _file_problems(settings: RunSettings) -> list[Problem]:
-    problems = load_problems(
-        settings.dataset,
-        split=settings.dataset_split,
-        limit=settings.train_size or None,
-        on_error="skip" if settings.skip_bad_rows else "raise",
-        **_field_names(settings),
-    )
-    if problems.skipped:
-        log.warning("skipped %d bad rows of %s:", problems.skipped, settings.dataset)
-        for message in problems.skip_messages[:5]:
-            log.warning("  %s", message)
-    return list(problems)
-
-
-def load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list[Problem]]:
-    """Training problems and held-out problems (disjoint from training). Raises SettingsError naming the
-    data settings when a source, a row or an arithmetic option is bad."""
-    try:
-        return _load_run_data(settings, seed)
-    except ValueError as e:  # DataError included: a bad file row, source string or arithmetic option
-        raise SettingsError(
-            f"{e} (settings: dataset={settings.dataset!r}, arithmetic_ops={settings.arithmetic_ops!r}, "
-            f"arithmetic_digits={settings.arithmetic_digits!r}, eval_dataset={settings.eval_dataset!r})"
-        ) from None
-
-
-def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list[Problem]]:
-    source = settings.dataset
-    arithmetic = settings.on_arithmetic()
-    task: dict[str, Any] = {}
-    if arithmetic:
-        train, task = _arithmetic_sets(settings, seed)
-    else:
-        train = _file_problems(settings)
-    held: list[Problem] = []
-    if settings.eval_size:
-        if settings.eval_dataset is None and arithmetic:
-            n = min(settings.eval_size, arithmetic_pool_size(split="test", **task))
-            held = arithmetic_problems(n, seed=HELDOUT_SEED, split="test", **task)
-        elif settings.eval_dataset is not None:
-            source = settings.eval_dataset
-            own_fields = benchmark_name(source) is not None or is_procedural(source)
-            fields = {} if own_fields else _field_names(settings)
-            held = list(load_problems(source, limit=settings.eval_size, on_error="skip", **fields))
-    if held:
-        train, dropped = split_disjoint(train, held)
-        if dropped:
-            log.info("dropped %d training problems that also appear in the held-out set", dropped)
-    if not train:
-        raise DataError(f"dataset {source!r} gave no usable training problems")
-    return train, held
-
-
 def build_dataset(problems: list[Problem], settings: RunSettings | None = None) -> Dataset:
     """The trainer's dataset, one row per problem: the chat prompt (the paper's unless the settings say
     otherwise, or the row's own messages), the gold answer, the problem text (the restatement rule's question)
@@ -585,16 +209,8 @@ class TrainResult:
     device: str = ""  # where this call trained ("cuda:0", "cpu"); empty when it trained nothing
 
 
-TINY_MODEL = "tiny"  # --model tiny: a tiny random model for smoke runs and launch checks
 BASE_MODEL_DIR = "base_model"  # where --model tiny is saved inside the run folder
 DONE_FILE = "run_complete.json"  # written last: the run finished (final/, held-out after, curves)
-
-
-def tiny_model_folder(folder: Path) -> Path:
-    """A tiny random model (pacs_rl.models.save_tiny_model, seed 0) saved in ``folder`` once."""
-    if not (folder / "config.json").is_file():
-        save_tiny_model(folder, seed=0)
-    return folder
 
 
 def training_engine(config: PACSConfig, num_processes: int) -> str:
@@ -697,15 +313,12 @@ def resume_point(out: Path, resume: bool, config: PACSConfig, world: int) -> tup
 
     Refuses to start over a folder that holds checkpoints, and to resume a checkpoint written by another number of
     processes (each process saved its own rollout batch and random state: they cannot be re-sharded exactly)."""
+    problem = output_folder_problem(out, resume)  # a file; checkpoints without --resume; none to resume
+    if problem:
+        raise SettingsError(problem)
     if not resume:
-        if out.exists() and any(out.glob("checkpoint-*")):
-            raise SettingsError(
-                f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
-            )
         return None, False
     checkpoint = last_complete_checkpoint(out)
-    if checkpoint is None:
-        raise SettingsError(f"--resume: no complete checkpoint-* folder in {out}")
     saved = len(list(Path(checkpoint).glob(PACS_STATE_FILE.format(rank="*"))))
     if saved and saved != world:
         raise SettingsError(
@@ -809,12 +422,19 @@ def _periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems,
     return PeriodicEvalCallback(trainer, int(config.eval_steps), evaluate)
 
 
-def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = False) -> TrainResult:
+def run_training(
+    settings: RunSettings,
+    config: PACSConfig,
+    *,
+    resume: bool = False,
+    data: tuple[list[Problem], list[Problem]] | None = None,
+) -> TrainResult:
     """Train ``config.loss_type`` on ``settings.dataset`` into ``config.output_dir``: held-out accuracy before,
     training, the final model, held-out accuracy after, the curves. ``resume`` continues the run in that
     folder from its newest complete checkpoint; a run that already finished is left as it is
     (``already_complete``). Raises SettingsError (a ValueError) for a setting that cannot be used, before any
-    model is loaded.
+    model is loaded or anything is written. ``data``: the (training, held-out) problems when the caller has read
+    them already (`pacs-rl train` does, before torch loads); else they are read here.
 
     On several processes (`accelerate launch`) every process loads the data and its copy of the weights (TRL
     loads them from the name, in the training dtype, placed by accelerate; ZeRO-3 partitioned), the held-out
@@ -833,7 +453,12 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
     if complete and (out / DONE_FILE).is_file():
         return _result(settings, config, out, already_complete=True)
     torch.manual_seed(config.seed)
-    train_problems, held = load_run_data(settings, config.seed)  # before the model loads: fail fast
+    train_problems, held = data or load_run_data(settings, config.seed)  # before the model loads: fail fast
+    few = too_few_problems(
+        len(train_problems), config.generation_batch_size // config.num_generations, settings.dataset
+    )
+    if few:
+        raise SettingsError(few)
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         settings_record = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}
@@ -867,6 +492,9 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
         peft_config=_peft_config(settings),
     )
     trainer.remove_callback(PrinterCallback)
+    expect_tied_missing_keys(
+        trainer.model
+    )  # a resume says nothing of the tied LM head it did not need to load
     trainer.remove_callback(ProgressCallback)
     if needs_engine(trainer):
         # once the engine has placed (or sharded) the model, before the first step of a fresh run

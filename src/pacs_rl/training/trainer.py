@@ -54,6 +54,7 @@ from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.fields import CLIP_OPTION_FIELDS, KL_OPTION_FIELDS, PACS_OPTION_FIELDS
 from pacs_rl.training.pieces import (
     LogpsBackwardInPieces,
     completion_forward,
@@ -62,6 +63,7 @@ from pacs_rl.training.pieces import (
     prompt_forward,
     token_logps,
 )
+from pacs_rl.training.settings import last_complete_checkpoint  # re-exported (light: the command's checks)
 
 if is_peft_available():
     from peft import PeftModel
@@ -542,20 +544,17 @@ class PACSTrainer(GRPOTrainer):
         options = dict(self.args.loss_options)
         batch = {"ref_logp": None, "scored": None, "is_weights": None}
         if self.loss_type == "pacs":
-            options.setdefault("beta", self.args.pacs_beta)
-            options.setdefault("score", self.args.pacs_score)
-            options.setdefault("weighted", self.args.pacs_weighted)
+            for option, name in PACS_OPTION_FIELDS.items():
+                options.setdefault(option, getattr(self.args, name))
             # eq. 8: π_ref = the rollout policy ("old") or the frozen copy
             batch["ref_logp"] = inputs.get("pacs_ref_per_token_logps", old_logp)
         else:  # TRL's fields, where the loss takes them
             accepted = policy_loss_options(self.loss_type)
-            trl_fields = {
-                "clip_eps": self.args.epsilon,
-                "clip_eps_high": self.args.epsilon_high,
-                "max_completion_length": self.args.max_completion_length,
-            }
+            trl_fields = {option: getattr(self.args, name) for option, name in CLIP_OPTION_FIELDS.items()}
             if self.beta != 0.0:  # TRL's reference model (the initial policy) computed these at rollout time
-                trl_fields.update(kl_coef=self.beta, kl_ratio_weighted=self.args.use_bias_correction_kl)
+                trl_fields.update(
+                    {option: getattr(self.args, name) for option, name in KL_OPTION_FIELDS.items()}
+                )
                 batch["ref_logp"] = inputs["ref_per_token_logps"]
             for key, value in trl_fields.items():
                 if key in accepted:
@@ -765,24 +764,6 @@ def _checkpoints_activations(model) -> bool:
 
 def _is_peft(model) -> bool:
     return is_peft_available() and isinstance(model, PeftModel)
-
-
-def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
-    """The newest `checkpoint-N` folder whose save finished (it holds trainer_state.json), or None."""
-    if not os.path.isdir(output_dir):
-        return None
-    best, best_step = None, -1
-    for name in os.listdir(output_dir):
-        if not name.startswith("checkpoint-"):
-            continue
-        try:
-            step = int(name.split("-", 1)[1])
-        except ValueError:
-            continue
-        path = os.path.join(output_dir, name)
-        if os.path.isfile(os.path.join(path, "trainer_state.json")) and step > best_step:
-            best, best_step = path, step
-    return best
 
 
 __all__ = [

@@ -1,0 +1,109 @@
+"""How long `pacs-rl` takes to answer a mistake: each command below runs as a fresh process, as a user starts
+it, and its wall time from start to exit is recorded (best, median and worst of --repeat runs), with its exit
+status and the error line it printed. Writes docs/benchmarks/cli_error_latency.json.
+
+    python benchmarks/cli_error_latency.py                  # 5 runs of each command
+    python benchmarks/cli_error_latency.py --repeat 1 --out /tmp/x.json
+
+The commands run in a scratch folder holding the files they name (a YAML file with a syntax error, a file where
+a folder is expected, a JSONL file with two usable rows). Offline (HF_HUB_OFFLINE=1), so that no figure depends
+on the network. The machine's load average is recorded beside the figures: on a shared machine it is part of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (what it shows, the arguments of pacs-rl)
+COMMANDS = [
+    ("unknown setting", ["train", "--set", "nosuchkey=1"]),
+    ("max_steps 0", ["train", "--max-steps", "0"]),
+    ("YAML syntax error", ["train", "--config", "syntax.yaml"]),
+    ("output folder is a file", ["train", "--output-dir", "a_file.txt"]),
+    ("model folder missing", ["train", "--model", "/no/such/model"]),
+    ("too few training problems", ["train", "--model", "tiny", "--dataset", "two.jsonl"]),
+    ("engine not installed", ["train", "--set", "use_vllm=true"]),
+    ("eval: benchmark file missing", ["eval", "--model", "tiny", "-b", "missing.jsonl"]),
+    ("compare: unknown method", ["compare", "--methods", "nosuch"]),
+    ("train --help", ["train", "--help"]),
+]
+
+
+def scratch_files(folder: Path) -> None:
+    (folder / "syntax.yaml").write_text("learning_rate: 1e-5\nmax_steps: [3\n")
+    (folder / "a_file.txt").write_text("not a folder\n")
+    rows = [{"problem": "What is 1+1?", "answer": "2"}, {"problem": "What is 2+2?", "answer": "4"}]
+    (folder / "two.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def time_command(args: list[str], folder: Path, env: dict[str, str]) -> tuple[float, int, str]:
+    """(wall seconds, exit status, the last line it printed on stderr) of one fresh `python -m pacs_rl ARGS`."""
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pacs_rl", *args], cwd=folder, env=env, capture_output=True, text=True
+    )
+    seconds = time.perf_counter() - t0
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    return seconds, done.returncode, lines[-1] if lines else done.stdout.splitlines()[0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="Runs of each command.")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "cli_error_latency.json")
+    args = parser.parse_args()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        scratch_files(folder)
+        env["PACS_RL_CACHE"] = str(folder / "cache")
+        load_before = os.getloadavg()
+        for what, command in COMMANDS:
+            runs = [time_command(command, folder, env) for _ in range(args.repeat)]
+            seconds = [s for s, _, _ in runs]
+            row = {
+                "what": what,
+                "command": "pacs-rl " + " ".join(command),
+                "exit_status": runs[0][1],
+                "message": runs[0][2],
+                "seconds_best": round(min(seconds), 3),
+                "seconds_median": round(statistics.median(seconds), 3),
+                "seconds_worst": round(max(seconds), 3),
+            }
+            rows.append(row)
+            print(f"{row['seconds_median']:6.2f} s  exit {row['exit_status']}  {row['command']}")
+        load_after = os.getloadavg()
+    import pacs_rl
+    from pacs_rl.sampling.transformers_backend import cpu_capability  # torch: after the timed commands
+
+    record = {
+        "benchmark": "benchmarks/cli_error_latency.py",
+        "date": time.strftime("%Y-%m-%d"),
+        "command": f"python benchmarks/cli_error_latency.py --repeat {args.repeat}",
+        "pacs_rl_version": pacs_rl.__version__,
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpu_capability": cpu_capability(),
+        "load_average_1min": {"before": round(load_before[0], 2), "after": round(load_after[0], 2)},
+        "repeat": args.repeat,
+        "commands": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""What the `pacs-rl` commands share on the command line: one-line errors, the other spellings of options
+(TRL's and older ones, rewritten before the options are parsed), and the data and prompt options, declared once
+from :class:`pacs_rl.settings.DataSettings`.
+
+Light on purpose (no torch, no TRL): a command checks its input with these before it imports them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import typer
+from typer.core import TyperCommand, TyperGroup
+
+from pacs_rl.settings import DataSettings, SettingsError, canonical_key, one_line, rewrite_args
+
+# click's exceptions and context as typer raises them: from the click package, or from the copy of it that newer
+# typers vendor (typer._click)
+_click = sys.modules[typer.BadParameter.__module__]
+ClickException, UsageError, NoArgsIsHelpError = (
+    _click.ClickException,
+    _click.UsageError,
+    _click.NoArgsIsHelpError,
+)
+_context = importlib.import_module(typer.BadParameter.__module__.rsplit(".", 1)[0] + ".globals")
+
+
+class CommandError(UsageError):
+    """A mistake in a command's input (an option, a setting, a file, a path): one line, exit status 2."""
+
+
+def fail(message: Any) -> NoReturn:
+    """Stop the command with ``message`` as its one-line error (exit status 2)."""
+    raise CommandError(one_line(str(message)), ctx=_context.get_current_context(silent=True))
+
+
+def note(message: str) -> None:
+    """A one-line note on stderr (an older spelling, a setting the command changed)."""
+    typer.echo(f"note: {message}", err=True)
+
+
+def show_library_notes() -> None:
+    """Print the library's notes (a capped training set, skipped data rows) as ``note: ...`` lines on stderr."""
+    logger = logging.getLogger("pacs_rl")
+    if not any(getattr(h, "_pacs_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("note: %(message)s"))
+        handler._pacs_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def error_line(e: Exception) -> str:
+    """``pacs-rl train: error: <what and what to do>``; a parsing error adds where the help is."""
+    ctx = getattr(e, "ctx", None)
+    where = ctx.command_path if ctx is not None else "pacs-rl"
+    hint = "" if isinstance(e, CommandError) or not isinstance(e, UsageError) else f" (see {where} --help)"
+    return f"{where}: error: {one_line(e.format_message())}{hint}"
+
+
+class Group(TyperGroup):
+    """The root command: every error it or a sub-command raises is printed as one line, without a traceback."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # type: ignore[override]
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except ClickException as e:
+            typer.echo(error_line(e), err=True)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+class Command(TyperCommand):
+    """A sub-command whose arguments are rewritten before parsing (:func:`pacs_rl.settings.rewrite_args`), each
+    older spelling with a note. ``settings``: setting key -> type text, when every setting is also an option
+    (``--learning_rate 1e-5`` = ``--set learning_rate=1e-5``, TRL's spelling)."""
+
+    settings: Mapping[str, str] | None = None
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        notes: list[str] = []
+        names = [o for p in self.params for o in (*p.opts, *p.secondary_opts)]
+        try:
+            args = rewrite_args(self.name or "", args, names, notes)
+            if self.settings is not None:
+                args = settings_as_options(args, names, self.settings, notes)
+        except SettingsError as e:
+            raise CommandError(str(e), ctx=ctx) from None
+        for message in notes:
+            note(message)
+        return super().parse_args(ctx, args)
+
+
+_BOOL_TEXT = ("true", "false", "yes", "no", "1", "0", "on", "off")
+
+
+def settings_as_options(
+    args: Sequence[str], options: Sequence[str], settings: Mapping[str, str], notes: list[str]
+) -> list[str]:
+    """``--name value`` (or ``--name=value``; a bool setting also bare, ``--use_vllm``) for any setting ``name``
+    the command has no option of, rewritten as ``--set name=value``: TRL's command-line spelling of its config."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            out += args[i - 1 :]
+            break
+        name, eq, value = arg.partition("=")
+        key = canonical_key(name[2:].replace("-", "_"), name, notes) if name.startswith("--") else ""
+        if name in options or key not in settings:
+            out.append(arg)
+            continue
+        if not eq:
+            nxt = args[i] if i < len(args) else None
+            bare = "bool" in settings[key] and (nxt is None or nxt.lower() not in _BOOL_TEXT)
+            if bare:
+                value = "true"
+            elif nxt is None:
+                raise SettingsError(f"{name} needs a value: {name} VALUE, or --set {key}=VALUE")
+            else:
+                value, i = nxt, i + 1
+        out += ["--set", f"{key}={value}"]
+    return out
+
+
+def data_option(name: str) -> Any:
+    """The option of data setting ``name`` (:class:`DataSettings`), the same in every command: default None
+    (the setting's default, or the layer below it), its help from the field."""
+    f = DataSettings.__dataclass_fields__[name]
+    flag = "--" + name.replace("_", "-")
+    if f.type == "bool":
+        shown = flag if f.default else f"--no-{flag[2:]}"
+        help_text = f"{f.metadata['help']}  [default: {shown}]"
+        return typer.Option(None, f"{flag}/--no-{flag[2:]}", help=help_text, show_default=False)
+    return typer.Option(None, flag, help=f.metadata["help"], show_default=False, metavar="TEXT")
+
+
+__all__ = [
+    "Command",
+    "CommandError",
+    "Group",
+    "data_option",
+    "error_line",
+    "fail",
+    "note",
+    "settings_as_options",
+]

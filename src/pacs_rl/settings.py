@@ -1,0 +1,316 @@
+"""What `pacs-rl train`, `eval` and `compare` share: the data and prompt settings, one vocabulary for their
+options, and the checks that need neither torch nor TRL (so that a mistake is answered before they load).
+
+One name per idea across the three commands:
+
+    the output folder                   --output-dir, -o    (setting key output_dir)
+    the model                           --model, -m         ("tiny": a tiny random model, built in code)
+    the training problems               --dataset, -d       (train; compare's train.dataset)
+    the problems scored with pass@k     --benchmarks, -b    (eval, compare; train's held-out set is
+                                                             eval_dataset, TRL's name for it)
+    optimizer steps                     --max-steps         (TRL's max_steps)
+    the random seed                     --seed              (compare: one run per seed, --seed 0,1,2)
+    samples per problem                 --n                 (32, math500=32,aime24=512, or paper)
+    bad data rows                       --skip-bad-rows / --no-skip-bad-rows
+    a settings file                     --config, -c
+
+Older spellings still work and print a one-line note (:data:`OLD_OPTIONS`, :data:`RENAMED_SETTINGS`); TRL's
+spellings (``--output_dir``, ``model_name_or_path``, ``dataset_name``, ``use_peft``, ...) work as they are.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pacs_rl.data.prompts import INSTRUCTION
+
+
+class SettingsError(ValueError):
+    """A setting, option or path that cannot be used as given; the message names it and what to do."""
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (an error is one line, however its parts were written): lines joined by '; ', or by
+    a space after a line that ends with ':'."""
+    out = ""
+    for part in (p.strip() for p in str(text).splitlines() if p.strip()):
+        out += part if not out else (" " if out.endswith(":") else "; ") + part
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- data
+@dataclass(kw_only=True)
+class DataSettings:
+    """Where problems are read from and how each becomes a prompt: the settings of `pacs-rl train` (RunSettings)
+    and `pacs-rl eval` (EvalConfig), and of both sections of a comparison."""
+
+    split: str | None = field(
+        default=None,
+        metadata={
+            "help": "Split of a Hub dataset or procedural task (default: test if it has one, else train)."
+        },
+    )
+    problem_field: str | None = field(
+        default=None, metadata={"help": "Column holding the problem text (default problem)."}
+    )
+    answer_field: str | None = field(
+        default=None, metadata={"help": "Column holding the reference answer (default answer)."}
+    )
+    prompt_field: str | None = field(
+        default=None,
+        metadata={
+            "help": "Column that already holds the prompt as chat messages, used as is (no instruction added); "
+            "the problem text is then problem_field if present, else the last user message."
+        },
+    )
+    instruction: str = field(
+        default=INSTRUCTION,
+        metadata={
+            "help": "Appended to each problem in the user turn; default the paper's (Appendix B.1); '' = none."
+        },
+    )
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "A system turn before each problem; default none (the chat template adds its own)."
+        },
+    )
+    skip_bad_rows: bool = field(
+        default=True,
+        metadata={"help": "Skip bad data rows (counted and reported); false stops at the first one."},
+    )
+
+    def loader_kwargs(self) -> dict[str, Any]:
+        """These settings as :func:`pacs_rl.data.load_problems` takes them."""
+        return {
+            "split": self.split,
+            "problem_field": self.problem_field,
+            "answer_field": self.answer_field,
+            "prompt_field": self.prompt_field,
+            "on_error": "skip" if self.skip_bad_rows else "raise",
+        }
+
+
+DATA_KEYS = tuple(DataSettings.__dataclass_fields__)
+
+
+# ---------------------------------------------------------------------------------------------------- names
+# Other names of a setting key (in a YAML file, --set, a comparison's sections): new name, and whether the old
+# one is this project's older spelling (a note says so) or TRL's name for the same thing (accepted quietly).
+RENAMED_SETTINGS: dict[str, tuple[str, bool]] = {
+    "dataset_split": ("split", True),
+    "data": ("dataset", True),  # a comparison's train.data
+    "model_name_or_path": ("model", False),  # TRL's ModelConfig
+    "dataset_name": ("dataset", False),  # TRL's ScriptArguments
+    "dataset_train_split": ("split", False),
+    "use_peft": ("use_lora", False),
+}
+
+
+def _seed_count(value: str) -> list[str]:
+    try:
+        return ["--seed", ",".join(str(s) for s in range(int(value)))]
+    except ValueError:
+        raise SettingsError(f"--seeds {value!r}: give a count, or better the seeds: --seed 0,1,2") from None
+
+
+def _on_error(value: str) -> list[str]:
+    if value not in ("skip", "raise"):
+        raise SettingsError(f"--on-error {value!r}: use --skip-bad-rows (skip) or --no-skip-bad-rows (raise)")
+    return ["--skip-bad-rows" if value == "skip" else "--no-skip-bad-rows"]
+
+
+# Older spellings of options, by command: the option now, or a function of the old option's value that gives
+# the arguments now. Each use prints a note naming the new spelling.
+OLD_OPTIONS: dict[str, dict[str, str | Callable[[str], list[str]]]] = {
+    "eval": {"--output": "--output-dir", "--benchmark": "--benchmarks", "--on-error": _on_error},
+    "compare": {"--output": "--output-dir", "--steps": "--max-steps", "--seeds": _seed_count},
+}
+
+
+def canonical_key(key: str, where: str, notes: list[str] | None = None) -> str:
+    """The current name of setting ``key``; an older spelling adds a note to ``notes``."""
+    if key not in RENAMED_SETTINGS:
+        return key
+    new, old_spelling = RENAMED_SETTINGS[key]
+    if old_spelling and notes is not None:
+        notes.append(f"{where}: {key} is now called {new}; the old name still works")
+    return new
+
+
+def rename_keys(values: Mapping[str, Any], where: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """``values`` with every key under its current name; refuses an old and a new name given together."""
+    out: dict[str, Any] = {}
+    given: dict[str, str] = {}
+    for key, value in values.items():
+        new = canonical_key(str(key), where, notes)
+        if new in out and given[new] != key:
+            raise SettingsError(f"{given[new]} and {key} in {where} are one setting ({new}): give it once")
+        out[new], given[new] = value, str(key)
+    return out
+
+
+def rewrite_args(command: str, args: list[str], options: Iterable[str], notes: list[str]) -> list[str]:
+    """A command's arguments with every other spelling of an option replaced by its name: TRL's (``--output_dir``
+    for ``--output-dir``, ``--model_name_or_path`` for ``--model``) quietly, an older one (:data:`OLD_OPTIONS`,
+    :data:`RENAMED_SETTINGS`) with a note in ``notes``.
+
+    options: the option names the command declares. Arguments after ``--`` are left alone."""
+    options = set(options)
+    old = OLD_OPTIONS.get(command, {})
+    out: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg == "--":
+            out += [arg, *it]
+            break
+        name, eq, value = arg.partition("=")
+        if not name.startswith("--") or name in options:
+            out.append(arg)
+        elif name in old:
+            new = old[name]
+            if callable(new):
+                text = value if eq else next(it, "")
+                replaced = new(text)
+                notes.append(
+                    f"{name} {text} is now written {' '.join(replaced)}; the old spelling still works"
+                )
+                out += replaced
+            else:
+                notes.append(f"{name} is now called {new}; the old name still works")
+                out.append(new + eq + value)
+        else:
+            key = name[2:].replace("-", "_")
+            new_key, old_spelling = RENAMED_SETTINGS.get(key, (key, False))
+            flag = "--" + new_key.replace("_", "-")
+            if flag in options and old_spelling:
+                notes.append(f"{name} is now called {flag}; the old name still works")
+            out.append(flag + eq + value if flag in options else arg)
+    return out
+
+
+def unknown_name(name: str, known: Iterable[str], where: str, hint: str) -> str:
+    """'unknown setting 'x' in WHERE. Did you mean: y?' or, without a close match, the hint."""
+    close = difflib.get_close_matches(name, list(known), n=4, cutoff=0.6)
+    tail = f" Did you mean: {', '.join(close)}?" if close else f" {hint}"
+    return f"unknown setting {name!r} in {where}.{tail}"
+
+
+# ---------------------------------------------------------------------------------------------------- files
+def read_yaml(path: str | Path, option: str = "--config") -> dict[str, Any]:
+    """A YAML (or JSON) file of settings as a mapping. A missing file, a syntax error (file:line:column) or
+    a file that is no mapping is a one-line SettingsError."""
+    path = Path(path)
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise SettingsError(f"{option} {path}: the file {what}; give a YAML file of setting: value lines")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or one_line(str(e))
+        raise SettingsError(f"{where}: YAML syntax error, {problem}; fix the file ({option})") from None
+    except UnicodeDecodeError:
+        raise SettingsError(
+            f"{option} {path}: not a text file; give a YAML file of setting: value lines"
+        ) from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise SettingsError(
+            f"{option} {path}: expected a mapping of setting: value lines, got a {type(data).__name__}"
+        )
+    return data
+
+
+def output_dir_problem(path: str | Path, option: str = "--output-dir") -> str | None:
+    """Why ``path`` cannot be an output folder (it, or a folder above it, is a file); None when it can."""
+    p = Path(path).expanduser()
+    for part in (p, *p.parents):
+        if part.exists() and not part.is_dir():
+            which = "is a file" if part == p else f"is under {part}, which is a file"
+            return f"{option} {path} {which}; give a folder (a new one, or a run to --resume)"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------- packages
+# transformers' report_to names -> the modules each needs (any one of them; transformers checks the same way).
+TRACKERS: dict[str, tuple[str, ...]] = {
+    "azure_ml": ("azureml",),
+    "clearml": ("clearml",),
+    "codecarbon": ("codecarbon",),
+    "comet_ml": ("comet_ml",),
+    "dagshub": ("dagshub",),
+    "dvclive": ("dvclive",),
+    "flyte": ("flytekit",),
+    "kubeflow": (),  # needs a kubeflow trainer server (KUBEFLOW_TRAINER_SERVER_URL), no module
+    "mlflow": ("mlflow",),
+    "neptune": ("neptune",),
+    "swanlab": ("swanlab",),
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "trackio": ("trackio",),
+    "wandb": ("wandb",),
+}
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def tracker_names(report_to: Any) -> list[str]:
+    """``report_to`` (text, comma-separated text or a list) as a list of tracker names ('none' and 'all' left out)."""
+    if report_to is None:
+        return []
+    items = report_to.split(",") if isinstance(report_to, str) else list(report_to)
+    return [str(x).strip() for x in items if str(x).strip() and str(x).strip() not in ("none", "all")]
+
+
+def missing_packages(values: Mapping[str, Any]) -> list[str]:
+    """One message per setting whose engine, tracker or adapter library is not installed."""
+    out = []
+    if values.get("use_vllm") and not _installed("vllm"):
+        out.append(
+            "use_vllm=true needs vLLM, which is not installed: pip install 'pacs-rl[vllm]', or drop use_vllm"
+        )
+    if values.get("use_lora") and not _installed("peft"):
+        out.append("use_lora=true needs peft, which is not installed: pip install 'pacs-rl[peft]'")
+    if values.get("deepspeed") and not _installed("deepspeed"):
+        out.append(
+            "deepspeed is set but DeepSpeed is not installed: pip install deepspeed, or drop the setting"
+        )
+    for name in tracker_names(values.get("report_to")):
+        if name not in TRACKERS:
+            out.append(
+                f"report_to={name!r} is no tracker transformers knows; use {', '.join(TRACKERS)} or none"
+            )
+        elif TRACKERS[name] and not any(map(_installed, TRACKERS[name])):
+            module = TRACKERS[name][0]
+            out.append(
+                f"report_to={name!r} needs {module}, which is not installed: pip install {module}, or drop it"
+            )
+    return out
+
+
+__all__ = [
+    "DATA_KEYS",
+    "OLD_OPTIONS",
+    "RENAMED_SETTINGS",
+    "DataSettings",
+    "SettingsError",
+    "canonical_key",
+    "missing_packages",
+    "one_line",
+    "output_dir_problem",
+    "read_yaml",
+    "rename_keys",
+    "rewrite_args",
+    "tracker_names",
+    "unknown_name",
+]
