@@ -109,6 +109,12 @@ def compare_command(
     report_only: bool = typer.Option(
         False, "--report-only", help="Only rewrite report.md and the PNGs from what is finished."
     ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Check every setting and print the plan (methods, seeds, runs, budget, evaluation, what is done) "
+        "without loading a model or writing anything.",
+    ),
 ) -> None:
     """Train several methods from one base model under one budget, evaluate all with one pass@k protocol,
     and write report.md + PNGs into --output-dir. Rerun the same command to resume after an interruption.
@@ -134,6 +140,9 @@ def compare_command(
             or None,
         }
         settings = resolve_settings(preset=preset, config=file_settings, cli=cli)
+        if dry_run:
+            _dry_run(settings, output)
+            return
         path = _compare(settings, output, _split(only), report_only, console)
     except SettingsError as e:  # CompareError included
         fail(e)
@@ -170,3 +179,42 @@ def _compare(settings: dict, output: Path, only, report_only: bool, console) -> 
     except (ResumeMismatch, DataError) as e:  # an eval folder drawn with other settings, bad data
         fail(e)
     return Path(result["report"])
+
+
+def _dry_run(settings: dict, output: Path) -> None:
+    """``--dry-run``: the comparison's plan and every refusal (exit 1), nothing loaded or written."""
+    from pacs_rl.compare.plan import TRAIN_DONE_FILE, CompareError, eval_dir_of, method_label
+    from pacs_rl.evaluation.report import METRICS_FILE
+    from pacs_rl.models import model_problem
+
+    refusals = [p for p in (output_dir_problem(output), model_problem(settings["model"], hub=False)) if p]
+    refusals += [f"train: {m}" for m in missing_packages(settings["train"])]
+    try:
+        check_training_data(settings)
+    except CompareError as e:
+        refusals.append(str(e))
+    specs = build_plan(settings)
+    train, ev = settings["train"], settings["eval"]
+    trained = sum((output / s.folder / TRAIN_DONE_FILE).is_file() for s in specs)
+    evals = [eval_dir_of(output, s, b) for s in [None, *specs] for b in ev["benchmarks"]]
+    evaluated = sum((d / METRICS_FILE).is_file() for d in evals)
+    budget = ", ".join(f"{k} {v}" for k, v in train.items() if k != "dataset")
+    typer.echo("dry run: nothing is loaded or written")
+    typer.echo(f"  base model: {settings['model']}")
+    typer.echo("  methods: " + ", ".join(f"{m} ({method_label(m)})" for m in settings["methods"]))
+    variants = list(dict.fromkeys(s.variant for s in specs))
+    typer.echo(f"  training runs: {len(specs)} = {len(variants)} variant(s) x seeds {settings['seeds']}")
+    typer.echo(f"  every run: {train['dataset']}; {budget}")
+    top_p = ev["top_p"] if ev["temperature"] > 0 else 1.0
+    typer.echo(
+        f"  evaluation of the base model and every run: {', '.join(ev['benchmarks'])}; n = {ev['n']}, "
+        f"T {ev['temperature']}, top-p {top_p}, <= {ev['max_new_tokens']} tokens, grader {ev['grader']}"
+    )
+    typer.echo(f"  output: {output} ({trained} of {len(specs)} runs trained, {evaluated} of {len(evals)} "
+               "evaluations finished)")  # fmt: skip
+    if refusals:
+        typer.echo(f"refused ({len(refusals)}):")
+        for message in refusals:
+            typer.echo(f"  - {message}")
+        raise typer.Exit(1)
+    typer.echo("every check passed")

@@ -57,6 +57,12 @@ def eval_command(
         help="With --merge: finished run folders (or folders of runs) to merge into one table.",
         show_default=False,
     ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Check every setting and print each run (model, benchmark, problems, n, k, sampling, folder) "
+        "without loading a model, reading the Hub or writing anything.",
+    ),
     model: list[str] = typer.Option(
         None,
         "--model",
@@ -168,7 +174,7 @@ def eval_command(
     from pacs_rl.models import ModelError, model_problem
 
     for name in model:
-        problem = model_problem(name)
+        problem = model_problem(name, hub=not dry_run)  # a plan may be made away from the Hub
         if problem:
             fail(problem)
     try:
@@ -204,6 +210,9 @@ def eval_command(
         progress=not no_progress,
         **{key: value for key, value in given.items() if value is not None},
     )
+    if dry_run:
+        _dry_run(config, list(model), list(label) if label else None, sources, n_by_bench)
+        return
     try:
         results = run_evals(
             config, list(model), labels=list(label) if label else None, benchmarks=sources, n=n_by_bench
@@ -214,6 +223,63 @@ def eval_command(
     for r in results:
         _print_run_summary(r, console)
     console.print(f"results in {output_dir}")
+
+
+def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str, int]) -> None:
+    """``--dry-run``: every run of the call, checked, without loading a model or reading the Hub; exit 1 with
+    every refusal when something cannot run."""
+    import importlib.util
+    from pathlib import Path
+
+    from pacs_rl.data import DataError, hub_dataset, load_problems
+    from pacs_rl.evaluation.runner import plan_evals
+    from pacs_rl.evaluation.samples import SAMPLES_FILE
+
+    refusals = []
+    if config.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        refusals.append("--backend vllm needs vLLM, which is not installed: pip install 'pacs-rl[vllm]'")
+    try:
+        per_model = plan_evals(config, models, labels, sources, n)
+    except ValueError as e:
+        fail(e)
+    counts: dict[str, str] = {}
+    for source in sources:
+        hub = hub_dataset(source)
+        if hub:
+            counts[source] = f"from the Hub ({hub}) when the run starts"
+            continue
+        try:  # local: read now, as the run would
+            problems = load_problems(source, split=config.split, limit=config.limit, problem_field=config.problem_field,
+                                     answer_field=config.answer_field, prompt_field=config.prompt_field,
+                                     on_error="skip" if config.skip_bad_rows else "raise")  # fmt: skip
+            skipped = f", {problems.skipped} bad rows skipped" if problems.skipped else ""
+            counts[source] = f"{len(problems)} problems{skipped}"
+        except (DataError, ValueError) as e:
+            refusals.append(f"{source}: {e}")
+    typer.echo("dry run: nothing is loaded or written")
+    top_p = config.top_p if config.temperature > 0 else 1.0
+    how = "greedy" if config.temperature == 0 else f"T {config.temperature}, top-p {top_p}"
+    typer.echo(f"  engine: {config.backend}, dtype {config.dtype}, device {config.device}; {how}, "
+               f"<= {config.max_new_tokens} tokens, grader {config.grader}, seed {config.seed}")  # fmt: skip
+    for runs in per_model:
+        where = (
+            ""
+            if Path(runs[0].model).is_dir() or "/" not in runs[0].model
+            else " (from the Hub when the run starts)"
+        )
+        typer.echo(f"  model {runs[0].model}{where}" + (f" ({runs[0].label})" if runs[0].label else ""))
+        for cfg in runs:
+            samples = Path(cfg.output_dir) / SAMPLES_FILE
+            done = sum(1 for _ in samples.open()) if samples.is_file() else 0
+            state = f"resumes ({done} samples there)" if done else "new"
+            typer.echo(f"    {cfg.benchmark}: {counts.get(cfg.benchmark, '?')}; n = {cfg.n}, k = "
+                       f"{','.join(map(str, cfg.resolved_ks()))} -> {cfg.output_dir} ({state})")  # fmt: skip
+    if refusals:
+        typer.echo(f"refused ({len(refusals)}):")
+        for message in refusals:
+            typer.echo(f"  - {message}")
+        raise typer.Exit(1)
+    typer.echo("every check passed")
 
 
 def _merge(run_dirs: list[str] | None, output: str, console: Console) -> None:

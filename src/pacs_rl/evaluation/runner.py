@@ -702,22 +702,15 @@ def samples_per_benchmark(benchmarks: list[str], n: dict[str, int] | None, defau
     return out
 
 
-def run_evals(
+def plan_evals(
     config: EvalConfig,
     models: list[str],
     labels: list[str] | None = None,
     benchmarks: list[str] | None = None,
     n: dict[str, int] | None = None,
-) -> list[dict[str, Any]]:
-    """Evaluate several models on several benchmarks, each model loaded once; return every run's metrics.
-
-    Folders: one model and one benchmark -> ``output_dir``; several benchmarks -> ``output_dir/<benchmark>``;
-    several models -> ``output_dir/<model>`` (``output_dir/<model>/<benchmark>`` with several benchmarks).
-    With more than one run, ``output_dir`` also gets the combined ``results.md`` (laid out like the paper's
-    Tables 2 and 3) and ``passk.png``. ``n`` maps benchmarks to their sample counts (paper: 32 for
-    MATH-500, 512 for AIME and AMC; others ``config.n``); ``config.ks`` above a benchmark's n are left out
-    for that benchmark.
-    """
+) -> list[list[EvalConfig]]:
+    """The evaluation runs of :func:`run_evals`, one list of configs per model (one per benchmark), each
+    checked; nothing is read or loaded. Raises ValueError naming a setting that cannot be used."""
     benchmarks = list(benchmarks or [config.benchmark])
     ns = samples_per_benchmark(benchmarks, n, config.n)
     model_dirs, bench_dirs = _unique([slug(m) for m in models]), _unique([bench_slug(b) for b in benchmarks])
@@ -742,6 +735,26 @@ def run_evals(
         if problems:
             raise ValueError("; ".join(problems))
         cfg.resolved_ks()
+    return per_model
+
+
+def run_evals(
+    config: EvalConfig,
+    models: list[str],
+    labels: list[str] | None = None,
+    benchmarks: list[str] | None = None,
+    n: dict[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Evaluate several models on several benchmarks, each model loaded once; return every run's metrics.
+
+    Folders: one model and one benchmark -> ``output_dir``; several benchmarks -> ``output_dir/<benchmark>``;
+    several models -> ``output_dir/<model>`` (``output_dir/<model>/<benchmark>`` with several benchmarks).
+    With more than one run, ``output_dir`` also gets the combined ``results.md`` (laid out like the paper's
+    Tables 2 and 3) and ``passk.png``. ``n`` maps benchmarks to their sample counts (paper: 32 for
+    MATH-500, 512 for AIME and AMC; others ``config.n``); ``config.ks`` above a benchmark's n are left out
+    for that benchmark.
+    """
+    per_model = plan_evals(config, models, labels, benchmarks, n)
     # every benchmark read once, before any folder is written or any model loads: a bad source fails first
     loaded = {cfg.benchmark: eval_problems(cfg) for cfg in per_model[0]}
     results = []

@@ -1,0 +1,74 @@
+"""`pacs-rl eval --dry-run` and `pacs-rl compare --dry-run`: the plan of a call, checked, with nothing loaded,
+read from the Hub or written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from pacs_rl.cli import app
+
+
+def invoke(*args, env=None):
+    result = CliRunner().invoke(app, list(args), env=env)
+    return result.exit_code, result.output
+
+
+def tree(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def test_eval_dry_run_plans_every_model_and_benchmark_without_writing(tmp_path, monkeypatch):
+    data = tmp_path / "mine.jsonl"
+    data.write_text(
+        "".join(json.dumps({"problem": f"What is {i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(5))
+    )
+    data.open("a").write("not json\n")
+    before = tree(tmp_path)
+    monkeypatch.delenv("PACS_RL_DATA_DIR", raising=False)
+    code, out = invoke("eval", "-m", "tiny", "-m", "Qwen/Qwen2.5-0.5B-Instruct", "-b", f"{data},math500",
+                       "--n", "paper", "-o", str(tmp_path / "out"), "--dry-run", env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert code == 0, out
+    assert "5 problems, 1 bad rows skipped" in out  # the local file was read, as the run would
+    assert "math500: from the Hub (HuggingFaceH4/MATH-500) when the run starts" in out
+    assert "Qwen/Qwen2.5-0.5B-Instruct (from the Hub when the run starts)" in out
+    assert f"-> {tmp_path / 'out' / 'tiny' / 'mine'} (new)" in out  # one folder per model and benchmark
+    assert out.strip().endswith("every check passed")
+    assert tree(tmp_path) == before  # nothing written
+
+
+def test_eval_dry_run_says_what_a_rerun_resumes_and_refuses_a_missing_engine(tmp_path):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / "samples.jsonl").write_text('{"id": "a"}\n{"id": "b"}\n')
+    code, out = invoke("eval", "-m", "tiny", "-b", "arithmetic?n=6&seed=1", "--n", "2", "-o", str(out_dir),
+                       "--dry-run")  # fmt: skip
+    assert code == 0 and "6 problems; n = 2, k = 1,2" in out and "(resumes (2 samples there))" in out
+    if importlib.util.find_spec("vllm") is None:
+        code, out = invoke("eval", "-m", "tiny", "-b", "arithmetic?n=6", "--backend", "vllm", "--dry-run",
+                           "-o", str(tmp_path / "v"))  # fmt: skip
+        assert code == 1 and "--backend vllm needs vLLM, which is not installed" in out
+        assert not (tmp_path / "v").exists()
+
+
+def test_compare_dry_run_counts_the_runs_and_what_is_done(tmp_path):
+    out_dir = tmp_path / "cmp"
+    code, out = invoke("compare", "--preset", "smoke", "--methods", "pacs,grpo,pacs_no_weight", "--seed", "0,1",
+                       "-o", str(out_dir), "--dry-run")  # fmt: skip
+    assert code == 0, out
+    assert "training runs: 6 = 3 variant(s) x seeds [0, 1]" in out
+    assert "pacs_no_weight (PACS w/o weight)" in out
+    assert "(0 of 6 runs trained, 0 of 7 evaluations finished)" in out
+    assert not out_dir.exists()
+    code, out = invoke("compare", "--preset", "smoke", "-d", "missing.jsonl", "-o", str(out_dir), "--dry-run")
+    assert code == 1 and "train.dataset cannot be used: file not found: missing.jsonl" in out
+    assert "Traceback" not in out and not out_dir.exists()
+
+
+@pytest.mark.parametrize("command", ["eval", "compare"])
+def test_dry_run_is_in_the_help(command):
+    code, out = invoke(command, "--help")
+    assert code == 0 and "--dry-run" in out
