@@ -26,6 +26,7 @@ docs/benchmarks/pacs_vs_grpo.json) is kept: run folders under --work lose their 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -201,7 +202,12 @@ def metric_readers(record: dict) -> dict:
     """name -> how to read it from a run's result (accuracies in [0, 1], then the dynamics)."""
     readers = {"greedy_accuracy": lambda r: r["greedy"]["accuracy"]}
     at = record["protocol"].get("greedy_at", [])
-    readers.update({f"greedy_accuracy@{s}": (lambda r, s=s: r["greedy_at"][str(s)]["accuracy"]) for s in at})
+    readers.update(  # None where a run stops before that step (a record with --set max_steps=24)
+        {
+            f"greedy_accuracy@{s}": (lambda r, s=s: r.get("greedy_at", {}).get(str(s), {}).get("accuracy"))
+            for s in at
+        }
+    )
     readers.update(
         {f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in record["protocol"]["ks"]}
     )
@@ -306,8 +312,8 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
         max_new_tokens=pk["max_new_tokens"],
         batch_size=256,
     )
-    sampler, tokenizer = build_sampler(greedy)
-    gm = run_eval(greedy, sampler, tokenizer, problems=problems)
+    load = functools.cache(functools.partial(build_sampler, greedy))  # only when something is left to sample
+    gm = run_eval(greedy, load=load, problems=problems)
     result = {
         "greedy": {
             "accuracy": gm["pass_at_k"]["1"],
@@ -316,7 +322,7 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
         }
     }
     if passk:
-        pm = run_eval(passk_config, sampler, tokenizer, problems=problems[: pk["problems"]])
+        pm = run_eval(passk_config, load=load, problems=problems[: pk["problems"]])
         result["passk"] = {
             "pass_at_k": pm["pass_at_k"],
             "n": pk["n"],
@@ -469,6 +475,14 @@ def run(args) -> None:
     def folder_of(method, seed) -> Path:
         return args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
 
+    def collect(method, seed, result) -> None:
+        if method is None:
+            record["base"] = result
+        else:
+            record["runs"].append(result)
+        save_record(args.record, record)
+        print(_line(record, method, seed, result), flush=True)
+
     def stop_children(*_):
         for proc in running:
             proc.terminate()
@@ -482,13 +496,7 @@ def run(args) -> None:
                 method, seed = running.pop(proc)
                 folder = folder_of(method, seed)
                 if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
-                    result = json.loads((folder / RESULT_FILE).read_text())
-                    if method is None:
-                        record["base"] = result
-                    else:
-                        record["runs"].append(result)
-                    save_record(args.record, record)
-                    print(_line(record, method, seed, result), flush=True)
+                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
                 else:
                     failures[method, seed] = failures.get((method, seed), 0) + 1
                     print(
@@ -510,6 +518,9 @@ def run(args) -> None:
                 if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
                     break
                 folder = folder_of(method, seed)
+                if (folder / RESULT_FILE).is_file():  # finished before the driver could record it (a crash)
+                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
+                    continue
                 folder.parent.mkdir(parents=True, exist_ok=True)
                 cmd = [sys.executable, __file__, "job", "--work", str(args.work), "--threads", str(args.threads),
                        "--protocol", json.dumps(record["protocol"])]  # fmt: skip
