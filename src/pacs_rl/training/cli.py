@@ -1,8 +1,9 @@
 """`pacs-rl train`: merge the settings layers, call `pacs_rl.training.run.run_training`, print the summary.
 
 With no arguments it runs the CPU default (`RunSettings()` and `CPU_DEFAULTS` in training/run.py, mirrored by
-configs/cpu_default.yaml). Settings are one flat namespace: every trainer config field plus the run keys.
-Later layers win: CPU defaults < --config FILE.yaml < the options below (--model, --dataset, ...) < --set.
+configs/cpu_default.yaml); on a machine with CUDA, on CUDA (pacs_rl.training.device). Settings are one flat
+namespace: every trainer config field plus the run keys. Later layers win: CPU defaults < the device choice <
+--config FILE.yaml < the options below (--model, --dataset, ...) < --set.
 
 The training library (torch, TRL) is imported when the command runs, so `pacs-rl --help` stays fast.
 """
@@ -63,21 +64,31 @@ DRY_RUN_HELP = (
     "without loading weights or using the network."
 )
 NUM_PROCESSES_HELP = "With --dry-run: plan for this many training processes (default: $WORLD_SIZE, else 1)."
+GPU_MEMORY_HELP = (
+    "With --dry-run: the memory of each GPU the plan must fit, GiB (default: this machine's GPU, else 79, what an "
+    "80 GB A100/H100 reports)."
+)
 
 
 def merge_settings(config: str | None, options: dict[str, Any], sets: list[str]) -> dict[str, Any]:
-    """The layers (CPU defaults < --config < options < --set) merged into one flat mapping of settings."""
+    """The layers (CPU defaults < the device choice < --config < options < --set) merged into one flat mapping."""
+    return merge_with_device(config, options, sets)[0]
+
+
+def merge_with_device(config: str | None, options: dict[str, Any], sets: list[str]):
+    """(the merged settings, the device choice): the hardware picks CUDA and its precision over the CPU default
+    unless the layers above set use_cpu / bf16 (pacs_rl.training.device)."""
+    from pacs_rl.training.device import choose_device, cuda_info
+
     run = _library()
-    values = run.default_settings()
     layers = [run.load_settings_file(config) if config else {}, run.parse_assignments(sets)]
     for layer, where in zip(layers, (config, "--set"), strict=True):
         taken = sorted(set(layer) & set(COMMAND_FIELDS))
         if taken:
             raise run.SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
-    values.update(layers[0])
-    values.update({k: v for k, v in options.items() if v is not None})
-    values.update(layers[1])
-    return values
+    user = {**layers[0], **{k: v for k, v in options.items() if v is not None}, **layers[1]}
+    choice = choose_device(user, cuda_info())
+    return {**run.default_settings(), **choice.settings, **user}, choice
 
 
 def resolve_settings(config: str | None, options: dict[str, Any], sets: list[str]):
@@ -138,6 +149,7 @@ def train_command(
     list_keys: bool = typer.Option(False, "--list-keys", help="List every setting name and exit."),
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
     num_processes: int = typer.Option(None, "--num-processes", help=NUM_PROCESSES_HELP),
+    gpu_memory_gib: float = typer.Option(None, "--gpu-memory-gib", help=GPU_MEMORY_HELP),
 ) -> None:
     """Train with PACS (default) or a baseline on TRL. No arguments: the CPU default on arithmetic.
     --model tiny trains a tiny random model (a smoke run, or a check of a launch setup)."""
@@ -169,14 +181,18 @@ def train_command(
         raise typer.BadParameter(
             "--num-processes plans a --dry-run; a run has the processes it was launched with"
         )
+    if gpu_memory_gib is not None and (not dry_run or gpu_memory_gib <= 0):
+        raise typer.BadParameter("--gpu-memory-gib plans a --dry-run: give the GiB of each GPU (> 0)")
     try:
-        values = merge_settings(config, options, set_)
+        values, device = merge_with_device(config, options, set_)
         output_dir = output_dir or os.path.join(
             "runs", f"{values.get('loss_type', 'pacs')}-{time.strftime('%Y%m%d-%H%M%S')}"
         )
         if dry_run:
-            _dry_run(values, output_dir, num_processes, resume)
+            _dry_run(values, output_dir, num_processes, resume, device, gpu_memory_gib)
             return
+        if _is_main_process():
+            typer.echo(f"device: {device.line()}")
         settings, cfg = run.split_settings(values)
         result = run.run_training(settings, run.build_config(cfg, output_dir), resume=resume)
     except (run.SettingsError, ModelError) as e:  # a setting, a data row, a config check, a model name
@@ -190,12 +206,14 @@ def train_command(
         typer.echo(line)
 
 
-def _dry_run(values: dict[str, Any], output_dir: str, num_processes: int | None, resume: bool) -> None:
+def _dry_run(
+    values: dict[str, Any], output_dir: str, num_processes: int | None, resume: bool, device, gpu_memory_gib
+) -> None:
     """Print the plan and every refusal; exit 1 when anything is refused."""
     from pacs_rl.training.plan import dry_run
 
     n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
-    lines, refusals = dry_run(values, output_dir, n, resume)
+    lines, refusals = dry_run(values, output_dir, n, resume, device, gpu_memory_gib)
     typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
     for line in lines:
         typer.echo(f"  {line}")

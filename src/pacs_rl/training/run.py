@@ -44,6 +44,7 @@ from pacs_rl.data import (
     arithmetic_problems,
     benchmark_name,
     build_messages,
+    encode_prompts,
     load_problems,
     split_disjoint,
 )
@@ -153,6 +154,14 @@ class RunSettings:
             "kept of another source (0 = all)."
         },
     )
+    max_prompt_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Drop training prompts longer than this many tokens after the chat template (counted and "
+            "reported when the run starts; verl's data.max_prompt_length with filter_overlong_prompts; the paper: "
+            "512). The dry run's memory plan takes it as the longest prompt. None: keep every prompt."
+        },
+    )
     eval_dataset: str | None = field(
         default=None,
         metadata={
@@ -165,6 +174,13 @@ class RunSettings:
     )
     eval_temperature: float = field(
         default=0.0, metadata={"help": "Held-out sampling temperature (0 = greedy)."}
+    )
+    eval_top_p: float = field(
+        default=1.0,
+        metadata={
+            "help": "Held-out nucleus sampling (top-p) with eval_temperature > 0, for the before/after accuracy and "
+            "the eval_steps evaluation (the paper: 0.95); greedy ignores it."
+        },
     )
     eval_max_new_tokens: int | None = field(
         default=None, metadata={"help": "Held-out completion length; default: max_completion_length."}
@@ -204,6 +220,16 @@ class RunSettings:
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules."})
     plot: bool = field(default=True, metadata={"help": "Write a PNG of the training curves at the end."})
+    mini_batch_prompts: int | None = field(
+        default=None,
+        metadata={
+            "help": "The prompts per optimizer step these settings are written for (verl's ppo_mini_batch_size; "
+            "the paper: 256). Checked, not applied: the run's own is per_device_train_batch_size x "
+            "gradient_accumulation_steps x processes / num_generations, so it changes with the number of "
+            "processes; where the two differ, the dry run's first lines and the run's start say by how much and "
+            "which gradient_accumulation_steps gives it back."
+        },
+    )
 
     def __post_init__(self):
         problems = self.problems()
@@ -222,6 +248,12 @@ class RunSettings:
             out.append(f"eval_batch_size={self.eval_batch_size!r}: give a whole number >= 1")
         if not isinstance(self.eval_temperature, (int, float)) or self.eval_temperature < 0:
             out.append(f"eval_temperature={self.eval_temperature!r}: give a number >= 0 (0 = greedy)")
+        if not isinstance(self.eval_top_p, (int, float)) or not 0 < self.eval_top_p <= 1:
+            out.append(f"eval_top_p={self.eval_top_p!r}: give a number in (0, 1] (1 = no nucleus cut)")
+        for name in ("max_prompt_tokens", "mini_batch_prompts"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                out.append(f"{name}={value!r}: give a whole number >= 1, or null")
         if self.grader != "auto":
             try:
                 parse_grader(self.grader)
@@ -524,6 +556,41 @@ def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], lis
     return train, held
 
 
+def prompt_lengths(problems: list[Problem], tokenizer, prompt_kwargs: Mapping[str, Any]) -> list[int]:
+    """Tokens of each problem's prompt after the chat template, as the trainer renders it."""
+    return [len(ids) for ids in encode_prompts(tokenizer, problems, dict(prompt_kwargs))]
+
+
+def drop_long_prompts(
+    problems: list[Problem], lengths: list[int], max_tokens: int | None
+) -> tuple[list[Problem], int]:
+    """(the problems whose prompt has at most ``max_tokens`` tokens, how many were dropped); None keeps all."""
+    if max_tokens is None:
+        return problems, 0
+    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= max_tokens]
+    return kept, len(problems) - len(kept)
+
+
+def filter_prompts(problems: list[Problem], tokenizer, settings: RunSettings, config) -> list[Problem]:
+    """The training problems without those whose prompt is longer than ``max_prompt_tokens`` (counted, logged).
+    Raises SettingsError when none is left."""
+    if settings.max_prompt_tokens is None:
+        return problems
+    lengths = prompt_lengths(problems, tokenizer, settings.prompt_kwargs(config))
+    kept, dropped = drop_long_prompts(problems, lengths, settings.max_prompt_tokens)
+    if not kept:
+        raise SettingsError(
+            f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(problems)} training prompts is "
+            f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
+        )
+    if dropped:
+        log.info(
+            "dropped %d of %d training prompts longer than %d tokens (max_prompt_tokens)",
+            dropped, len(problems), settings.max_prompt_tokens,
+        )  # fmt: skip
+    return kept
+
+
 def build_dataset(problems: list[Problem], settings: RunSettings | None = None) -> Dataset:
     """The trainer's dataset, one row per problem: the chat prompt (the paper's unless the settings say
     otherwise, or the row's own messages), the gold answer, the problem text (the restatement rule's question)
@@ -760,7 +827,7 @@ class _HeldOut:
                 trainer,
                 self.problems,
                 s.eval_temperature,
-                1.0,
+                s.eval_top_p,
                 tokens,
                 self.reward,
                 s.eval_batch_size,
@@ -775,6 +842,7 @@ class _HeldOut:
                 tokens,
                 s.eval_batch_size,
                 s.eval_temperature,
+                top_p=s.eval_top_p,
                 seed=c.seed,
                 reward_func=self.reward,
                 description=f"held-out, {when}",
@@ -793,7 +861,7 @@ class _HeldOut:
 def _periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems, reward):
     """pass@k on the held-out set with num_generations_eval samples per problem (rollout_eval.engine_pass_at_k)."""
     n = config.num_generations_eval or 1
-    top_p = config.top_p if settings.eval_temperature > 0 else 1.0
+    top_p = settings.eval_top_p if settings.eval_temperature > 0 else 1.0
     tokens = settings.eval_max_new_tokens or config.max_completion_length
 
     def evaluate() -> dict[str, float]:
@@ -823,8 +891,14 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
         raise SettingsError("; ".join(problems))
     if config.use_cpu and torch.cuda.is_available():
         log.warning(
-            "CUDA is available but use_cpu=True (the CPU default's layer): set use_cpu=false to train on it"
+            "CUDA is available but use_cpu=True: training on the CPU; set use_cpu=false to train on CUDA"
         )
+    if state.is_main_process:
+        from pacs_rl.training.plan import batch_note  # the plan imports this module
+
+        note = batch_note(settings, config, state.num_processes)
+        if note:
+            log.warning(note)
     checkpoint, complete = resume_point(out, resume, config, state.num_processes)
     if complete and (out / DONE_FILE).is_file():
         return _result(settings, config, out, already_complete=True)
@@ -832,8 +906,7 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
     train_problems, held = load_run_data(settings, config.seed)  # before the model loads: fail fast
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        settings_record = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}
-        (out / SETTINGS_FILE).write_text(json.dumps(settings_record, indent=2, default=str))
+    recorded = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}  # as given
     with state.main_process_first():  # --model tiny is written once; the bundled model converts once
         model_id = (
             str(tiny_model_folder(out / BASE_MODEL_DIR))
@@ -848,6 +921,14 @@ def run_training(settings: RunSettings, config: PACSConfig, *, resume: bool = Fa
         revision=init.get("revision"),
         trust_remote_code=init.get("trust_remote_code", config.trust_remote_code),
     )
+    loaded = len(train_problems)
+    train_problems = filter_prompts(train_problems, tokenizer, settings, config)
+    if state.is_main_process:
+        recorded["data"] = {
+            "training_prompts": len(train_problems),
+            "dropped_long_prompts": loaded - len(train_problems),
+        }
+        (out / SETTINGS_FILE).write_text(json.dumps(recorded, indent=2, default=str))
     rewards = build_reward_funcs(settings, config)
     reward = heldout_reward(settings)
     heldout = _HeldOut(settings, config, held, reward, out)
