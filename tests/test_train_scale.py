@@ -142,7 +142,10 @@ def test_parameter_count_without_loading(tiny_model_dir):
 
     tied = sum(p.numel() for p in tiny_random_model().parameters())
     assert count == tied and "config.json" in source  # the formula, from config.json alone
-    assert parameter_count("org/Some-Model-3B") == (3_000_000_000, "the size in the model's name (approximate)")
+    assert parameter_count("org/Some-Model-3B") == (
+        3_000_000_000,
+        "the size in the model's name (approximate)",
+    )
     assert parameter_count("some/model")[0] is None
 
 
