@@ -20,7 +20,13 @@ REPO = Path(__file__).resolve().parents[1]
 NONE, ABSENT = "none", "—"  # cells: no clipping (None or 0); not set for that method
 COLUMNS = {"PACS": ("pacs", "pacs_no_weight"), "GRPO": ("grpo",), "PPO": ("ppo",)}
 # what a CPU test machine must change to build the 7B configs; none of these is in the table
-ON_CPU = {"use_cpu": True, "bf16": False, "use_vllm": False, "gradient_checkpointing": False}
+ON_CPU = {
+    "use_cpu": True,
+    "bf16": False,
+    "use_vllm": False,
+    "gradient_checkpointing": False,
+    "deepspeed": None,
+}
 
 
 def _tables() -> list[list[dict[str, str]]]:

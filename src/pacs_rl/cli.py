@@ -32,7 +32,7 @@ def _root() -> None:
 
 @app.command()
 def info() -> None:
-    """Print versions and the bundled model's status."""
+    """Print versions, the bundled model's status, and the device `pacs-rl train` uses here and why."""
     typer.echo(f"pacs-rl {__version__}")
     for dist in ("torch", "transformers", "trl", "accelerate", "math-verify", "vllm", "verl"):
         try:
@@ -47,8 +47,19 @@ def info() -> None:
     typer.echo(f"  cache: {cache_dir()}")
     try:
         from pacs_rl.sampling.transformers_backend import cpu_capability
+        from pacs_rl.training.device import choose_device, cuda_info
 
         typer.echo(f"  CPU: {cpu_capability()}")
+        cuda = cuda_info()
+        if cuda.available:
+            memory = f"{cuda.memory_gib:.1f} GiB" if cuda.memory_gib else "memory unknown"
+            typer.echo(f"  CUDA: {cuda.name or 'device 0'}, {memory}, {cuda.count} visible, bf16 {cuda.bf16}")
+        else:
+            built = (
+                f"torch built for CUDA {cuda.torch_cuda}" if cuda.torch_cuda else "this torch is a CPU build"
+            )
+            typer.echo(f"  CUDA: none visible ({built})")
+        typer.echo(f"  pacs-rl train runs on: {choose_device({}, cuda).line()}")
     except ImportError as e:  # no torch: the versions above say so
         typer.echo(f"  CPU: unknown ({e})")
 

@@ -101,7 +101,8 @@ def eval_command(
     ),
     backend: str = typer.Option("transformers", help="Sampling engine: transformers or vllm."),
     dtype: str = typer.Option(
-        "auto", help="auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16, float16."
+        "auto",
+        help="auto (bfloat16 on a GPU with bf16, Ampere or newer; float32 otherwise), float32, bfloat16, float16.",
     ),
     batch_size: int = typer.Option(64, "--batch-size", help="Sequences per generate call."),
     threads: int = typer.Option(

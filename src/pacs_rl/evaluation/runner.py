@@ -104,7 +104,7 @@ class EvalConfig(DataSettings):
     dtype: str = field(
         default="auto",
         metadata={
-            "help": "Model dtype: auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16, float16. With "
+            "help": "Model dtype: auto (bfloat16 on a GPU with bf16, float32 otherwise), float32, bfloat16, float16. With "
             "transformers on CPU, bfloat16 keeps fp32 weights and samples under bf16 autocast."
         },
     )
@@ -170,14 +170,15 @@ class EvalConfig(DataSettings):
         return sorted(set(self.ks))
 
     def resolved_dtype(self) -> str:
-        """``dtype`` with ``auto`` made concrete: bfloat16 when sampling on a GPU, float32 otherwise."""
+        """``dtype`` with ``auto`` made concrete: bfloat16 when sampling on a GPU that computes in bf16, float32
+        otherwise (the rule `pacs-rl train` applies to bf16: pacs_rl.training.device)."""
         if self.dtype != "auto":
             return self.dtype
         if self.backend == "transformers" and self.device != "auto" and not self.device.startswith("cuda"):
             return "float32"
-        import torch
+        from pacs_rl.training.device import cuda_info, eval_dtype
 
-        return "bfloat16" if torch.cuda.is_available() else "float32"
+        return eval_dtype(cuda_info())
 
     def locked(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

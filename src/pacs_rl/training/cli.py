@@ -2,9 +2,10 @@
 summary.
 
 With no arguments it runs the CPU default (`RunSettings()` and `CPU_DEFAULTS` in training/settings.py, mirrored
-by configs/cpu_default.yaml). Settings are one flat namespace: every trainer config field plus the run keys.
-Later layers win: CPU defaults < --config FILE.yaml < the options below (--model, --dataset, ...) < --set
-(and any setting written as an option, TRL's way: --learning_rate 1e-5).
+by configs/cpu_default.yaml); on a machine with CUDA, on CUDA (pacs_rl.training.device). Settings are one flat
+namespace: every trainer config field plus the run keys. Later layers win: CPU defaults < the device choice <
+--config FILE.yaml < the options below (--model, --dataset, ...) < --set (and any setting written as an option,
+TRL's way: --learning_rate 1e-5).
 
 Everything that can be checked without torch and TRL is checked first (training/settings.py: names, types,
 paths, the model name, the data, installed packages), so that a mistake is answered in about a second; the
@@ -69,14 +70,17 @@ DRY_RUN_HELP = (
     "without loading weights or using the network."
 )
 NUM_PROCESSES_HELP = "With --dry-run: plan for this many training processes (default: $WORLD_SIZE, else 1)."
+GPU_MEMORY_HELP = (
+    "With --dry-run: the memory of each GPU the plan must fit, GiB (default: this machine's GPU, else 79, what an "
+    "80 GB A100/H100 reports)."
+)
 
 
-def merge_settings(
+def user_settings(
     config: str | None, options: dict[str, Any], sets: list[str], notes: list[str] | None = None
 ) -> dict[str, Any]:
-    """The layers (CPU defaults < --config < options < --set) merged into one flat mapping of settings, keys
-    under their current names (``notes`` gets a line per older spelling). ``output_dir`` is among them."""
-    values = schema.default_settings()
+    """What the user gave above the CPU default (--config < options < --set), keys under their current names
+    (``notes`` gets a line per older spelling). ``output_dir`` is among them when given."""
     layers = [
         schema.load_settings_file(config, notes) if config else {},
         schema.parse_assignments(sets, notes=notes),
@@ -85,10 +89,30 @@ def merge_settings(
         taken = sorted(set(layer) & set(COMMAND_FIELDS))
         if taken:
             raise SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
-    values.update(layers[0])
-    values.update({k: v for k, v in options.items() if v is not None})
-    values.update(layers[1])
-    return values
+    return {**layers[0], **{k: v for k, v in options.items() if v is not None}, **layers[1]}
+
+
+def merge_settings(
+    config: str | None, options: dict[str, Any], sets: list[str], notes: list[str] | None = None
+) -> dict[str, Any]:
+    """The layers (CPU defaults < --config < options < --set) merged into one flat mapping, without the device
+    choice (no torch: what the cheap checks read)."""
+    return {**schema.default_settings(), **user_settings(config, options, sets, notes)}
+
+
+def with_device(user: dict[str, Any]):
+    """(the settings with the device layer, the device choice): CPU defaults < the device choice < ``user``. The
+    hardware picks CUDA and its precision over the CPU default unless ``user`` sets use_cpu / bf16
+    (pacs_rl.training.device); this imports torch to ask it."""
+    from pacs_rl.training.device import choose_device, cuda_info
+
+    choice = choose_device(user, cuda_info())
+    return {**schema.default_settings(), **choice.settings, **user}, choice
+
+
+def merge_with_device(config: str | None, options: dict[str, Any], sets: list[str]):
+    """(the merged settings with the device layer, the device choice)."""
+    return with_device(user_settings(config, options, sets))
 
 
 def resolve_settings(config: str | None, options: dict[str, Any], sets: list[str]):
@@ -205,6 +229,7 @@ def train_command(
     list_keys: bool = typer.Option(False, "--list-keys", help="List every setting name and exit."),
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
     num_processes: int = typer.Option(None, "--num-processes", help=NUM_PROCESSES_HELP, metavar="N"),
+    gpu_memory_gib: float = typer.Option(None, "--gpu-memory-gib", help=GPU_MEMORY_HELP, metavar="GIB"),
 ) -> None:
     """Train with PACS (default) or a baseline on TRL. No arguments: the CPU default on arithmetic.
     --model tiny trains a tiny random model (a smoke run, or a check of a launch setup). TRL's names work too:
@@ -232,10 +257,14 @@ def train_command(
     }
     if num_processes is not None and not dry_run:
         fail("--num-processes plans a --dry-run; a run has the processes it was launched with")
+    if gpu_memory_gib is not None and (not dry_run or gpu_memory_gib <= 0):
+        fail("--gpu-memory-gib plans a --dry-run: give the GiB of each GPU (> 0)")
     notes: list[str] = []
     try:
-        values = merge_settings(config, options, set_, notes)
+        user = user_settings(config, options, set_, notes)
+        values = {**schema.default_settings(), **user}
         output_dir = values.pop("output_dir", None)
+        user.pop("output_dir", None)
         if resume and not output_dir:
             fail("--resume needs --output-dir: the folder of the run to continue")
         output_dir = output_dir or os.path.join(
@@ -244,7 +273,8 @@ def train_command(
         for message in notes:
             note(message)
         if dry_run:
-            _dry_run(values, output_dir, num_processes, resume)
+            values, device = with_device(user)  # the plan names the device; it may import torch
+            _dry_run(values, output_dir, num_processes, resume, device, gpu_memory_gib)
             return
         settings, cfg = schema.split_settings(values)
         if _is_main_process():
@@ -254,7 +284,11 @@ def train_command(
         if problems:
             fail("; ".join(problems))
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-        run = _library()  # torch, TRL: only now
+        values, device = with_device(user)  # torch: only now, once the cheap checks passed
+        if _is_main_process():
+            typer.echo(f"device: {device.line()}")
+        settings, cfg = schema.split_settings(values)
+        run = _library()  # torch, TRL
         from pacs_rl.training.quiet import quiet_libraries
 
         quiet_libraries()
@@ -270,12 +304,14 @@ def train_command(
         typer.echo(line)
 
 
-def _dry_run(values: dict[str, Any], output_dir: str, num_processes: int | None, resume: bool) -> None:
+def _dry_run(
+    values: dict[str, Any], output_dir: str, num_processes: int | None, resume: bool, device, gpu_memory_gib
+) -> None:
     """Print the plan and every refusal; exit 1 when anything is refused."""
     from pacs_rl.training.plan import dry_run
 
     n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
-    lines, refusals = dry_run(values, output_dir, n, resume)
+    lines, refusals = dry_run(values, output_dir, n, resume, device, gpu_memory_gib)
     typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
     for line in lines:
         typer.echo(f"  {line}")

@@ -3,27 +3,26 @@ loading weights or touching the network.
 
     lines, refusals = dry_run(values, output_dir="runs/x", num_processes=8)
 
-``values`` is the flat mapping of settings after the command line's layers are merged. Every refusal is
-collected (run keys, GRPOConfig fields PACSTrainer would ignore, the config's own checks, the run's checks, a
-DeepSpeed file that disagrees with the settings, data that cannot be read, a resume that cannot continue),
-so a user fixes them in one pass. The config is built with the hardware switches neutralised (use_cpu, no
-bf16/fp16, no DeepSpeed/FSDP object): a laptop plans the run of an 8-GPU node, and the hardware itself is
-checked when the run starts there.
+``values`` is the flat mapping of settings after the command line's layers are merged (the device choice of
+`pacs_rl.training.device` included). Every refusal is collected (run keys, GRPOConfig fields PACSTrainer would
+ignore, the config's own checks, the run's checks, a DeepSpeed file that disagrees with the settings, data that
+cannot be read, a resume that cannot continue, a GPU plan over the GPU's memory), so a user fixes them in one
+pass. The config is built with the hardware switches neutralised (use_cpu, no bf16/fp16, no DeepSpeed/FSDP
+object): a laptop plans the run of an 8-GPU node, and the hardware itself is checked when the run starts there.
 
-The memory figure is the training state per device (weights, gradients, AdamW's two moments, a frozen
-reference or a critic), from the parameter count (safetensors headers of a local folder or the local Hub
-cache, else the size written in the model's name). Activations, the KV cache and vLLM's reservation are not
-in it; the plan says so.
+The plan's first lines say which device the run uses and why, and, when the settings name the batch they are
+written for (``mini_batch_prompts``) and this many processes give another, by how much. On GPUs the
+memory per GPU is planned by component (`pacs_rl.training.memory`: training state, vLLM's share, activations,
+the LM head, gathered weights, an allowance) from the model's config.json, and a plan over the GPU's memory
+(``--gpu-memory-gib``, default: this machine's GPU, else 79 GiB, what an 80 GB A100/H100 reports) is refused.
+On the CPU the training state is shown, not checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
-import re
-import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,11 +32,14 @@ from pacs_rl.data.procedural import is_procedural
 from pacs_rl.models import BUNDLED_MODELS, cache_dir, model_problem
 from pacs_rl.settings import missing_packages
 from pacs_rl.training import fields as grpo_fields
-from pacs_rl.training import run
+from pacs_rl.training import memory, run
 from pacs_rl.training import settings as schema
+from pacs_rl.training.device import DeviceChoice, choose_device, cuda_info
+from pacs_rl.training.memory import DTYPE_BYTES, GIB, training_state_bytes
 from pacs_rl.training.pieces import pieces_problems
 
-GIB = 1024**3
+PLANNING_GPU_GIB = 79.0  # an 80 GB A100 / H100 as torch reports it (79.2-79.4 GiB)
+PAPER_BATCH = (8, 256, 1024)  # Appendix B.2: G, prompts per optimizer step, prompts per rollout batch
 HARDWARE_FIELDS = {
     "use_cpu": True,
     "bf16": False,
@@ -46,7 +48,6 @@ HARDWARE_FIELDS = {
     "deepspeed": None,
     "fsdp": None,
 }
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 # ---------------------------------------------------------------------------------------------------- checks
@@ -106,85 +107,43 @@ def _read_deepspeed(value: Any) -> tuple[dict | None, str | None]:
 
 
 # ---------------------------------------------------------------------------------------------------- model size
-def _safetensors_params(folder: Path) -> int | None:
-    """Parameters in a folder's *.safetensors files, from their headers (no tensor is read)."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for f in files:
-        with f.open("rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(size))
-        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    return total
+def _model_folder(model: str) -> Path | None:
+    """The model's local folder: a path, or a bundled model already converted (None: a Hub id, or not there)."""
+    folder = cache_dir() / "models" / model if model in BUNDLED_MODELS else Path(model).expanduser()
+    return folder if folder.is_dir() else None
 
 
-def _hub_cached_params(repo: str) -> int | None:
-    """Parameters of a Hub model from the local cache only (index total size / dtype bytes); None if not cached."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    index = try_to_load_from_cache(repo, "model.safetensors.index.json")
-    config = try_to_load_from_cache(repo, "config.json")
-    if isinstance(index, str) and isinstance(config, str):
-        total = json.loads(Path(index).read_text()).get("metadata", {}).get("total_size")
-        dtype = json.loads(Path(config).read_text()).get("torch_dtype") or "bfloat16"
-        if total:
-            return int(total) // DTYPE_BYTES.get(dtype, 2)
-    single = try_to_load_from_cache(repo, "model.safetensors")
-    return _safetensors_params(Path(single).parent) if isinstance(single, str) else None
+def model_shape(model: str) -> tuple[memory.ModelShape | None, str]:
+    """(the model's shape, where it comes from) without loading it or using the network."""
+    if model == run.TINY_MODEL:
+        from pacs_rl.models import tiny_random_model
+
+        tiny = tiny_random_model()
+        shape = memory.shape_from_config(tiny.config.to_dict())
+        return dataclasses.replace(shape, weight_bytes=4), "the tiny model, built in code"
+    return memory.model_shape(model, _model_folder(model))
 
 
 def parameter_count(model: str) -> tuple[int | None, str]:
     """(parameters, where the figure comes from) for a model name, without loading it or using the network."""
+    shape, source = model_shape(model)
+    return (shape.params if shape else None), source
+
+
+def _offline_tokenizer(model: str):
+    """The model's tokenizer when it reads from this machine without writing anything (the tiny model's is built
+    in code, a local folder, a converted bundled model, the Hub cache); None otherwise."""
+    from pacs_rl.models import load_tokenizer, tiny_tokenizer
+
     if model == run.TINY_MODEL:
-        from pacs_rl.models import tiny_random_model
-
-        return sum(p.numel() for p in tiny_random_model().parameters()), "the tiny model, built in code"
-    folder = Path(model).expanduser()
-    if model in BUNDLED_MODELS:
-        folder = cache_dir() / "models" / model
-    if folder.is_dir():
-        count = _safetensors_params(folder)
-        if count:
-            return count, f"safetensors headers in {folder}"
-    elif "/" in model:
-        count = _hub_cached_params(model)
-        if count:
-            return count, "the local Hugging Face cache"
-    match = re.search(r"(\d+(?:\.\d+)?)\s*([bBmM])(?![a-zA-Z])", Path(model).name)
-    if match:
-        scale = 1e9 if match.group(2).lower() == "b" else 1e6
-        return int(float(match.group(1)) * scale), "the size in the model's name (approximate)"
-    return None, "unknown (not a local folder, not in the local Hub cache, no size in the name)"
-
-
-def training_state_bytes(
-    params: int, load_bytes: int, engine: str, zero_stage: int, processes: int, lora: bool, extra_copies: int
-) -> float:
-    """Weights + gradients + AdamW moments per device, in bytes (activations, KV cache and vLLM not included).
-
-    DeepSpeed keeps 16-bit weights and gradients plus fp32 master weights and moments (12 bytes per parameter),
-    stage 1 shards the 12, stage 2 also the gradients, stage 3 everything; FSDP (full shard) holds fp32 master
-    weights, gradients and moments sharded (16 bytes per parameter / processes). ``extra_copies``: a frozen
-    reference or a critic, each one more copy of the weights (a critic also trains: ×4)."""
-    n = max(processes, 1)
-    if lora:
-        per_device = params * load_bytes
-    elif engine == "deepspeed":
-        per_device = {
-            0: 16 * params,
-            1: 4 * params + 12 * params / n,
-            2: 2 * params + 14 * params / n,
-            3: 16 * params / n,
-        }[zero_stage]
-    elif engine == "fsdp":
-        per_device = 16 * params / n
-    else:
-        per_device = 4 * params * load_bytes  # weights, gradients, two moments, all in the loaded dtype
-    return per_device + extra_copies * params * load_bytes
+        return tiny_tokenizer()
+    folder = _model_folder(model)
+    if folder is None and "/" not in model:
+        return None
+    try:
+        return load_tokenizer(str(folder or model), local_files_only=True)
+    except Exception:  # not on this machine, or unreadable: the run reads it when it starts
+        return None
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -198,12 +157,66 @@ def _local_source(source: str | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------- the plan
+def batch_note(settings, config, n_proc: int) -> str | None:
+    """How the batch on ``n_proc`` processes differs from the one the settings are written for
+    (``mini_batch_prompts``), and which gradient_accumulation_steps gives it back; None when it does not differ."""
+    want = settings.mini_batch_prompts
+    G, per_device, mini_batches = (
+        config.num_generations,
+        config.per_device_train_batch_size,
+        config.mini_batches_per_rollout,
+    )
+    here = per_device * config.gradient_accumulation_steps * n_proc / G
+    if not want or here == want:
+        return None
+    ga = want * G / (per_device * n_proc)
+    fix = (
+        f"--set gradient_accumulation_steps={int(ga)} gives it on {n_proc}"
+        if ga == int(ga)
+        else f"no whole gradient_accumulation_steps gives it with {per_device} sequences per device on {n_proc} "
+        f"processes (it would take {ga:g})"
+    )
+    whose = (
+        "the paper's (Appendix B.2)" if (G, want, want * mini_batches) == PAPER_BATCH else "the planned one"
+    )
+    return (
+        f"batch differs from {whose}: {here:g} prompts per optimizer step and {here * mini_batches:g} per rollout "
+        f"batch on {n_proc} processes, {here / want:g}x the {want} and {want * mini_batches} these settings are "
+        f"written for (mini_batch_prompts); {fix}"
+    )
+
+
+def _prompt_counts(settings, config, train) -> tuple[list[int] | None, str]:
+    """(the training prompts' token counts, or None with why not) when the tokenizer is on this machine."""
+    if train is None:
+        return None, "the training data is not read in a dry run"
+    tokenizer = _offline_tokenizer(settings.model)
+    if tokenizer is None:
+        return None, f"the tokenizer of {settings.model} is not on this machine"
+    try:
+        return run.prompt_lengths(train, tokenizer, settings.prompt_kwargs(config)), ""
+    except ValueError as e:  # no chat template: the run says so when it starts
+        return None, str(e)
+
+
 def dry_run(
-    values: Mapping[str, Any], output_dir: str | Path, num_processes: int = 1, resume: bool = False
+    values: Mapping[str, Any],
+    output_dir: str | Path,
+    num_processes: int = 1,
+    resume: bool = False,
+    device: DeviceChoice | None = None,
+    gpu_memory_gib: float | None = None,
 ) -> tuple[list[str], list[str]]:
-    """(the plan as lines, every refusal) for the flat settings ``values`` on ``num_processes`` processes."""
+    """(the plan as lines, every refusal) for the flat settings ``values`` on ``num_processes`` processes.
+
+    device: the command's device choice (default: read from ``values``' use_cpu / bf16 and this machine);
+    gpu_memory_gib: the memory of each GPU the plan must fit (default: this machine's GPU, else 79)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing below may reach the network
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    cuda = cuda_info()
+    if device is None:
+        device = choose_device({k: values[k] for k in ("use_cpu", "bf16", "fp16") if k in values}, cuda)
+    gpu_gib = gpu_memory_gib or cuda.memory_gib or PLANNING_GPU_GIB
     refusals: list[str] = []
     settings = _unchecked_run_settings(values)
     refusals += settings.problems()
@@ -234,7 +247,7 @@ def dry_run(
     if config is not None:
         planned = _with(config, cfg)
         refusals += run.run_problems(settings, planned, run.training_engine(planned, num_processes))
-    train_n, held_n, train_note, held_note = None, None, "", ""
+    train, held_n, train_note, held_note = None, None, "", ""
     hub = " (from the Hub: read when the run starts, not in a dry run)"
     if not settings.problems():
         local_train, local_held = _local_source(settings.dataset), _local_source(settings.eval_dataset)
@@ -243,9 +256,9 @@ def dry_run(
             if local_train:
                 data_settings = settings if local_held else dataclasses.replace(settings, eval_size=0)
                 train, held = run.load_run_data(data_settings, int(cfg.get("seed", 42)))
-                train_n, held_n = len(train), (len(held) if local_held else None)
+                held_n = len(held) if local_held else None
                 per_rollout = schema.rollout_prompts(cfg, num_processes)
-                few = per_rollout and schema.too_few_problems(train_n, per_rollout, settings.dataset)
+                few = per_rollout and schema.too_few_problems(len(train), per_rollout, settings.dataset)
                 refusals += [few] if few else []
         except run.SettingsError as e:
             refusals.append(str(e))
@@ -261,22 +274,58 @@ def dry_run(
         except run.SettingsError as e:
             refusals.append(str(e))
             resume_note = "cannot resume (see below)" if resume else ""
-    lines = [] if config is None else _plan_lines(
-        settings, cfg, config, num_processes, (train_n, train_note), (held_n, held_note), resume_note
-    )  # fmt: skip
-    return lines, refusals
+    if config is None:
+        return [], refusals
+    lengths, why_not = _prompt_counts(settings, config, train)
+    if lengths is not None:
+        kept, dropped = run.drop_long_prompts(train, lengths, settings.max_prompt_tokens)
+        if settings.max_prompt_tokens is not None and not kept:
+            refusals.append(
+                f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(train)} training prompts is "
+                f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
+            )
+        prompts = _Prompts(len(train), dropped, max(lengths), "")
+    else:
+        prompts = _Prompts(len(train) if train is not None else None, None, None, why_not)
+    lines = [f"device: {device.line()}"]
+    note = batch_note(settings, config, num_processes)
+    if note:
+        lines.append(note)
+    lines += _plan_lines(
+        settings, cfg, config, num_processes, prompts, train_note, (held_n, held_note), resume_note
+    )
+    memory_lines, memory_refusals = _memory_lines(
+        settings, cfg, config, num_processes, device, gpu_gib, prompts
+    )
+    return lines + memory_lines, refusals + memory_refusals
 
 
-def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list[str]:
-    (train_n, train_note), (held_n, held_note) = train, held
-    G = config.num_generations
+@dataclasses.dataclass(frozen=True)
+class _Prompts:
+    """The training prompts as the dry run saw them."""
+
+    loaded: int | None  # None: not read in a dry run
+    dropped: int | None  # by max_prompt_tokens; None: not counted (no tokenizer here)
+    longest: int | None  # tokens of the longest prompt; None: not counted
+    why_not: str  # why they were not counted
+
+
+def _engine(settings, cfg, config, n_proc) -> tuple[str, int, str]:
+    """(training engine, ZeRO stage, the dtype the weights load in)."""
     engine = run.training_engine(_with(config, cfg), n_proc)
     zero_stage = run.zero_stage(_with(config, cfg)) if engine == "deepspeed" else 0
-    dtype = run.load_dtype(settings, _with(config, cfg), engine)
+    return engine, zero_stage, run.load_dtype(settings, _with(config, cfg), engine)
+
+
+def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, held, resume_note) -> list[str]:
+    held_n, held_note = held
+    G = config.num_generations
+    engine, zero_stage, dtype = _engine(settings, cfg, config, n_proc)
     seqs_per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * n_proc
     rollout_seqs = config.per_device_train_batch_size * config.steps_per_generation * n_proc
     rollout_prompts = rollout_seqs // G
     steps_per_rollout = config.mini_batches_per_rollout * config.num_iterations
+    paper = (G, seqs_per_step // G, rollout_prompts) == PAPER_BATCH
     engine_text = {
         "single": "one process",
         "ddp": f"DDP, {n_proc} processes (a full replica each)",
@@ -286,12 +335,7 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
     lines = [
         f"model: {settings.model}, weights loaded in {dtype} "
         f"({'bf16 autocast' if cfg.get('bf16') else 'fp16 autocast' if cfg.get('fp16') else 'no autocast'})",
-        f"processes: {n_proc}; training engine: {engine_text}; "
-        + (
-            "on CPU (use_cpu: true, the CPU default's layer; set use_cpu: false for GPUs)"
-            if cfg.get("use_cpu")
-            else "on GPUs"
-        ),
+        f"processes: {n_proc}; training engine: {engine_text}",
         f"loss: {config.loss_type}; G = {G} completions per prompt",
         "trained weights: "
         + (
@@ -302,11 +346,13 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
         ),
         f"sequences per optimizer step: {seqs_per_step} ({seqs_per_step // G} prompts) = "
         f"{config.per_device_train_batch_size} per device x {config.gradient_accumulation_steps} accumulation x {n_proc}",
-        f"prompts per rollout batch: {rollout_prompts} ({rollout_seqs} sequences)",
+        f"prompts per rollout batch: {rollout_prompts} ({rollout_seqs} sequences)"
+        + (" = the paper's batch (Appendix B.2)" if paper else ""),
         f"optimizer steps per rollout batch: {steps_per_rollout} "
         f"(mini_batches_per_rollout {config.mini_batches_per_rollout} x num_iterations {config.num_iterations})",
     ]
-    if train_n is not None:
+    if prompts.loaded is not None:
+        train_n = prompts.loaded - (prompts.dropped or 0)
         rollouts = train_n // rollout_prompts
         per_epoch = rollouts * steps_per_rollout
         epochs = (
@@ -320,14 +366,27 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
         )
     else:
         lines.append(f"training data: {settings.dataset}{train_note}")
+    if settings.max_prompt_tokens is not None:
+        counted = (
+            f"{prompts.dropped} of {prompts.loaded} dropped here (longest {prompts.longest} tokens)"
+            if prompts.dropped is not None
+            else f"counted when the run starts ({prompts.why_not})"
+        )
+        lines.append(
+            f"prompt-length filter: training prompts over {settings.max_prompt_tokens} tokens after the chat "
+            f"template are dropped (max_prompt_tokens): {counted}"
+        )
     lines.append(f"max_steps: {config.max_steps}")
     if config.use_vllm and config.vllm_mode == "server":
         where = config.vllm_server_base_url or f"{config.vllm_server_host}:{config.vllm_server_port}"
-        gen = f"vLLM server at {where} (start `vllm serve` on other GPUs first: docs/TRAINING.md)"
+        gen = f"vLLM server at {where} (start `vllm serve` on other GPUs first: docs/SCALING.md)"
     elif config.use_vllm:
         gen = (
             f"vLLM colocated in each training process (tensor parallel {config.vllm_tensor_parallel_size}, "
-            f"gpu_memory_utilization {config.vllm_gpu_memory_utilization})"
+            f"gpu_memory_utilization {config.vllm_gpu_memory_utilization}"
+            + (", sleep mode during the update" if config.vllm_enable_sleep_mode else "")
+            + (f", max_model_length {config.vllm_max_model_length}" if config.vllm_max_model_length else "")
+            + ")"
         )
     elif config.fast_sampler:
         gen = "pacs_rl.sampling.TransformersSampler (fast_sampler)"
@@ -363,15 +422,23 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
         held = (
             f"{held_n} problems" if held_n is not None else f"up to {settings.eval_size} problems{held_note}"
         )
-        how = "greedy" if settings.eval_temperature == 0 else f"T={settings.eval_temperature}"
+        how = (
+            "greedy"
+            if settings.eval_temperature == 0
+            else f"T={settings.eval_temperature}, top-p {settings.eval_top_p}"
+        )
         lines.append(
             f"held-out evaluation before and after: {held} of "
             f"{settings.eval_dataset or 'the held-out arithmetic split'}, {how}, {where}"
         )
         if config.eval_steps:
+            every = int(config.eval_steps)
+            rollouts = every / config.mini_batches_per_rollout
             lines.append(
-                f"periodic evaluation: every {int(config.eval_steps)} steps, pass@k with "
-                f"{config.num_generations_eval or 1} samples per problem (metrics.jsonl, trackers)"
+                f"periodic evaluation: every {every} optimizer steps"
+                + (f" ({rollouts:g} rollout batches)" if rollouts == int(rollouts) else "")
+                + f", pass@k with {config.num_generations_eval or 1} samples per problem, {how} "
+                "(metrics.jsonl, trackers)"
             )
     else:
         lines.append("held-out evaluation: off (eval_size 0)")
@@ -383,30 +450,99 @@ def _plan_lines(settings, cfg, config, n_proc, train, held, resume_note) -> list
     )  # fmt: skip
     if resume_note:
         lines.append(f"resume: {resume_note}")
-    params, source = parameter_count(settings.model)
-    if params is None:
-        lines.append(f"memory per device: not estimated, parameter count {source}")
-    else:
+    return lines
+
+
+def _memory_step(settings, cfg, config, n_proc, prompt_tokens: int) -> memory.Step:
+    """The run's numbers the memory plan needs."""
+    engine, zero_stage, dtype = _engine(settings, cfg, config, n_proc)
+    weight_bytes = DTYPE_BYTES.get(dtype, 4)
+    colocated = config.use_vllm and config.vllm_mode == "colocate"
+    if config.use_vllm:
+        generation_rows = 0
+    elif config.fast_sampler:
+        generation_rows = config.fast_sampler_batch_size
+    else:  # TRL's generate: every rollout row of this process at once
+        generation_rows = config.per_device_train_batch_size * config.steps_per_generation
+    return memory.Step(
+        processes=n_proc,
+        engine=engine,
+        zero_stage=zero_stage,
+        weight_bytes=weight_bytes,
+        compute_bytes=2 if (cfg.get("bf16") or cfg.get("fp16")) else weight_bytes,
+        lora=settings.use_lora,
+        extra_copies=(1 if config.reference == "frozen" else 0) + (4 if config.loss_type == "ppo" else 0),
+        rows=config.per_device_train_batch_size,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=config.max_completion_length,
+        checkpointing=bool(config.activation_checkpointing),
+        head="logits" if config.logprob_impl == "logits" else "trl",
+        vllm_share=config.vllm_gpu_memory_utilization if colocated else None,
+        vllm_sleep=bool(config.vllm_enable_sleep_mode),
+        vllm_tp=config.vllm_tensor_parallel_size,
+        vllm_max_len=config.vllm_max_model_length,
+        generation_rows=generation_rows,
+    )
+
+
+# the prompt bound of a memory plan when neither max_prompt_tokens nor a count gives one
+ASSUMED_PROMPT_TOKENS = 1024
+
+
+def _memory_lines(
+    settings, cfg, config, n_proc, device, gpu_gib, prompts: _Prompts
+) -> tuple[list[str], list[str]]:
+    """The memory lines of the plan and, on GPUs, the refusals of a plan over the GPU's memory."""
+    shape, source = model_shape(settings.model)
+    if shape is None:
+        return [f"memory per device: not estimated, parameter count {source}"], []
+    engine, zero_stage, dtype = _engine(settings, cfg, config, n_proc)
+    size = f"{shape.params / 1e9:.2f} B parameters ({source})"
+    if device.device == "cpu":
         extra = (1 if config.reference == "frozen" else 0) + (4 if config.loss_type == "ppo" else 0)
         state = training_state_bytes(
-            params, DTYPE_BYTES.get(dtype, 4), engine, zero_stage, n_proc, settings.use_lora, extra
+            shape.params, DTYPE_BYTES.get(dtype, 4), engine, zero_stage, n_proc, settings.use_lora, extra
         )
         what = "weights, gradients, AdamW moments"
         what += ", frozen reference" if config.reference == "frozen" else ""
         what += ", critic" if config.loss_type == "ppo" else ""
-        on_top = "activations and the KV cache come on top"
-        if config.use_vllm and config.vllm_mode == "colocate":
-            on_top += f", and vLLM reserves {config.vllm_gpu_memory_utilization:.0%} of each GPU"
-        lines.append(
-            f"memory per device: ~{state / GIB:.1f} GiB of training state for {params / 1e9:.2f} B parameters "
-            f"({source}): {what}; {on_top}"
+        return [
+            f"memory per process: ~{state / GIB:.1f} GiB of training state for {size}: {what}; activations come "
+            "on top (on the CPU the plan is not checked against the machine's memory)"
+        ], []
+    if settings.max_prompt_tokens is not None:
+        prompt_tokens, bound = settings.max_prompt_tokens, "max_prompt_tokens"
+    elif prompts.longest is not None:
+        prompt_tokens, bound = prompts.longest, "the longest training prompt here"
+    else:
+        prompt_tokens, bound = ASSUMED_PROMPT_TOKENS, "assumed: set max_prompt_tokens to bound it"
+    step = _memory_step(settings, cfg, config, n_proc, prompt_tokens)
+    if not shape.has_dims:  # the size only: the training state and vLLM's share, a lower bound
+        state = training_state_bytes(
+            shape.params, step.weight_bytes, engine, zero_stage, n_proc, step.lora, step.extra_copies
         )
-        if state > 80 * GIB:
-            lines.append(
-                "  warning: more than an 80 GB GPU holds; shard it (DeepSpeed ZeRO-3: --set "
-                "deepspeed=configs/deepspeed/zero3.json, or FSDP), or train a LoRA adapter"
-            )
-    return lines
+        vllm = (step.vllm_share or 0) * gpu_gib * GIB
+        floor = state + vllm + memory.ALLOWANCE
+        line = (
+            f"memory per GPU for {size}: at least {floor / GIB:.1f} GiB of {gpu_gib:.1f} GiB (training state "
+            f"{state / GIB:.1f}"
+            + (f" + vLLM {vllm / GIB:.1f}" if vllm else "")
+            + " + allowance 2.0); activations "
+            "not estimated: no config.json of the model is on this machine"
+        )
+        refusal = (
+            [f"memory per GPU: at least {floor / GIB:.1f} GiB planned, more than the GPU's {gpu_gib:.1f} GiB "
+             "(--gpu-memory-gib): shard the training state (--set deepspeed=configs/deepspeed/zero3.json, or "
+             "FSDP), lower vllm_gpu_memory_utilization, or train a LoRA adapter (use_lora=true)"]
+            if floor > gpu_gib * GIB
+            else []
+        )  # fmt: skip
+        return [line], refusal
+    plan = memory.gpu_memory_plan(shape, step, gpu_gib)
+    lines = [
+        f"memory per GPU for {size}, prompts up to {prompt_tokens} tokens ({bound}): {plan.line()}",
+    ]
+    return lines, plan.problems
 
 
 def _with(config, cfg: Mapping[str, Any]):

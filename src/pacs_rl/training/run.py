@@ -36,7 +36,7 @@ from accelerate import PartialState
 from datasets import Dataset
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from pacs_rl.data import Problem, build_messages
+from pacs_rl.data import Problem, build_messages, encode_prompts
 from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
 from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, RichProgressCallback
@@ -152,6 +152,41 @@ def build_config(config_kwargs: Mapping[str, Any], output_dir: str | Path) -> PA
 
 
 # ---------------------------------------------------------------------------------------------------- data
+def prompt_lengths(problems: list[Problem], tokenizer, prompt_kwargs: Mapping[str, Any]) -> list[int]:
+    """Tokens of each problem's prompt after the chat template, as the trainer renders it."""
+    return [len(ids) for ids in encode_prompts(tokenizer, problems, dict(prompt_kwargs))]
+
+
+def drop_long_prompts(
+    problems: list[Problem], lengths: list[int], max_tokens: int | None
+) -> tuple[list[Problem], int]:
+    """(the problems whose prompt has at most ``max_tokens`` tokens, how many were dropped); None keeps all."""
+    if max_tokens is None:
+        return problems, 0
+    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= max_tokens]
+    return kept, len(problems) - len(kept)
+
+
+def filter_prompts(problems: list[Problem], tokenizer, settings: RunSettings, config) -> list[Problem]:
+    """The training problems without those whose prompt is longer than ``max_prompt_tokens`` (counted, logged).
+    Raises SettingsError when none is left."""
+    if settings.max_prompt_tokens is None:
+        return problems
+    lengths = prompt_lengths(problems, tokenizer, settings.prompt_kwargs(config))
+    kept, dropped = drop_long_prompts(problems, lengths, settings.max_prompt_tokens)
+    if not kept:
+        raise SettingsError(
+            f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(problems)} training prompts is "
+            f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
+        )
+    if dropped:
+        log.info(
+            "dropped %d of %d training prompts longer than %d tokens (max_prompt_tokens)",
+            dropped, len(problems), settings.max_prompt_tokens,
+        )  # fmt: skip
+    return kept
+
+
 def build_dataset(problems: list[Problem], settings: RunSettings | None = None) -> Dataset:
     """The trainer's dataset, one row per problem: the chat prompt (the paper's unless the settings say
     otherwise, or the row's own messages), the gold answer, the problem text (the restatement rule's question)
@@ -377,7 +412,7 @@ class _HeldOut:
                 trainer,
                 self.problems,
                 s.eval_temperature,
-                1.0,
+                s.eval_top_p,
                 tokens,
                 self.reward,
                 s.eval_batch_size,
@@ -392,6 +427,7 @@ class _HeldOut:
                 tokens,
                 s.eval_batch_size,
                 s.eval_temperature,
+                top_p=s.eval_top_p,
                 seed=c.seed,
                 reward_func=self.reward,
                 description=f"held-out, {when}",
@@ -410,7 +446,7 @@ class _HeldOut:
 def _periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems, reward):
     """pass@k on the held-out set with num_generations_eval samples per problem (rollout_eval.engine_pass_at_k)."""
     n = config.num_generations_eval or 1
-    top_p = config.top_p if settings.eval_temperature > 0 else 1.0
+    top_p = settings.eval_top_p if settings.eval_temperature > 0 else 1.0
     tokens = settings.eval_max_new_tokens or config.max_completion_length
 
     def evaluate() -> dict[str, float]:
@@ -447,8 +483,14 @@ def run_training(
         raise SettingsError("; ".join(problems))
     if config.use_cpu and torch.cuda.is_available():
         log.warning(
-            "CUDA is available but use_cpu=True (the CPU default's layer): set use_cpu=false to train on it"
+            "CUDA is available but use_cpu=True: training on the CPU; set use_cpu=false to train on CUDA"
         )
+    if state.is_main_process:
+        from pacs_rl.training.plan import batch_note  # the plan imports this module
+
+        note = batch_note(settings, config, state.num_processes)
+        if note:
+            log.warning(note)
     checkpoint, complete = resume_point(out, resume, config, state.num_processes)
     if complete and (out / DONE_FILE).is_file():
         return _result(settings, config, out, already_complete=True)
@@ -461,8 +503,7 @@ def run_training(
         raise SettingsError(few)
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-        settings_record = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}
-        (out / SETTINGS_FILE).write_text(json.dumps(settings_record, indent=2, default=str))
+    recorded = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}  # as given
     with state.main_process_first():  # --model tiny is written once; the bundled model converts once
         model_id = (
             str(tiny_model_folder(out / BASE_MODEL_DIR))
@@ -477,6 +518,14 @@ def run_training(
         revision=init.get("revision"),
         trust_remote_code=init.get("trust_remote_code", config.trust_remote_code),
     )
+    loaded = len(train_problems)
+    train_problems = filter_prompts(train_problems, tokenizer, settings, config)
+    if state.is_main_process:
+        recorded["data"] = {
+            "training_prompts": len(train_problems),
+            "dropped_long_prompts": loaded - len(train_problems),
+        }
+        (out / SETTINGS_FILE).write_text(json.dumps(recorded, indent=2, default=str))
     rewards = build_reward_funcs(settings, config)
     reward = heldout_reward(settings)
     heldout = _HeldOut(settings, config, held, reward, out)

@@ -191,6 +191,14 @@ class RunSettings(DataSettings):
             "kept of another source (0 = all)."
         },
     )
+    max_prompt_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "Drop training prompts longer than this many tokens after the chat template (counted and "
+            "reported when the run starts; verl's data.max_prompt_length with filter_overlong_prompts; the paper: "
+            "512). The dry run's memory plan takes it as the longest prompt. None: keep every prompt."
+        },
+    )
     eval_dataset: str | None = field(
         default=None,
         metadata={
@@ -203,6 +211,13 @@ class RunSettings(DataSettings):
     )
     eval_temperature: float = field(
         default=0.0, metadata={"help": "Held-out sampling temperature (0 = greedy)."}
+    )
+    eval_top_p: float = field(
+        default=1.0,
+        metadata={
+            "help": "Held-out nucleus sampling (top-p) with eval_temperature > 0, for the before/after accuracy and "
+            "the eval_steps evaluation (the paper: 0.95); greedy ignores it."
+        },
     )
     eval_max_new_tokens: int | None = field(
         default=None, metadata={"help": "Held-out completion length; default: max_completion_length."}
@@ -242,6 +257,16 @@ class RunSettings(DataSettings):
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules."})
     plot: bool = field(default=True, metadata={"help": "Write a PNG of the training curves at the end."})
+    mini_batch_prompts: int | None = field(
+        default=None,
+        metadata={
+            "help": "The prompts per optimizer step these settings are written for (verl's ppo_mini_batch_size; "
+            "the paper: 256). Checked, not applied: the run's own is per_device_train_batch_size x "
+            "gradient_accumulation_steps x processes / num_generations, so it changes with the number of "
+            "processes; where the two differ, the dry run's first lines and the run's start say by how much and "
+            "which gradient_accumulation_steps gives it back."
+        },
+    )
 
     def __post_init__(self):
         problems = self.problems()
@@ -260,6 +285,12 @@ class RunSettings(DataSettings):
             out.append(f"eval_batch_size={self.eval_batch_size!r}: give a whole number >= 1")
         if not isinstance(self.eval_temperature, (int, float)) or self.eval_temperature < 0:
             out.append(f"eval_temperature={self.eval_temperature!r}: give a number >= 0 (0 = greedy)")
+        if not isinstance(self.eval_top_p, (int, float)) or not 0 < self.eval_top_p <= 1:
+            out.append(f"eval_top_p={self.eval_top_p!r}: give a number in (0, 1] (1 = no nucleus cut)")
+        for name in ("max_prompt_tokens", "mini_batch_prompts"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                out.append(f"{name}={value!r}: give a whole number >= 1, or null")
         if self.grader != "auto":
             try:
                 parse_grader(self.grader)

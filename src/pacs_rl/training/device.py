@@ -1,0 +1,155 @@
+"""Which device and precision a `pacs-rl train` run uses: the hardware decides unless the user said otherwise.
+
+    choice = choose_device(user_settings, cuda_info())
+    values = {**default_settings(), **choice.settings, **user_settings}
+
+The CPU default (`run.CPU_DEFAULTS`) is the bottom layer of every run. `user_settings` is what the user gave
+above it (the --config file, the options, --set). The rules, in order:
+
+1. ``use_cpu: true`` from the user: the CPU, with the CPU default's settings.
+2. ``use_cpu: false`` from the user, or no ``use_cpu`` and a CUDA device present: CUDA.
+3. Otherwise (no CUDA device): the CPU, exactly the CPU default (nothing changes).
+
+On CUDA the choice sets ``use_cpu: false``, ``bf16`` (true where the GPU has bf16, Ampere and newer; false
+before, fp32) unless the user set ``bf16`` (or ``fp16``), and turns off the CPU default's CPU-only conveniences
+the user did not set themselves (`CPU_ONLY`): the fast sampler (its fp32 sampling and its log-probs are what the
+CPU's fp32 path needs; on GPUs TRL's own generation, or vLLM, samples under bf16 autocast) and the update's
+backward in pieces (one process, fp32 logits path: a CPU memory measure; TRL's tiled LM head bounds the logits
+on GPUs). The config classes' defaults then apply to those settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+GIB = 1024**3
+
+# The CPU default's settings that only serve its CPU path, with the config classes' defaults that replace them on
+# CUDA (PACSConfig's own defaults; a test keeps them equal).
+CPU_ONLY: dict[str, Any] = {
+    "fast_sampler": False,
+    "old_logprobs_from_sampler": False,
+    "update_token_budget": None,
+}
+
+
+@dataclass(frozen=True)
+class CudaInfo:
+    """What this machine's torch sees of CUDA (device 0)."""
+
+    available: bool
+    bf16: bool = False  # the device computes in bf16 natively (compute capability >= 8.0)
+    name: str = ""
+    memory_gib: float | None = None  # total memory of device 0, GiB
+    count: int = 0
+    torch_cuda: str | None = None  # the CUDA version torch was built for; None: a CPU build
+
+
+def cuda_info() -> CudaInfo:
+    """CUDA as torch sees it here; never raises (a CPU build of torch reads as no CUDA)."""
+    import torch
+
+    built = getattr(torch.version, "cuda", None)
+    if not torch.cuda.is_available():
+        return CudaInfo(False, torch_cuda=built)
+    name, memory = "", None
+    try:
+        props = torch.cuda.get_device_properties(0)
+        name, memory = props.name, props.total_memory / GIB
+    except (RuntimeError, AssertionError):  # a faked or half-initialised CUDA: the name is only informative
+        pass
+    return CudaInfo(
+        True,
+        bf16=bool(torch.cuda.is_bf16_supported()),
+        name=name,
+        memory_gib=memory,
+        count=torch.cuda.device_count(),
+        torch_cuda=built,
+    )
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """Where a run trains and in which precision, what that sets, and why."""
+
+    device: str  # "cuda" or "cpu"
+    bf16: bool
+    settings: dict[str, Any] = field(default_factory=dict)  # above the CPU default layer ({} on the CPU path)
+    why: str = ""  # why this device, one clause
+    precision_why: str = ""  # why this precision, one clause
+    turned_off: tuple[str, ...] = ()  # CPU_ONLY settings this choice turned off
+
+    def line(self) -> str:
+        """One line: the device, the precision and why."""
+        device = "CUDA" if self.device == "cuda" else "CPU"
+        precision = "bf16 autocast" if self.bf16 else "fp32"
+        text = f"{device}, {precision}: {self.why}"
+        if self.precision_why:
+            text += f"; {self.precision_why}"
+        if self.turned_off:
+            text += f"; the CPU default's CPU-only settings are off ({', '.join(self.turned_off)})"
+        return text
+
+
+_TRUE = ("true", "yes", "1", "on")
+
+
+def _flag(value: Any) -> bool | None:
+    """A boolean setting as given (YAML bool, or text from the command line); None when unset."""
+    if value is None or isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE
+
+
+def _describe(cuda: CudaInfo) -> str:
+    parts = [cuda.name or "CUDA device"]
+    if cuda.memory_gib:
+        parts.append(f"{cuda.memory_gib:.1f} GiB")
+    if cuda.count > 1:
+        parts.append(f"{cuda.count} visible")
+    return ", ".join(parts)
+
+
+def choose_device(user: Mapping[str, Any], cuda: CudaInfo) -> DeviceChoice:
+    """The device and precision of a run from the settings the user gave above the CPU default and this machine's
+    CUDA (pure: tests pass a CudaInfo)."""
+    use_cpu, bf16, fp16 = _flag(user.get("use_cpu")), _flag(user.get("bf16")), _flag(user.get("fp16"))
+    if use_cpu:
+        why = "use_cpu: true in your settings"
+        if cuda.available:
+            why += f" (a CUDA device is present, {_describe(cuda)}: set use_cpu: false to train on it)"
+        return DeviceChoice("cpu", bool(bf16), why=why)
+    if use_cpu is None and not cuda.available:
+        build = " (this torch is a CPU build)" if cuda.torch_cuda is None else ""
+        return DeviceChoice("cpu", bool(bf16), why=f"no CUDA device on this machine{build}")
+    if use_cpu is False:
+        why = "use_cpu: false in your settings"
+        if not cuda.available:
+            why += " (no CUDA device here: a plan for the machine the run starts on)"
+    else:
+        why = f"a CUDA device is present ({_describe(cuda)}); set use_cpu: true for the CPU"
+    if bf16 is not None:
+        precision, precision_why = bf16, f"bf16: {str(bf16).lower()} in your settings"
+    elif fp16:
+        precision, precision_why = False, "fp16: true in your settings"
+    elif cuda.available:
+        precision = cuda.bf16
+        precision_why = (
+            "the GPU computes in bf16" if cuda.bf16 else "the GPU has no bf16 (before Ampere): fp32"
+        )
+    else:
+        precision, precision_why = True, "bf16 assumed (no GPU here to ask; set bf16 to be sure)"
+    settings: dict[str, Any] = {"use_cpu": False}
+    if bf16 is None:
+        settings["bf16"] = precision
+    turned_off = tuple(k for k in CPU_ONLY if k not in user)
+    settings.update({k: CPU_ONLY[k] for k in turned_off})
+    return DeviceChoice("cuda", precision, settings, why, precision_why, turned_off)
+
+
+def eval_dtype(cuda: CudaInfo) -> str:
+    """`pacs-rl eval`'s dtype=auto on the device it picks: bfloat16 where the GPU computes in bf16, float32
+    otherwise (the same rule as training's bf16)."""
+    return "bfloat16" if cuda.available and cuda.bf16 else "float32"
