@@ -146,3 +146,18 @@ def test_every_seed_is_measured_on_the_same_held_out_problems():
     train7, held7 = load_run_data(settings, seed=7)
     assert [p.problem for p in held0] == [p.problem for p in held7]  # the set does not follow the seed
     assert [p.problem for p in train0] != [p.problem for p in train7]  # the training draw does
+
+
+def test_threads_option_reaches_torch_before_training(tmp_path, monkeypatch):
+    import torch
+
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)  # the test process keeps its own threads
+    settings, cfg = cli.resolve_settings(
+        None, {"model": "tiny", "num_threads": "1"}, ["max_steps=1", "eval_size=0", "train_size=16", "plot=false"]
+    )
+    assert settings.num_threads == 1
+    run_training(settings, build_config(cfg, tmp_path / "run"))
+    assert calls[:1] == [1]
+    with pytest.raises(SettingsError, match="num_threads=0: give a whole number >= 1"):
+        RunSettings(num_threads=0)

@@ -226,6 +226,14 @@ def train_command(
         metavar="N",
         show_default=False,
     ),
+    threads: str = typer.Option(
+        None,
+        "--threads",
+        help="torch CPU threads (num_threads); 1 makes a run repeat itself bit for bit.  [default: torch's, one "
+        "per core]",
+        metavar="N",
+        show_default=False,
+    ),
     list_keys: bool = typer.Option(False, "--list-keys", help="List every setting name and exit."),
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
     num_processes: int = typer.Option(None, "--num-processes", help=NUM_PROCESSES_HELP, metavar="N"),
@@ -254,6 +262,7 @@ def train_command(
         "system_prompt": system_prompt,
         "skip_bad_rows": skip_bad_rows,
         "eval_size": eval_size,
+        "num_threads": threads,
     }
     if num_processes is not None and not dry_run:
         fail("--num-processes plans a --dry-run; a run has the processes it was launched with")

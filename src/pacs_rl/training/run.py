@@ -476,6 +476,8 @@ def run_training(
     loads them from the name, in the training dtype, placed by accelerate; ZeRO-3 partitioned), the held-out
     evaluations run once across all processes, and only the main process writes files."""
     out = Path(config.output_dir)
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)  # before any op: see the setting's help
     state = PartialState()
     engine = training_engine(config, state.num_processes)
     problems = run_problems(settings, config, engine)

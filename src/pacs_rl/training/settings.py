@@ -257,6 +257,15 @@ class RunSettings(DataSettings):
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules."})
     plot: bool = field(default=True, metadata={"help": "Write a PNG of the training curves at the end."})
+    num_threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "torch CPU threads of each training process (torch.set_num_threads); default torch's own (one "
+            "per core). 1 makes a run repeat itself bit for bit on one machine: with 2 threads two runs of the "
+            "same command part in the 7th digit within a few steps (docs/benchmarks/repeatability.json), and "
+            "after that their samples."
+        },
+    )
     mini_batch_prompts: int | None = field(
         default=None,
         metadata={
@@ -287,7 +296,7 @@ class RunSettings(DataSettings):
             out.append(f"eval_temperature={self.eval_temperature!r}: give a number >= 0 (0 = greedy)")
         if not isinstance(self.eval_top_p, (int, float)) or not 0 < self.eval_top_p <= 1:
             out.append(f"eval_top_p={self.eval_top_p!r}: give a number in (0, 1] (1 = no nucleus cut)")
-        for name in ("max_prompt_tokens", "mini_batch_prompts"):
+        for name in ("max_prompt_tokens", "mini_batch_prompts", "num_threads"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 out.append(f"{name}={value!r}: give a whole number >= 1, or null")
