@@ -116,3 +116,19 @@ def test_relative_links_point_at_files_and_headings_that_exist(doc: Path):
         if anchor and path.suffix == ".md" and anchor not in _anchors(path.read_text()):
             broken.append(target)
     assert not broken, f"{doc.relative_to(REPO)}: broken links {broken}"
+
+
+def test_every_run_key_has_a_row_in_the_training_guide():
+    import dataclasses
+
+    from pacs_rl.training.settings import RunSettings
+
+    guide = (REPO / "docs" / "TRAINING.md").read_text()
+    rows = {
+        name
+        for line in guide.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`(\w+)`", line.split("|")[1])
+    }
+    missing = [f.name for f in dataclasses.fields(RunSettings) if f.name not in rows]
+    assert not missing, f"docs/TRAINING.md's run-key table lacks {missing}"
