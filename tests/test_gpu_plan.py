@@ -347,3 +347,11 @@ def test_a_run_drops_long_prompts_and_says_its_batch_is_not_the_planned_one(tmp_
     assert "batch differs from the planned one: 4 prompts per optimizer step" in caplog.text
     recorded = json.loads((tmp_path / "run" / "settings.json").read_text())
     assert recorded["data"] == {"training_prompts": 12, "dropped_long_prompts": 4}
+
+
+@pytest.mark.parametrize(
+    ("model", "params"),
+    [("Qwen/Qwen2.5-1.5B-Instruct", 1_543_714_304), ("Qwen/Qwen2.5-0.5B-Instruct", 494_032_768)],
+)
+def test_the_published_configs_give_the_published_sizes(model, params):
+    assert memory.shape_from_config(memory.PUBLISHED_CONFIGS[model]).params == params

@@ -283,7 +283,7 @@ def missing_packages(values: Mapping[str, Any]) -> list[str]:
         out.append("use_lora=true needs peft, which is not installed: pip install 'pacs-rl[peft]'")
     if values.get("deepspeed") and not _installed("deepspeed"):
         out.append(
-            "deepspeed is set but DeepSpeed is not installed: pip install deepspeed, or drop the setting"
+            "deepspeed is set: it needs DeepSpeed, which is not installed: pip install deepspeed, or drop the setting"
         )
     for name in tracker_names(values.get("report_to")):
         if name not in TRACKERS:

@@ -76,6 +76,31 @@ PUBLISHED_CONFIGS: dict[str, dict] = {
         "max_position_embeddings": 131072,
         "torch_dtype": "bfloat16",
     },
+    # configs/qwen2.5-1.5b_1gpu.yaml and the README's one-GPU examples (1,543,714,304 and 494,032,768 parameters)
+    "Qwen/Qwen2.5-1.5B-Instruct": {
+        "model_type": "qwen2",
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen2.5-0.5B-Instruct": {
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 32768,
+        "torch_dtype": "bfloat16",
+    },
 }
 
 

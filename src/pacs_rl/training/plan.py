@@ -415,7 +415,12 @@ def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, he
             if why
             else f"update: backward in pieces of at most {budget} completion tokens (update_token_budget)"
         )
-    if settings.eval_size:
+    if settings.eval_size and settings.eval_dataset is None and not settings.on_arithmetic():
+        lines.append(
+            "held-out evaluation: off (no held-out set for this training data: set eval_dataset, e.g. math500 or "
+            "a file, for the accuracy before and after)"
+        )
+    elif settings.eval_size:
         where = "on one process (fast sampler)" if engine == "single" and not config.use_vllm else (
             "through the rollout engine, split across the processes and gathered"
         )  # fmt: skip

@@ -503,6 +503,11 @@ def run_training(
     )
     if few:
         raise SettingsError(few)
+    if settings.eval_size and not held and state.is_main_process:
+        log.info(
+            "held-out evaluation off: no held-out set for %s (set eval_dataset, e.g. math500)",
+            settings.dataset,
+        )
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
     recorded = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}  # as given
