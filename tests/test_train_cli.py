@@ -154,7 +154,9 @@ def test_threads_option_reaches_torch_before_training(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)  # the test process keeps its own threads
     settings, cfg = cli.resolve_settings(
-        None, {"model": "tiny", "num_threads": "1"}, ["max_steps=1", "eval_size=0", "train_size=16", "plot=false"]
+        None,
+        {"model": "tiny", "num_threads": "1"},
+        ["max_steps=1", "eval_size=0", "train_size=16", "plot=false"],
     )
     assert settings.num_threads == 1
     run_training(settings, build_config(cfg, tmp_path / "run"))

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -288,13 +289,28 @@ def model_init_kwargs(settings: RunSettings, config: PACSConfig, engine: str) ->
 
 def zero_stage(config: PACSConfig) -> int:
     """The DeepSpeed ZeRO stage of a run: from the `deepspeed` setting (a dict or a JSON file), else from
-    `accelerate launch`'s environment; 0 without DeepSpeed."""
-    ds = config.deepspeed
+    `accelerate launch`'s environment (its --deepspeed_config_file, else its --zero_stage); 0 without DeepSpeed."""
+    ds = config.deepspeed or os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
     if isinstance(ds, str) and Path(ds).is_file():
         ds = json.loads(Path(ds).read_text())
     if isinstance(ds, Mapping):
         return int((ds.get("zero_optimization") or {}).get("stage", 0) or 0)
     return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0") or 0)
+
+
+def start_deepspeed_comm(config: PACSConfig, engine: str, num_processes: int) -> None:
+    """Start DeepSpeed's communication over the processes' gloo group on CPU, before the weights load.
+
+    With use_cpu=True transformers sets up plain gloo and leaves DeepSpeed's own layer unstarted (it starts it only
+    on an accelerator); ZeRO-3's partitioned loading then reads a world size of 1 from it and refuses the
+    `deepspeed` setting's batch sizes ("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step *
+    world_size"). On GPUs transformers starts it itself."""
+    if engine != "deepspeed" or not config.use_cpu or num_processes < 2:
+        return
+    from deepspeed import comm
+
+    if not comm.is_initialized():
+        comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
 
 
 def run_problems(settings: RunSettings, config: PACSConfig, engine: str = "single") -> list[str]:
@@ -364,6 +380,33 @@ def resume_point(out: Path, resume: bool, config: PACSConfig, world: int) -> tup
     state = _trainer_state(checkpoint)
     target = config.max_steps if config.max_steps > 0 else int(state.get("max_steps") or 0)
     return checkpoint, target > 0 and int(state["global_step"]) >= target
+
+
+def _consolidated_weights(checkpoint: str) -> str:
+    """``checkpoint`` when it holds whole weights (DeepSpeed writes them with
+    stage3_gather_16bit_weights_on_model_save, or below ZeRO-3); else SettingsError."""
+    if any(Path(checkpoint, name).is_file() for name in _MODEL_WEIGHTS):
+        return checkpoint
+    raise SettingsError(
+        f"--resume: {checkpoint} is the run's last step but holds only DeepSpeed ZeRO-3 shards "
+        "(stage3_gather_16bit_weights_on_model_save was false), which cannot be loaded without training on: "
+        f"write the weights with python {checkpoint}/zero_to_fp32.py {checkpoint} <folder>, or start the run "
+        "with that key true (accelerate launch --zero3_save_16bit_model true, or configs/deepspeed/zero3.json)"
+    )
+
+
+_MODEL_WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+
+
+def _not_model_files(folder: str, names: list[str]) -> list[str]:
+    """shutil.copytree's ignore: everything of a checkpoint but the model's config and weights."""
+    keep = ("config.json", "generation_config.json", *_MODEL_WEIGHTS)
+    return [n for n in names if not (n in keep or (n.startswith("model-") and n.endswith(".safetensors")))]
 
 
 def _peft_config(settings: RunSettings):
@@ -533,10 +576,17 @@ def run_training(
             "dropped_long_prompts": loaded - len(train_problems),
         }
         (out / SETTINGS_FILE).write_text(json.dumps(recorded, indent=2, default=str))
+    # DeepSpeed builds its engine only inside train(): without it transformers can neither load a checkpoint into
+    # the bare model (ZeRO-3 holds a shard of each weight) nor save it. A run that finished training takes its
+    # last checkpoint's consolidated weights as the model, and final/ is a copy of them.
+    finish_from_weights = complete and engine == "deepspeed"
+    if finish_from_weights:
+        model_id = _consolidated_weights(checkpoint)
     rewards = build_reward_funcs(settings, config)
     reward = heldout_reward(settings)
     heldout = _HeldOut(settings, config, held, reward, out)
 
+    start_deepspeed_comm(config, engine, state.num_processes)
     _, trainer_cls = config_and_trainer_classes(config.loss_type)
     trainer = trainer_cls(
         model_id,
@@ -565,11 +615,17 @@ def run_training(
         trainer.add_callback(_periodic_eval(trainer, settings, config, held, reward))
     t0 = time.time()
     if complete:  # the last checkpoint is the last step: finish the run from it, without another step
-        trainer._load_from_checkpoint(checkpoint)
+        if not finish_from_weights:
+            trainer._load_from_checkpoint(checkpoint)
     else:
         trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.time() - t0
-    trainer.save_model(str(out / FINAL_DIR))
+    if finish_from_weights:
+        if state.is_main_process:
+            shutil.copytree(checkpoint, out / FINAL_DIR, dirs_exist_ok=True, ignore=_not_model_files)
+        state.wait_for_everyone()
+    else:
+        trainer.save_model(str(out / FINAL_DIR))
     if state.is_main_process:
         tokenizer.save_pretrained(str(out / FINAL_DIR))
     heldout.measure(trainer, "after")
