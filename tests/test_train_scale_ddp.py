@@ -157,10 +157,23 @@ def _kill_when(cmd: list[str], ready) -> None:
 
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
-    train = [sys.executable, "-m", "pacs_rl", "train", *TINY, "--max-steps", "4", "--eval-size", "4"]
+    # a reward with both labels (a completion's length is odd): with the math reward the tiny model scores 0
+    # everywhere, PACS's gradient is then exactly 0, and equal weights below would be the untrained ones
+    reward = tmp_path / "odd_length.py"
+    reward.write_text(
+        "def odd_length(completions, **kw):\n"
+        "    return [float(len(c[0]['content']) % 2) for c in completions]\n"
+    )
+    train = [sys.executable, "-m", "pacs_rl", "train", *TINY, "--max-steps", "4", "--eval-size", "4",
+             "--set", f"reward_funcs={reward}:odd_length", "--set", "learning_rate=0.01"]  # fmt: skip
     reference = tmp_path / "whole"
     assert _run([*train, "--output-dir", str(reference)]).returncode == 0
     want = _final_weights(reference)
+    from safetensors.torch import load_file
+
+    untrained = load_file(str(reference / "base_model" / "model.safetensors"))
+    moved = [k for k in want if k in untrained and not torch.equal(want[k], untrained[k])]
+    assert moved, "the run did not move the weights: the comparison below would be vacuous"
     moments = {
         # mid-step: checkpoint-1 is complete, the run is inside step 2 (its rollout buffered in checkpoint-1)
         "mid-step": lambda run: (run / "checkpoint-1" / "trainer_state.json").is_file(),
