@@ -241,10 +241,15 @@ def summarize(record: dict) -> dict:
         seeds = sorted(s for m, s in runs if m == method)
         if not seeds:
             continue
-        entry: dict = {"seeds": seeds, "mean": {}}
+        entry: dict = {"seeds": seeds, "mean": {}, "sd": {}}
         for name in readers:
             values = [v for s in seeds if (v := read(name, method, s)) is not None]
             entry["mean"][name] = sum(values) / len(values) if values else None
+            entry["sd"][name] = (  # the spread of one run's outcome over seeds
+                math.sqrt(sum((v - entry["mean"][name]) ** 2 for v in values) / (len(values) - 1))
+                if len(values) > 1
+                else None
+            )
         if method != "pacs" and "pacs" in record["protocol"]["methods"]:
             entry["pacs_minus_this"] = {}
             for name in readers:
@@ -580,6 +585,45 @@ def print_summary(record: dict) -> None:
         )
 
 
+def markdown_tables(record: dict) -> str:
+    """The record as two markdown tables: each method's mean (and per-run SD over seeds), and PACS − method paired
+    by seed with its 95% interval and the pairs a ±5 pp interval would need. Accuracies in percent."""
+    summary = summarize(record)
+    at = [f"greedy_accuracy@{s}" for s in record["protocol"].get("greedy_at", [])]
+    ks = [k for k in (1, 8, 64) if k in record["protocol"]["ks"]]
+    cols = [*at, "greedy_accuracy", *[f"pass@{k}" for k in ks]]
+    steps = record["protocol"]["train"].get("max_steps", 24)
+    names = {**{c: f"greedy @{c.rsplit('@', 1)[1]}" for c in at}, "greedy_accuracy": f"greedy @{steps}"}
+    head = [names.get(c, c) for c in cols]
+
+    def pct(x):
+        return "–" if x is None else f"{100 * x:.1f}"
+
+    lines = ["| method | seeds | " + " | ".join(f"{h} (SD)" for h in head) + " | entropy, length (last) |",
+             "|---|---:|" + "---:|" * len(cols) + "---|"]  # fmt: skip
+    for method, e in summary.items():
+        cells = [f"{pct(e['mean'][c])} ({pct(e['sd'][c])})" for c in cols]
+        dyn = f"{e['mean']['entropy_last'] or 0:.2f}, {e['mean']['length_last'] or 0:.0f}"
+        lines.append(f"| {method} | {len(e['seeds'])} | " + " | ".join(cells) + f" | {dyn} |")
+    lines += ["", "| PACS − method | pairs | " + " | ".join(head) + " | ±5 pp needs |",
+              "|---|---:|" + "---:|" * len(cols) + "---:|"]  # fmt: skip
+    for method, e in summary.items():
+        gaps = e.get("pacs_minus_this")
+        if not gaps:
+            continue
+        cells = []
+        for c in cols:
+            g = gaps[c]
+            cells.append(
+                "–" if not g.get("ci95") else f"{pct(g['mean'])} [{pct(g['ci95'][0])}, {pct(g['ci95'][1])}]"
+            )
+        need = gaps["greedy_accuracy"].get("pairs_needed", "–")
+        lines.append(
+            f"| {method} | {gaps['greedy_accuracy']['pairs']} | " + " | ".join(cells) + f" | {need} |"
+        )
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------------------------- figures
 def steps_since_reset(method_overrides: dict, step: int, mini_batches: int = 2) -> int:
     """Optimizer steps since π_ref last equalled the policy, at (1-based) ``step``: 0 means ψ ≡ 0.
@@ -714,6 +758,7 @@ def main() -> None:
     )
     s = sub.add_parser("summary", help="print the record's table")
     s.add_argument("--record", type=Path, default=RECORD)
+    s.add_argument("--markdown", action="store_true", help="the tables of docs/RESULTS.md")
     f = sub.add_parser("plot", help="figures of a record (and of implicit-critic records)")
     f.add_argument("--record", type=Path, default=RECORD)
     f.add_argument(
@@ -737,7 +782,10 @@ def main() -> None:
         print(plot_comparison(records[0], a.out / "comparison.png"))
         print(plot_critic(records, a.out / "critic_auc.png"))
     elif a.command == "summary":
-        print_summary(json.loads(a.record.read_text()))  # reading only: whatever its protocol
+        record = json.loads(a.record.read_text())  # reading only: whatever its protocol
+        print(markdown_tables(record) if a.markdown else "", end="\n" if a.markdown else "")
+        if not a.markdown:
+            print_summary(record)
     else:
         job(a.method, a.seed, a.work, a.threads, a.protocol)
 

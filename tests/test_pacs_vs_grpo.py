@@ -70,6 +70,11 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     # the dynamics: means of the last 3 logged values (length is logged at rollout steps only)
     assert summary["grpo"]["mean"]["entropy_last"] == pytest.approx(0.5)
     assert summary["grpo"]["mean"]["length_last"] == pytest.approx(30.0)
+    assert summary["grpo"]["sd"]["greedy_accuracy"] == pytest.approx(0.25166, abs=1e-4)  # 0.4, 0.6, 0.9
+    tables = driver.markdown_tables(record)
+    assert "| grpo | 3 | 31.7 (12.6) | 63.3 (25.2) |" in tables  # means (per-run SD) at steps 24 and 48, in %
+    # PACS − GRPO at step 24 over seeds 0, 1: 0.05 and 0, mean 2.5 pp, t(1) = 12.706 x 3.54 / sqrt(2)
+    assert "| grpo | 2 | 2.5 [-29.3, 34.3] | 5.0 [-58.5, 68.5] |" in tables
     assert driver.complete_seeds(record, ["pacs", "grpo"]) == [0, 1]
     assert not driver.target_reached(record)  # two pairs never stop it
     tight = {
