@@ -636,6 +636,16 @@ def steps_since_reset(method_overrides: dict, step: int, mini_batches: int = 2) 
     return step - 1 if every == 0 else (step - 1) % every
 
 
+def _save(fig, out: Path) -> Path:
+    from pacs_rl.compare.report import _plt
+
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    _plt().close(fig)
+    return out
+
+
 def plot_comparison(record: dict, out: Path) -> Path:
     """Greedy accuracy per seed at each evaluated step, pass@k, entropy and length per step, by method."""
     from pacs_rl.compare.report import _plt
@@ -681,11 +691,7 @@ def plot_comparison(record: dict, out: Path) -> Path:
     axes[3].set(xlabel="optimizer step", ylabel="tokens", title="completion length (mean over seeds)")
     for ax in axes:
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def critic_by_reset(records: list[dict]) -> dict[str, dict[int, list[float]]]:
@@ -717,11 +723,7 @@ def plot_critic(records: list[dict], out: Path) -> Path:
     ax.set(xlabel="optimizer steps since π_ref was last set to the policy", ylabel="AUC of ψ within mixed groups",
            title="Does σ(ψ) rank right answers above wrong ones? (mean over seeds and steps)")  # fmt: skip
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(fig, out)
 
 
 def main() -> None:

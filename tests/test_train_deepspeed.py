@@ -14,16 +14,15 @@ import importlib.util
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from pacs_rl.training.run import SettingsError, _consolidated_weights, zero_stage
+from train_helpers import kill_when
 
 REPO = Path(__file__).resolve().parents[1]
 ZERO3 = str(REPO / "configs" / "deepspeed" / "zero3.json")
@@ -131,26 +130,6 @@ def _final_weights(run: Path) -> dict:
     return load_file(str(run / "final" / "model.safetensors"))
 
 
-def _kill_when(cmd: list[str], ready) -> None:
-    """Start ``cmd`` (the launcher), SIGKILL it and every process under it (torchrun's workers run in sessions of
-    their own: they outlive a killed launcher) as soon as ``ready()`` holds, polled every 20 ms."""
-    import psutil  # accelerate's own dependency
-
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 600
-        while not ready() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)
-        assert proc.poll() is None, "the run ended before the moment to kill it"
-        family = psutil.Process(proc.pid).children(recursive=True)
-        for child in family:
-            child.send_signal(signal.SIGKILL)
-        os.kill(proc.pid, signal.SIGKILL)
-        psutil.wait_procs(family, timeout=60)
-    finally:
-        proc.wait()
-
-
 @needs_deepspeed
 @pytest.mark.slow
 def test_zero3_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
@@ -192,7 +171,7 @@ def test_zero3_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
     }
     for name, ready in moments.items():
         run = tmp_path / name
-        _kill_when([*train, "--output-dir", str(run)], lambda run=run, ready=ready: ready(run))
+        kill_when([*train, "--output-dir", str(run)], lambda run=run, ready=ready: ready(run), ENV)
         assert not (run / "run_complete.json").exists(), name
         if name == "final":
             shutil.rmtree(run / "final")  # however far it got: the resumed run writes it from checkpoint-4

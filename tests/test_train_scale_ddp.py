@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+
+from train_helpers import kill_when
 
 G = 4
 # cw_grpo is left out: its covariance weights are statistics of each micro-batch (mean and σ over its tokens), so
@@ -142,19 +142,6 @@ def _final_weights(run: Path) -> dict:
     return load_file(str(run / "final" / "model.safetensors"))
 
 
-def _kill_when(cmd: list[str], ready) -> None:
-    """Start ``cmd``, SIGKILL it as soon as ``ready()`` holds (polled every 20 ms), and wait for it to die."""
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 600
-        while not ready() and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.02)
-        assert proc.poll() is None, "the run ended before the moment to kill it"
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-
-
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
     # a reward with both labels (a completion's length is odd): with the math reward the tiny model scores 0
@@ -184,7 +171,7 @@ def test_a_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
     }
     for name, ready in moments.items():
         run = tmp_path / name
-        _kill_when([*train, "--output-dir", str(run)], lambda run=run, ready=ready: ready(run))
+        kill_when([*train, "--output-dir", str(run)], lambda run=run, ready=ready: ready(run), ENV)
         assert not (run / "run_complete.json").exists(), name
         resumed = _run([*train, "--output-dir", str(run), "--resume"])
         assert resumed.returncode == 0, (name, resumed.stderr[-3000:])

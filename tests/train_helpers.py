@@ -3,6 +3,11 @@ and the tiny-run settings every trainer test starts from."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
+
 G = 4  # group size of the tiny runs
 
 
@@ -49,3 +54,21 @@ def grouped_batch(vocab_size: int, pad_id: int, groups: int, group_size: int, le
     attention = torch.cat([prompt_mask.repeat_interleave(group_size, 0), completion_mask], 1)
     ids[attention == 0] = pad_id
     return ids, attention, completion_mask
+
+
+def kill_when(cmd: list[str], ready, env: dict) -> None:
+    """Start ``cmd``, SIGKILL it and every process under it (torchrun's workers, the reward pool's: they run in
+    sessions of their own and would outlive it) as soon as ``ready()`` holds, polled every 20 ms; wait for it."""
+    import psutil  # accelerate's own dependency
+
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 600
+        while not ready() and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        assert proc.poll() is None, "the run ended before the moment to kill it"
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.send_signal(signal.SIGKILL)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()

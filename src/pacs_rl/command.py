@@ -149,11 +149,22 @@ def data_option(name: str) -> Any:
     return typer.Option(None, flag, help=f.metadata["help"], show_default=False, metavar="TEXT")
 
 
+def end_dry_run(refusals: Sequence[str]) -> None:
+    """The last lines of every command's ``--dry-run``: each refusal and exit status 1, or "every check passed"."""
+    if refusals:
+        typer.echo(f"refused ({len(refusals)}):")
+        for message in refusals:
+            typer.echo(f"  - {message}")
+        raise typer.Exit(1)
+    typer.echo("every check passed")
+
+
 __all__ = [
     "Command",
     "CommandError",
     "Group",
     "data_option",
+    "end_dry_run",
     "error_line",
     "fail",
     "note",

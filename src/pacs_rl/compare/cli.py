@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from pacs_rl.command import fail, note, show_library_notes
+from pacs_rl.command import end_dry_run, fail, note, show_library_notes
 from pacs_rl.compare.plan import (
     PRESETS,
     build_plan,
@@ -212,9 +212,4 @@ def _dry_run(settings: dict, output: Path) -> None:
     )
     typer.echo(f"  output: {output} ({trained} of {len(specs)} runs trained, {evaluated} of {len(evals)} "
                "evaluations finished)")  # fmt: skip
-    if refusals:
-        typer.echo(f"refused ({len(refusals)}):")
-        for message in refusals:
-            typer.echo(f"  - {message}")
-        raise typer.Exit(1)
-    typer.echo("every check passed")
+    end_dry_run(refusals)

@@ -11,7 +11,7 @@ import json
 import typer
 from rich.console import Console
 
-from pacs_rl.command import data_option, fail
+from pacs_rl.command import data_option, end_dry_run, fail
 from pacs_rl.evaluation.report import load_metrics, results_table, write_report
 from pacs_rl.settings import DATA_KEYS, output_dir_problem
 
@@ -275,12 +275,7 @@ def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str,
             state = f"resumes ({done} samples there)" if done else "new"
             typer.echo(f"    {cfg.benchmark}: {counts.get(cfg.benchmark, '?')}; n = {cfg.n}, k = "
                        f"{','.join(map(str, cfg.resolved_ks()))} -> {cfg.output_dir} ({state})")  # fmt: skip
-    if refusals:
-        typer.echo(f"refused ({len(refusals)}):")
-        for message in refusals:
-            typer.echo(f"  - {message}")
-        raise typer.Exit(1)
-    typer.echo("every check passed")
+    end_dry_run(refusals)
 
 
 def _merge(run_dirs: list[str] | None, output: str, console: Console) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from pacs_rl.command import data_option, fail, note, show_library_notes
+from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes
 from pacs_rl.models import ModelError
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import settings as schema
@@ -324,9 +324,4 @@ def _dry_run(
     typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
     for line in lines:
         typer.echo(f"  {line}")
-    if refusals:
-        typer.echo(f"refused ({len(refusals)}):")
-        for message in refusals:
-            typer.echo(f"  - {message}")
-        raise typer.Exit(1)
-    typer.echo("every check passed")
+    end_dry_run(refusals)
