@@ -710,18 +710,63 @@ def critic_by_reset(records: list[dict]) -> dict[str, dict[int, list[float]]]:
     return out
 
 
+CRITIC_BINS = [(0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, 10**6)]  # optimizer steps since the last reset
+
+
+def critic_bins(records: list[dict]) -> dict[str, list[tuple[str, float | None, float | None, int]]]:
+    """method -> per bin of CRITIC_BINS: (label, mean AUC, its standard error, how many step values), the values
+    pooled over seeds and the steps of the bin."""
+    out = {}
+    for method, by_since in critic_by_reset(records).items():
+        rows = []
+        for lo, hi in CRITIC_BINS:
+            values = [v for since, vs in by_since.items() if lo <= since <= hi for v in vs]
+            label = str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 10**6 else f"{lo}+")
+            if not values:
+                rows.append((label, None, None, 0))
+                continue
+            mean = sum(values) / len(values)
+            sd = (
+                math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+                if len(values) > 1
+                else None
+            )
+            rows.append((label, mean, None if sd is None else sd / math.sqrt(len(values)), len(values)))
+        out[method] = rows
+    return out
+
+
+def critic_table(records: list[dict]) -> str:
+    """critic_bins as a markdown table: AUC mean ± SE (values) per bin of steps since the last reset."""
+    labels = [str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 10**6 else f"{lo}+") for lo, hi in CRITIC_BINS]
+    lines = ["| method | " + " | ".join(f"{x} steps" for x in labels) + " |", "|---|" + "---:|" * len(labels)]
+    for method, rows in critic_bins(records).items():
+        cells = ["–" if m is None else f"{m:.2f} ± {se or 0:.2f} ({n})" for _, m, se, n in rows]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot_critic(records: list[dict], out: Path) -> Path:
     """Within-group AUC of ψ against the reward (mixed groups) by steps since the reference was last reset."""
     from pacs_rl.compare.report import _plt
 
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for method, by_since in critic_by_reset(records).items():
-        xs = sorted(by_since)
-        ax.plot(xs, [sum(by_since[x]) / len(by_since[x]) for x in xs], marker="o", markersize=3, label=method)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    bins = critic_bins(records)
+    for i, (method, rows) in enumerate(bins.items()):
+        points = [
+            (j + (i - (len(bins) - 1) / 2) * 0.08, m, se)
+            for j, (_, m, se, _) in enumerate(rows)
+            if m is not None
+        ]
+        ax.errorbar([x for x, _, _ in points], [m for _, m, _ in points], yerr=[se or 0 for _, _, se in points],
+                    marker="o", markersize=4, capsize=3, label=method)  # fmt: skip
     ax.axhline(0.5, color="grey", ls=":", label="chance")
-    ax.set(xlabel="optimizer steps since π_ref was last set to the policy", ylabel="AUC of ψ within mixed groups",
-           title="Does σ(ψ) rank right answers above wrong ones? (mean over seeds and steps)")  # fmt: skip
+    labels = [row[0] for row in next(iter(bins.values()), [])]
+    ax.set(xticks=range(len(labels)), xticklabels=labels, ylim=(0, 1),
+           xlabel="optimizer steps since π_ref was last set to the policy",
+           ylabel="AUC of ψ within mixed groups (mean ± SE)",
+           title="Does σ(ψ) rank right answers above wrong ones?")  # fmt: skip
     ax.legend(fontsize=7)
     return _save(fig, out)
 
@@ -783,6 +828,7 @@ def main() -> None:
         records = [json.loads(x.read_text()) for x in [a.record, *a.critic]]
         print(plot_comparison(records[0], a.out / "comparison.png"))
         print(plot_critic(records, a.out / "critic_auc.png"))
+        print(critic_table(records))
     elif a.command == "summary":
         record = json.loads(a.record.read_text())  # reading only: whatever its protocol
         print(markdown_tables(record) if a.markdown else "", end="\n" if a.markdown else "")

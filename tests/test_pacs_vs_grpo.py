@@ -173,3 +173,28 @@ def test_repeatability_finds_the_first_differing_step():
     assert module.first_difference(a, a) is None
     assert module.first_difference(a, b) == {"step": 2, "values": {"grad_norm": [66.40255737, 66.40256500]}}
     assert module.first_difference(a, a[:1])["step"] == 2  # one run stopped early
+
+
+def test_steps_since_the_reference_equalled_the_policy(driver):
+    old, never, every8 = {}, {"reference": "frozen"}, {"reference": "frozen", "ref_reset_steps": 8}
+    assert [driver.steps_since_reset(old, s) for s in (1, 2, 3, 4)] == [
+        0,
+        1,
+        0,
+        1,
+    ]  # a new rollout every 2 steps
+    assert [driver.steps_since_reset(never, s) for s in (1, 2, 24)] == [0, 1, 23]
+    assert [driver.steps_since_reset(every8, s) for s in (1, 8, 9, 17)] == [0, 7, 0, 0]
+
+
+def test_critic_auc_pooled_by_steps_since_reset(driver):
+    auc = [0.5, 0.7, 0.5, 0.9, None, 1.0]  # steps 1..6 of a PACS run with reference = the rollout policy
+    run = {"method": "pacs", "seed": 0, "dynamics": {"curves": {"critic_auc": auc}}}
+    record = {"protocol": driver.protocol(methods=["pacs", "grpo"]), "runs": [run, {**run, "method": "grpo"}]}
+    rows = driver.critic_bins([record])
+    assert list(rows) == ["pacs"]  # only PACS has an implicit critic
+    label, mean, se, n = rows["pacs"][0]
+    assert (label, mean, se, n) == ("0", 0.5, 0.0, 2)  # ψ = 0 on each rollout's first mini-batch: chance
+    label, mean, se, n = rows["pacs"][1]
+    assert label == "1" and n == 3 and mean == pytest.approx((0.7 + 0.9 + 1.0) / 3)
+    assert "| pacs | 0.50 ± 0.00 (2) | 0.87 ± 0.09 (3) | – |" in driver.critic_table([record])
