@@ -38,6 +38,14 @@ def needs_engine(trainer) -> bool:
     return bool(trainer.use_vllm) or acc.num_processes > 1 or sharded
 
 
+def engine_name(trainer) -> str:
+    """What generates through `PACSTrainer._generate_single_turn`: 'vllm-colocate', 'vllm-server', 'fast-sampler'
+    (pacs_rl.sampling) or 'transformers-generate'. Recorded with each held-out result."""
+    if trainer.use_vllm:
+        return f"vllm-{trainer.vllm_mode}"
+    return "fast-sampler" if trainer.args.fast_sampler else "transformers-generate"
+
+
 @contextlib.contextmanager
 def _rng_preserved():
     state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
@@ -58,13 +66,14 @@ def _evaluation_sampling(trainer, temperature: float, top_p: float, max_new_toke
     the fast sampler reads trainer.temperature / top_p / max_completion_length, transformers' generate reads
     trainer.generation_config, vLLM reads the same names on trainer.vllm_generation."""
     greedy = temperature == 0
-    saved = {
-        k: getattr(trainer, k) for k in ("temperature", "top_p", "max_completion_length", "generation_config")
-    }
-    gen = copy.deepcopy(trainer.generation_config)
-    gen.max_new_tokens = max_new_tokens
-    gen.do_sample = not greedy
-    gen.temperature, gen.top_p = (None, None) if greedy else (temperature, top_p)
+    saved = {k: getattr(trainer, k) for k in ("temperature", "top_p", "max_completion_length")}
+    gen = getattr(trainer, "generation_config", None)  # TRL builds none when vLLM generates
+    if gen is not None:
+        saved["generation_config"] = gen
+        gen = copy.deepcopy(gen)
+        gen.max_new_tokens = max_new_tokens
+        gen.do_sample = not greedy
+        gen.temperature, gen.top_p = (None, None) if greedy else (temperature, top_p)
     vllm = getattr(trainer, "vllm_generation", None)
     vllm_saved = (
         {k: getattr(vllm, k) for k in ("temperature", "top_p", "max_completion_length")} if vllm else {}
@@ -81,7 +90,8 @@ def _evaluation_sampling(trainer, temperature: float, top_p: float, max_new_toke
             setattr(trainer, k, v)
             if vllm is not None:
                 setattr(vllm, k, v)  # vLLM: temperature 0 is greedy
-        trainer.generation_config = gen
+        if gen is not None:
+            trainer.generation_config = gen
         unwrapped.eval()
         yield
     finally:

@@ -49,6 +49,7 @@ from pacs_rl.training.rollout_eval import (
     CallOnTrainBegin,
     PeriodicEvalCallback,
     engine_accuracy,
+    engine_name,
     engine_pass_at_k,
     needs_engine,
 )
@@ -462,6 +463,7 @@ class _HeldOut:
                 c.seed,
                 prompt_kwargs=s.prompt_kwargs(c),
             )
+            result["engine"] = engine_name(trainer)
         else:
             result = heldout_accuracy(
                 trainer.accelerator.unwrap_model(trainer.model),
@@ -476,6 +478,7 @@ class _HeldOut:
                 description=f"held-out, {when}",
                 prompt_kwargs=s.prompt_kwargs(c),
             )
+            result["engine"] = "fast-sampler"  # on this process's model
         self.results[when] = result
         self.record()
 
