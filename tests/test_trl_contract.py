@@ -147,6 +147,42 @@ def test_rollout_keys_the_baselines_read():
         assert key in src, f"GRPOTrainer._generate_and_score_completions no longer sets {key}"
 
 
+def test_vllm_colocate_internals_we_wrap():
+    """pacs_rl.training.vllm_colocate: vllm_engine_kwargs wrap the module-level `LLM` that VLLMGeneration calls;
+    the CPU weight sync replaces VLLMGeneration.sync_weights' in-place copy, reading the same parameter iterator;
+    PACS logs the mismatch under TRL's names, which TRL fills only with its importance-sampling correction."""
+    from trl.generation import vllm_generation
+
+    init = inspect.getsource(vllm_generation.VLLMGeneration._init_vllm)
+    for needle in (
+        "self.llm = LLM(",
+        'distributed_executor_backend="external_launcher"',
+        "model=model.name_or_path",
+    ):
+        assert needle in init, (
+            f"VLLMGeneration._init_vllm no longer contains {needle!r}: re-check engine_arguments"
+        )
+    sync = inspect.getsource(vllm_generation.VLLMGeneration.sync_weights)
+    for needle in (
+        "self._iter_named_params()",
+        "self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights",
+        "self.llm.reset_prefix_cache()",
+    ):
+        assert needle in sync, (
+            f"VLLMGeneration.sync_weights no longer contains {needle!r}: re-check sync_weights_reloading"
+        )
+    assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(GRPOTrainer.__init__)
+    rollout = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    logged = rollout.find('"sampling/sampling_logp_difference/mean"')
+    assert logged > -1 and 'output["sampling_per_token_logps"]' in rollout, (
+        "TRL renamed the vLLM log-prob keys"
+    )
+    condition = rollout.rfind("if self.use_vllm and self.vllm_importance_sampling_correction:", 0, logged)
+    assert -1 < condition and logged - condition < 1500, (
+        "TRL now logs the vLLM log-prob mismatch without the correction: drop ours"
+    )
+
+
 def test_runtime_keys_and_attributes(tiny_model, tiny_tokenizer, tmp_path):
     """Build a real (tiny) GRPOTrainer and check the attributes and output keys we read."""
     from datasets import Dataset

@@ -26,6 +26,7 @@ from trl import GRPOConfig
 from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names, policy_loss_options
 from pacs_rl.training.fields import KL_OPTION_FIELDS, PACS_OPTION_FIELDS, refused_fields
 from pacs_rl.training.settings import group_split_problem
+from pacs_rl.training.vllm_colocate import engine_kwargs_problems
 
 REFERENCES = ("old", "frozen")
 LOGPROB_IMPLS = ("auto", "trl", "logits")
@@ -174,6 +175,15 @@ class PACSConfig(GRPOConfig):
         default=64,
         metadata={"help": "With fast_sampler: sequences decoded together (bounds memory)."},
     )
+    vllm_engine_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "With use_vllm and vllm_mode='colocate': further vllm.LLM arguments (JSON on the command line), "
+            "e.g. {'enforce_eager': true, 'kv_cache_memory_bytes': 1000000000}. The arguments TRL sets from its own "
+            "vllm_* fields are refused here. On vLLM's CPU build the dtype defaults to the policy's (vLLM would run "
+            "an fp32 checkpoint in bf16)."
+        },
+    )
 
     logprob_impl: str = field(
         default="auto",
@@ -268,6 +278,18 @@ class PACSConfig(GRPOConfig):
         if isinstance(self.loss_options, str):
             self.loss_options = json.loads(self.loss_options)
         self.loss_options = dict(self.loss_options or {})
+        if isinstance(self.vllm_engine_kwargs, str):
+            try:
+                self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs)
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"vllm_engine_kwargs={self.vllm_engine_kwargs!r} is not a JSON object ({e}); write it as "
+                    "'{\"enforce_eager\": true}'."
+                ) from None
+        self.vllm_engine_kwargs = dict(self.vllm_engine_kwargs or {})
+        problems = engine_kwargs_problems(self.vllm_engine_kwargs, self.use_vllm, self.vllm_mode)
+        if problems:
+            raise ValueError(" ".join(problems))
         self._set_optimizer_step()
         self._set_schedule()
         self._check_num_generations()

@@ -24,6 +24,11 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: also save the buffered rollout batch, TRL's
   micro-step counter and the frozen reference, so a resumed run continues exactly.
 
+- with `use_vllm`: the engine TRL builds gets `vllm_engine_kwargs` (and, on vLLM's CPU build, the policy's dtype),
+  the colocate weight sync goes through vLLM's `reload_weights` on vLLM's CPU build, and without TRL's
+  importance-sampling correction (PACS) the rollout-vs-trainer log-prob mismatch is still logged
+  (`pacs_rl.training.vllm_colocate`).
+
 Everything else (generation, vLLM, PEFT, accelerate/DeepSpeed, logging) is TRL's. A frozen reference is
 refused under ZeRO-3 or FSDP, its optimizer reset under any DeepSpeed or FSDP (`sharding_problems`).
 """
@@ -64,6 +69,13 @@ from pacs_rl.training.pieces import (
     token_logps,
 )
 from pacs_rl.training.settings import last_complete_checkpoint  # re-exported (light: the command's checks)
+from pacs_rl.training.vllm_colocate import (
+    engine_arguments,
+    logprob_mismatch,
+    torch_threads_kept,
+    use_reloading_sync,
+    vllm_runs_on_cpu,
+)
 
 if is_peft_available():
     from peft import PeftModel
@@ -195,7 +207,10 @@ class PACSTrainer(GRPOTrainer):
                 model = AutoModelForCausalLM.from_pretrained(model, **(args.model_init_kwargs or {}))
             # Copy before TRL patches the forward (its fused LM head closes over the original module).
             ref_policy = copy.deepcopy(model)
-        super().__init__(model, reward_funcs, args, *pos, **kw)
+        with engine_arguments(args.vllm_engine_kwargs, self._vllm_default_dtype), torch_threads_kept():
+            super().__init__(model, reward_funcs, args, *pos, **kw)
+        if self.use_vllm and self.vllm_mode == "colocate" and vllm_runs_on_cpu():
+            use_reloading_sync(self.vllm_generation)  # TRL's in-place copy fails on vLLM's CPU build
         self._warn_slow_bf16()
         self.ref_policy = None
         if ref_policy is not None:
@@ -223,6 +238,14 @@ class PACSTrainer(GRPOTrainer):
         # global_step when the buffered rollout was sampled (-1: unknown, e.g. after a resume)
         self._rollout_step = -1
         self._use_pieces = self._update_in_pieces()
+
+    def _vllm_default_dtype(self) -> torch.dtype | None:
+        """The dtype of the colocated vLLM engine when vllm_engine_kwargs names none: the policy's on vLLM's CPU
+        build (it would run an fp32 checkpoint in bf16), vLLM's own choice elsewhere. TRL builds the engine after
+        loading the policy, so ``self.model`` is there when this is called."""
+        if not vllm_runs_on_cpu():
+            return None
+        return next(self.accelerator.unwrap_model(self.model).parameters()).dtype
 
     def _update_in_pieces(self) -> bool:
         """Whether update_token_budget applies; where it cannot, say why (it is not silently ignored)."""
@@ -475,6 +498,8 @@ class PACSTrainer(GRPOTrainer):
         metrics = self._metrics[mode]
         metrics["rewards/unscorable_frac"].append(unscorable.float().mean().item())
         metrics["groups/mixed_frac"].append(group_mixed_fraction(rewards, G))
+        if self.use_vllm and not self.vllm_importance_sampling_correction:
+            self._log_sampler_mismatch(output, mode)
 
         if self.ref_policy is not None:
             input_ids, attention_mask, mask = sequence_tensors(output)
@@ -488,6 +513,27 @@ class PACSTrainer(GRPOTrainer):
                 )
             output["pacs_ref_per_token_logps"] = ref_logps
         return output
+
+    def _log_sampler_mismatch(self, output: dict[str, Any], mode: str) -> None:
+        """Mean and max |Δ log p| between vLLM's log-probs of the rollout's tokens and the trainer's, under TRL's
+        names (``sampling/sampling_logp_difference/mean`` and ``/max``), which TRL logs only with its
+        importance-sampling correction on. The trainer's are the rollout's old log-probs when TRL computed them,
+        else one forward without gradient over the rollout batch."""
+        sampled = output.get("sampling_per_token_logps")
+        if sampled is None:  # vLLM returned no log-probs (server without them)
+            return
+        input_ids, attention_mask, mask = sequence_tensors(output)
+        trainer_logps = output.get("old_per_token_logps")
+        if trainer_logps is None:
+            batch_size = self.args.per_device_train_batch_size if mode == "train" else None
+            with torch.no_grad():
+                trainer_logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model, input_ids, attention_mask, mask.size(1), batch_size=batch_size
+                )
+        mean, largest = logprob_mismatch(trainer_logps, sampled, mask)
+        metrics = self._metrics[mode]
+        metrics["sampling/sampling_logp_difference/mean"].append(self.accelerator.gather(mean).mean().item())
+        metrics["sampling/sampling_logp_difference/max"].append(self.accelerator.gather(largest).max().item())
 
     def _binary_labels(self, rewards, unscorable, rewards_per_func, mode) -> torch.Tensor:
         """PACS needs labels R ∈ {0, 1}: refuse (default) or threshold at 0.5 other values."""
