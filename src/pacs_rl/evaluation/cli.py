@@ -119,6 +119,11 @@ def eval_command(
         None, "--gpu-memory-utilization", help="vLLM: fraction of GPU memory to use (vLLM's default 0.9)."
     ),
     max_model_len: int = typer.Option(None, "--max-model-len", help="vLLM: context length per sequence."),
+    vllm_engine_kwargs: str = typer.Option(
+        None,
+        "--vllm-engine-kwargs",
+        help="vLLM: further vllm.LLM arguments as JSON: '{\"enforce_eager\": true}'.",
+    ),
     limit: int = typer.Option(None, help="Only the first LIMIT problems (file order) of each benchmark."),
     seed: int = typer.Option(0, help="Sampling seed."),
     output_dir: str = typer.Option(
@@ -208,6 +213,7 @@ def eval_command(
         data_parallel_size=data_parallel_size,
         gpu_memory_utilization=gpu_memory_utilization,
         max_model_len=max_model_len,
+        vllm_engine_kwargs=_parse_json(vllm_engine_kwargs, "--vllm-engine-kwargs"),
         progress=not no_progress,
         **{key: value for key, value in given.items() if value is not None},
     )

@@ -72,6 +72,16 @@ LOCKED_SETTINGS = (
     "dtype",
 )
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# vllm.LLM arguments set from their own options (not through vllm_engine_kwargs)
+VLLM_ARGUMENT_OPTIONS = {
+    "model": "--model",
+    "dtype": "--dtype",
+    "max_num_seqs": "--batch-size",
+    "tensor_parallel_size": "--tensor-parallel-size",
+    "data_parallel_size": "--data-parallel-size",
+    "gpu_memory_utilization": "--gpu-memory-utilization",
+    "max_model_len": "--max-model-len",
+}
 
 
 @dataclass
@@ -156,6 +166,13 @@ class EvalConfig(DataSettings):
     max_model_len: int | None = field(
         default=None, metadata={"help": "vLLM: context length (prompt + completion) to reserve per sequence."}
     )
+    vllm_engine_kwargs: dict | None = field(
+        default=None,
+        metadata={
+            "help": "vLLM: further vllm.LLM arguments, e.g. {'enforce_eager': True} (no compile: starts in seconds "
+            "rather than minutes on a CPU)."
+        },
+    )
     label: str | None = field(default=None, metadata={"help": "Row name in results.md (default: the model)."})
     progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
 
@@ -204,6 +221,17 @@ class EvalConfig(DataSettings):
             out.append(f"dtype={self.dtype!r}: choose one of {list(DTYPES)}")
         if self.backend not in ("transformers", "vllm"):
             out.append(f"backend={self.backend!r}: choose transformers or vllm")
+        engine = self.vllm_engine_kwargs or {}
+        if engine and self.backend != "vllm":
+            out.append(
+                f"vllm_engine_kwargs={engine!r} with backend={self.backend!r}: use --backend vllm or drop them"
+            )
+        taken = sorted(set(engine) & set(VLLM_ARGUMENT_OPTIONS))
+        if taken:
+            options = ", ".join(VLLM_ARGUMENT_OPTIONS[k] for k in taken)
+            out.append(
+                f"vllm_engine_kwargs sets {taken}, which have their own options ({options}): use those"
+            )
         try:
             parse_grader(self.grader)
         except ValueError as e:
@@ -425,6 +453,7 @@ def build_sampler(config: EvalConfig):
         # vLLM's own defaults for what is unset (a data_parallel_size of 1 is not passed: older vLLMs lack it)
         defaults = {"tensor_parallel_size": 1, "data_parallel_size": 1}
         llm_kwargs = {k: v for k, v in llm_kwargs.items() if v is not None and v != defaults.get(k)}
+        llm_kwargs.update(config.vllm_engine_kwargs or {})
         sampler = get_sampler(
             "vllm", config.model, tokenizer, dtype=dtype, batch_size=config.batch_size, **llm_kwargs
         )
