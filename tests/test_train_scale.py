@@ -352,14 +352,44 @@ class _SecondOfTwo:
 
 
 # ---------------------------------------------------------------------------------------------------- GPU check
-def test_gpu_check_skips_without_cuda():
+def _gpu_check_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gpu_check_skips_without_cuda(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the GPU check runs for real")
+    record = tmp_path / "gpu_check.json"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py")],
+        [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--json", str(record)],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("SKIP: no CUDA device")
+    written = json.loads(record.read_text())
+    gpu_check = _gpu_check_module()
+    assert written["cuda_devices"] == 0 and written["checks"] == []
+    every = gpu_check.CORE_CHECKS + gpu_check.VLLM_CHECKS + gpu_check.DDP_CHECKS
+    assert [c["check"] for c in written["skipped"]] == every
+    assert {c["why"] for c in written["skipped"]} == {"no CUDA device"}
+
+
+def test_gpu_check_plans_vllm_and_ddp_by_what_the_machine_has():
+    gpu_check = _gpu_check_module()
+    core, vllm, ddp = gpu_check.CORE_CHECKS, gpu_check.VLLM_CHECKS, gpu_check.DDP_CHECKS
+    run, skipped = gpu_check.plan(1, "0.11.0", "", True)
+    assert run == core + vllm
+    assert skipped == [{"check": ddp[0], "why": "1 CUDA device, DDP needs 2"}]
+    run, skipped = gpu_check.plan(2, None, "ModuleNotFoundError: No module named 'vllm'", True)
+    assert run == core + ddp
+    assert [s["check"] for s in skipped] == vllm
+    assert all("No module named 'vllm'" in s["why"] for s in skipped)
+    run, skipped = gpu_check.plan(8, "0.11.0", "", False)
+    assert run == core + ddp and all("bundled model" in s["why"] for s in skipped)
