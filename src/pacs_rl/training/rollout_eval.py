@@ -157,7 +157,8 @@ def sample_and_grade(
 def engine_accuracy(
     trainer, problems, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs=None
 ) -> dict:
-    """Held-out accuracy (one completion per problem) through the engine: the keys of `heldout_accuracy`."""
+    """Held-out accuracy (one completion per problem) through the engine: the keys of `heldout_accuracy`, and
+    `engine` (`engine_name`)."""
     correct, lengths = sample_and_grade(
         trainer, problems, 1, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs
     )
@@ -167,6 +168,7 @@ def engine_accuracy(
         "n": n,
         "correct": sum(correct),
         "mean_length": sum(lengths) / max(n, 1),
+        "engine": engine_name(trainer),
     }
 
 

@@ -49,7 +49,6 @@ from pacs_rl.training.rollout_eval import (
     CallOnTrainBegin,
     PeriodicEvalCallback,
     engine_accuracy,
-    engine_name,
     engine_pass_at_k,
     needs_engine,
 )
@@ -463,7 +462,6 @@ class _HeldOut:
                 c.seed,
                 prompt_kwargs=s.prompt_kwargs(c),
             )
-            result["engine"] = engine_name(trainer)
         else:
             result = heldout_accuracy(
                 trainer.accelerator.unwrap_model(trainer.model),

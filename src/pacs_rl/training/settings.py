@@ -135,7 +135,7 @@ _CONFIG_TYPES: dict[str, str] = {
     ),
     "dict | str | None": (
         "lr_scheduler_kwargs accelerator_config deepspeed generation_kwargs chat_template_kwargs "
-        "transformers_continuous_batching_config loss_options"
+        "transformers_continuous_batching_config loss_options vllm_engine_kwargs"
     ),
     "dict[str, Any] | str | None": "activation_checkpointing_kwargs gradient_checkpointing_kwargs fsdp_config model_init_kwargs",
     "None | str | list[str]": "optim_target_modules report_to",
