@@ -34,6 +34,8 @@ def readme_commands() -> list[str]:
 def cli_args(command: str) -> list[str] | None:
     """The `pacs-rl` arguments that check ``command`` (its dry run where it has one), or None."""
     words = shlex.split(command)
+    while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=\S*", words[0]):  # VAR=value before the command
+        words = words[1:]
     if words[:2] == ["accelerate", "launch"] and "-m" in words:
         n = words[words.index("--num_processes") + 1] if "--num_processes" in words else "1"
         rest = words[words.index("-m") + 2 :]  # after "-m pacs_rl"

@@ -277,7 +277,7 @@ def missing_packages(values: Mapping[str, Any]) -> list[str]:
     out = []
     if values.get("use_vllm") and not _installed("vllm"):
         out.append(
-            "use_vllm=true needs vLLM, which is not installed: pip install 'pacs-rl[vllm]', or drop use_vllm"
+            "use_vllm=true needs vLLM, which is not installed: pip install 'pacs-rl[vllm]' (on a CPU, vLLM's CPU build: docs/SCALING.md), or drop use_vllm"
         )
     if values.get("use_lora") and not _installed("peft"):
         out.append("use_lora=true needs peft, which is not installed: pip install 'pacs-rl[peft]'")

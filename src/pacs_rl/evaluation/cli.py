@@ -244,7 +244,9 @@ def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str,
 
     refusals = []
     if config.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        refusals.append("--backend vllm needs vLLM, which is not installed: pip install 'pacs-rl[vllm]'")
+        refusals.append(
+            "--backend vllm needs vLLM, which is not installed: pip install 'pacs-rl[vllm]' (on a CPU, vLLM's CPU build: docs/SCALING.md)"
+        )
     try:
         per_model = plan_evals(config, models, labels, sources, n)
     except ValueError as e:
