@@ -185,6 +185,10 @@ def load_record(
 
 def save_record(path: Path, record: dict) -> None:
     record["summary"] = summarize(record)
+    hosts = [r.get("host", {}) for r in [*record["runs"], record.get("base") or {}]]
+    levels = sorted({h["cpu_capability"] for h in hosts if h.get("cpu_capability")})
+    record["cpu_capability"] = "; ".join(levels) or None  # where its runs ran (each run says its own)
+    record["date"] = max((h["date"] for h in hosts if h.get("date")), default=None)  # the latest run's
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")
@@ -361,6 +365,8 @@ def dynamics(metrics_file: Path) -> dict:
         "length_last_3": tail_mean(logged["length"], 3),
         "reward_last_3": tail_mean(logged["reward"], 3),
         "critic_auc_second_minibatch": tail_mean(curves["critic_auc"][1::2]),
+        # the steps' own times, summed: the training time whatever stops and resumes the run had
+        "train_seconds": round(sum(float(r.get("step_time") or 0.0) for r in rows)),
         "curves": curves,
     }
 
@@ -406,7 +412,6 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         values = {**default_settings(), **train, **proto["methods"][method], "seed": seed}
         settings, cfg = split_settings(values)
         run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
-    train_seconds = time.time() - t0
     result = {
         "method": method,
         "seed": seed,
@@ -422,7 +427,8 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         at = evaluate(str(checkpoint), folder / f"eval-{step}", threads, passk=False)
         result["greedy_at"][str(step)] = at["greedy"]
     result["dynamics"] = dynamics(folder / "metrics.jsonl")
-    result["host"] = {**host, "wall_seconds": round(time.time() - t0), "train_seconds": round(train_seconds)}
+    # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
+    result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
     for checkpoint in folder.glob("checkpoint-*"):  # ~1.6 GB each; the record keeps what matters
         shutil.rmtree(checkpoint, ignore_errors=True)

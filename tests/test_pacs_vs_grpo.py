@@ -106,10 +106,15 @@ def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(dri
     path = tmp_path / "record.json"
     record = driver.load_record(path)  # a new record
     assert record["runs"] == [] and record["protocol"] == driver.protocol()
-    record["runs"].append(_run("pacs", 0, 0.5))
+    record["runs"].append({**_run("pacs", 0, 0.5), "host": {"cpu_capability": "AVX2", "date": "2026-11-24"}})
+    record["runs"].append(
+        {**_run("grpo", 0, 0.5), "host": {"cpu_capability": "AVX512", "date": "2026-11-25"}}
+    )
     driver.save_record(path, record)
     saved = json.loads(path.read_text())
     assert saved["summary"]["pacs"]["seeds"] == [0]
+    # where and when, for the record's index: every host level its runs had, the latest run's date
+    assert saved["cpu_capability"] == "AVX2; AVX512" and saved["date"] == "2026-11-25"
     assert driver.load_record(path)["runs"] == saved["runs"]  # the same protocol continues
     saved["protocol"]["methods"]["pacs"]["max_grad_norm"] = 1.0
     path.write_text(json.dumps(saved))
@@ -118,8 +123,8 @@ def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(dri
 
 
 def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path):
-    rows = [{"step": s, "loss": 0.6, "reward": 0.1 * s, "entropy": 1.0 - 0.1 * s, "completions/mean_length": 50 - s}
-            for s in range(1, 7)]  # fmt: skip
+    rows = [{"step": s, "loss": 0.6, "reward": 0.1 * s, "entropy": 1.0 - 0.1 * s, "completions/mean_length": 50 - s,
+             "step_time": 10.4} for s in range(1, 7)]  # fmt: skip
     for row in rows[1::2]:
         row["pacs/critic_auc"] = 0.7  # steps 2, 4, 6: each rollout's second mini-batch
     rows[0]["pacs/critic_auc"] = 0.5
@@ -132,6 +137,7 @@ def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path
     assert out["length_last_3"] == pytest.approx(45.0)
     assert out["critic_auc_second_minibatch"] == pytest.approx(0.7)
     assert out["curves"]["critic_auc"][2] is None
+    assert out["train_seconds"] == 62  # the steps' own times: 6 x 10.4 s
 
 
 def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_path):
