@@ -620,9 +620,10 @@ def markdown_tables(record: dict) -> str:
         cells = []
         for c in cols:
             g = gaps[c]
-            cells.append(
-                "–" if not g.get("ci95") else f"{pct(g['mean'])} [{pct(g['ci95'][0])}, {pct(g['ci95'][1])}]"
-            )
+            if g.get("ci95"):
+                cells.append(f"{pct(g['mean'])} [{pct(g['ci95'][0])}, {pct(g['ci95'][1])}]")
+            else:  # one pair: its difference, no interval
+                cells.append(f"{pct(g.get('mean'))} [–]")
         need = gaps["greedy_accuracy"].get("pairs_needed", "–")
         lines.append(
             f"| {method} | {gaps['greedy_accuracy']['pairs']} | " + " | ".join(cells) + f" | {need} |"

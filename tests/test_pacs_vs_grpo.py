@@ -75,6 +75,8 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     assert "| grpo | 3 | 31.7 (12.6) | 63.3 (25.2) |" in tables  # means (per-run SD) at steps 24 and 48, in %
     # PACS − GRPO at step 24 over seeds 0, 1: 0.05 and 0, mean 2.5 pp, t(1) = 12.706 x 3.54 / sqrt(2)
     assert "| grpo | 2 | 2.5 [-29.3, 34.3] | 5.0 [-58.5, 68.5] |" in tables
+    one_pair = driver.markdown_tables({**record, "runs": record["runs"][:2]})
+    assert "| grpo | 1 | 5.0 [–] | 10.0 [–] |" in one_pair  # one pair: its difference, no interval
     assert driver.complete_seeds(record, ["pacs", "grpo"]) == [0, 1]
     assert not driver.target_reached(record)  # two pairs never stop it
     tight = {
