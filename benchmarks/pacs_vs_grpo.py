@@ -117,9 +117,9 @@ def t_quantile(p: float, df: int) -> float:
     return (lo + hi) / 2
 
 
-def paired_interval(diffs: list[float], target: float = TARGET) -> dict:
+def paired_interval(diffs: list[float], target: float | None = TARGET) -> dict:
     """Mean of paired differences, its 95% Student-t interval and half-width, and the pairs (at this SD) a
-    half-width of ``target`` needs."""
+    half-width of ``target`` needs (not computed when ``target`` is None: a metric not in [0, 1])."""
     n = len(diffs)
     out: dict = {"pairs": n, "mean": sum(diffs) / n if n else None}
     if n < 2:
@@ -127,10 +127,13 @@ def paired_interval(diffs: list[float], target: float = TARGET) -> dict:
     mean = out["mean"]
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
-    needed = n
-    while needed < 100_000 and t_quantile(0.975, needed - 1) * sd / math.sqrt(needed) > target:
-        needed += 1
-    out.update(sd=sd, half_width=half, ci95=[mean - half, mean + half], pairs_needed=needed)
+    out.update(sd=sd, half_width=half, ci95=[mean - half, mean + half])
+    if target is not None:
+        # the normal quantile's answer is a lower bound (t > z); step up from it to the first n that reaches it
+        needed = max(2, math.ceil((1.959964 * sd / target) ** 2))
+        while t_quantile(0.975, needed - 1) * sd / math.sqrt(needed) > target:
+            needed += 1
+        out["pairs_needed"] = needed
     return out
 
 
@@ -259,7 +262,8 @@ def summarize(record: dict) -> dict:
             for name in readers:
                 pairs = [(read(name, "pacs", s), read(name, method, s)) for s in seeds if ("pacs", s) in runs]
                 diffs = [a - b for a, b in pairs if a is not None and b is not None]
-                entry["pacs_minus_this"][name] = paired_interval(diffs)
+                accuracy = name.startswith(("greedy_accuracy", "pass@"))  # the ±5 pp target is for these
+                entry["pacs_minus_this"][name] = paired_interval(diffs, TARGET if accuracy else None)
         out[method] = entry
     return out
 
@@ -603,7 +607,7 @@ def markdown_tables(record: dict) -> str:
     head = [names.get(c, c) for c in cols]
 
     def pct(x):
-        return "–" if x is None else f"{100 * x:.1f}"
+        return "–" if x is None else f"{round(100 * x, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
 
     lines = ["| method | seeds | " + " | ".join(f"{h} (SD)" for h in head) + " | entropy, length (last) |",
              "|---|---:|" + "---:|" * len(cols) + "---|"]  # fmt: skip
@@ -701,9 +705,14 @@ def plot_comparison(record: dict, out: Path) -> Path:
     return _save(fig, out)
 
 
+FROZEN_POOLED = "every frozen-π_ref variant"  # critic_by_reset's row pooling the reference='frozen' runs
+
+
 def critic_by_reset(records: list[dict]) -> dict[str, dict[int, list[float]]]:
-    """method -> {steps since the last reference reset: [within-group AUC of ψ at such steps, over runs]}."""
+    """method -> {steps since the last reference reset: [within-group AUC of ψ at such steps, over runs]}; the
+    reference='frozen' variants also pooled under FROZEN_POOLED."""
     out: dict[str, dict[int, list[float]]] = {}
+    pooled: dict[int, list[float]] = {}
     for record in records:
         mini_batches = int(record["protocol"]["train"].get("mini_batches_per_rollout", 2))
         for run in record["runs"]:
@@ -714,6 +723,10 @@ def critic_by_reset(records: list[dict]) -> dict[str, dict[int, list[float]]]:
                 if auc is not None:
                     since = steps_since_reset(overrides, step, mini_batches)
                     out.setdefault(run["method"], {}).setdefault(since, []).append(auc)
+                    if overrides.get("reference") == "frozen":
+                        pooled.setdefault(since, []).append(auc)
+    if pooled:
+        out[FROZEN_POOLED] = pooled
     return out
 
 

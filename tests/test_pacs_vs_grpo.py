@@ -75,6 +75,10 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     assert "| grpo | 3 | 31.7 (12.6) | 63.3 (25.2) |" in tables  # means (per-run SD) at steps 24 and 48, in %
     # PACS − GRPO at step 24 over seeds 0, 1: 0.05 and 0, mean 2.5 pp, t(1) = 12.706 x 3.54 / sqrt(2)
     assert "| grpo | 2 | 2.5 [-29.3, 34.3] | 5.0 [-58.5, 68.5] |" in tables
+    # ±5 pp is a target for accuracies only: lengths (tokens) and entropies get an interval, no pairs_needed
+    # (the search for one at a token-sized SD once ran for hours)
+    assert "pairs_needed" in summary["grpo"]["pacs_minus_this"]["pass@64"]
+    assert "pairs_needed" not in summary["grpo"]["pacs_minus_this"]["length_last"]
     one_pair = driver.markdown_tables({**record, "runs": record["runs"][:2]})
     assert "| grpo | 1 | 5.0 [–] | 10.0 [–] |" in one_pair  # one pair: its difference, no interval
     assert driver.complete_seeds(record, ["pacs", "grpo"]) == [0, 1]
@@ -206,3 +210,34 @@ def test_critic_auc_pooled_by_steps_since_reset(driver):
     label, mean, se, n = rows["pacs"][1]
     assert label == "1" and n == 3 and mean == pytest.approx((0.7 + 0.9 + 1.0) / 3)
     assert "| pacs | 0.50 ± 0.00 (2) | 0.87 ± 0.09 (3) | – |" in driver.critic_table([record])
+    frozen = {"protocol": driver.protocol(methods=["pacs[reference=frozen]", "pacs[reference=frozen,pacs_beta=0.25]"]),
+              "runs": [{**run, "method": "pacs[reference=frozen]"},
+                       {**run, "method": "pacs[reference=frozen,pacs_beta=0.25]"}]}  # fmt: skip
+    rows = driver.critic_bins([record, frozen])
+    assert list(rows) == ["pacs", "pacs[reference=frozen]", "pacs[reference=frozen,pacs_beta=0.25]",
+                          driver.FROZEN_POOLED]  # fmt: skip
+    # never reset: steps 1..6 are 0..5 steps since; both variants pooled (the old-reference run is not)
+    assert [(label, n) for label, _, _, n in rows[driver.FROZEN_POOLED]][:3] == [
+        ("0", 2),
+        ("1", 2),
+        ("2-3", 4),
+    ]
+
+
+def _block(text: str, name: str) -> str:
+    """The lines between `<!-- name: ... -->` and `<!-- end name -->` in docs/RESULTS.md."""
+    start = text.index(f"<!-- {name}:")
+    start = text.index("\n", start) + 1
+    return text[start : text.index(f"<!-- end {name} -->")].strip()
+
+
+def test_results_page_quotes_the_records(driver):
+    """docs/RESULTS.md's tables are the records' own (printed by `summary --markdown` and `plot`), not typed."""
+    text = (REPO / "docs" / "RESULTS.md").read_text()
+    record = json.loads((REPO / "docs" / "benchmarks" / "pacs_vs_grpo.json").read_text())
+    critic = json.loads((REPO / "docs" / "benchmarks" / "pacs_critic.json").read_text())
+    assert record["summary"] == driver.summarize(record)  # the saved summary is this code's
+    assert _block(text, "tables") == driver.markdown_tables(record)
+    assert _block(text, "critic") == driver.critic_table([record, critic])
+    for name in ("comparison.png", "critic_auc.png"):
+        assert (REPO / "docs" / "results" / "pacs_vs_grpo" / name).is_file()
