@@ -26,6 +26,7 @@ docs/benchmarks/pacs_vs_grpo.json) is kept: run folders under --work lose their 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -190,20 +191,38 @@ def save_record(path: Path, record: dict) -> None:
     tmp.replace(path)
 
 
+def tail_mean(values: list, last: int | None = None) -> float | None:
+    """Mean of the logged (finite) values of a per-step curve, or of its ``last`` logged ones; None if none."""
+    logged = [v for v in values if v is not None and math.isfinite(v)]
+    logged = logged[-last:] if last else logged
+    return sum(logged) / len(logged) if logged else None
+
+
 def metric_readers(record: dict) -> dict:
     """name -> how to read it from a run's result (accuracies in [0, 1], then the dynamics)."""
     readers = {"greedy_accuracy": lambda r: r["greedy"]["accuracy"]}
-    at = record["protocol"]["greedy_at"]
-    readers.update({f"greedy_accuracy@{s}": (lambda r, s=s: r["greedy_at"][str(s)]["accuracy"]) for s in at})
+    at = record["protocol"].get("greedy_at", [])
+    readers.update(  # None where a run stops before that step (a record with --set max_steps=24)
+        {
+            f"greedy_accuracy@{s}": (lambda r, s=s: r.get("greedy_at", {}).get(str(s), {}).get("accuracy"))
+            for s in at
+        }
+    )
     readers.update(
         {f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in record["protocol"]["ks"]}
     )
-    readers.update({
-        "entropy_last": lambda r: r["dynamics"].get("entropy_last_3"),
-        "length_last": lambda r: r["dynamics"].get("length_last_3"),
-        "greedy_length": lambda r: r["greedy"]["mean_length"],
-        "critic_auc_second_minibatch": lambda r: r["dynamics"].get("critic_auc_second_minibatch"),
-    })  # fmt: skip
+    readers.update(
+        {
+            "entropy_last": lambda r: tail_mean(r["dynamics"]["curves"]["entropy"], 3),
+            "length_last": lambda r: tail_mean(r["dynamics"]["curves"]["length"], 3),
+            "greedy_length": lambda r: r["greedy"]["mean_length"],
+            # reference = the rollout policy: ψ ≡ 0 on a rollout's first mini-batch (odd steps), so only the
+            # second mini-batch's AUC can differ from chance
+            "critic_auc_second_minibatch": lambda r: tail_mean(
+                r["dynamics"]["curves"].get("critic_auc", [])[1::2]
+            ),
+        }
+    )
     return readers
 
 
@@ -293,8 +312,8 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
         max_new_tokens=pk["max_new_tokens"],
         batch_size=256,
     )
-    sampler, tokenizer = build_sampler(greedy)
-    gm = run_eval(greedy, sampler, tokenizer, problems=problems)
+    load = functools.cache(functools.partial(build_sampler, greedy))  # only when something is left to sample
+    gm = run_eval(greedy, load=load, problems=problems)
     result = {
         "greedy": {
             "accuracy": gm["pass_at_k"]["1"],
@@ -303,7 +322,7 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
         }
     }
     if passk:
-        pm = run_eval(passk_config, sampler, tokenizer, problems=problems[: pk["problems"]])
+        pm = run_eval(passk_config, load=load, problems=problems[: pk["problems"]])
         result["passk"] = {
             "pass_at_k": pm["pass_at_k"],
             "n": pk["n"],
@@ -328,23 +347,17 @@ def dynamics(metrics_file: Path) -> dict:
     ):
         curves[name] = [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
 
-    def mean(values):
-        values = [v for v in values if v is not None and math.isfinite(v)]
-        return sum(values) / len(values) if values else None
-
-    out = {
+    logged = {k: [v for v in c if v is not None] for k, c in curves.items()}
+    return {
         "steps": len(rows),
-        "entropy_first_3": mean(curves["entropy"][:3]),
-        "entropy_last_3": mean(curves["entropy"][-3:]),
-        "length_first_3": mean(curves["length"][:3]),
-        "length_last_3": mean(curves["length"][-3:]),
-        "reward_last_6": mean(curves["reward"][-6:]),
-        # reference = the rollout policy: ψ ≡ 0 on a rollout's first mini-batch (odd steps here), so only the
-        # second mini-batch's AUC can differ from chance
-        "critic_auc_second_minibatch": mean(curves["critic_auc"][1::2]),
+        "entropy_first_3": tail_mean(logged["entropy"][:3]),
+        "entropy_last_3": tail_mean(logged["entropy"], 3),
+        "length_first_3": tail_mean(logged["length"][:3]),  # logged at rollout steps only
+        "length_last_3": tail_mean(logged["length"], 3),
+        "reward_last_3": tail_mean(logged["reward"], 3),
+        "critic_auc_second_minibatch": tail_mean(curves["critic_auc"][1::2]),
         "curves": curves,
     }
-    return out
 
 
 def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
@@ -462,6 +475,14 @@ def run(args) -> None:
     def folder_of(method, seed) -> Path:
         return args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
 
+    def collect(method, seed, result) -> None:
+        if method is None:
+            record["base"] = result
+        else:
+            record["runs"].append(result)
+        save_record(args.record, record)
+        print(_line(record, method, seed, result), flush=True)
+
     def stop_children(*_):
         for proc in running:
             proc.terminate()
@@ -475,13 +496,7 @@ def run(args) -> None:
                 method, seed = running.pop(proc)
                 folder = folder_of(method, seed)
                 if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
-                    result = json.loads((folder / RESULT_FILE).read_text())
-                    if method is None:
-                        record["base"] = result
-                    else:
-                        record["runs"].append(result)
-                    save_record(args.record, record)
-                    print(_line(record, method, seed, result), flush=True)
+                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
                 else:
                     failures[method, seed] = failures.get((method, seed), 0) + 1
                     print(
@@ -503,6 +518,9 @@ def run(args) -> None:
                 if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
                     break
                 folder = folder_of(method, seed)
+                if (folder / RESULT_FILE).is_file():  # finished before the driver could record it (a crash)
+                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
+                    continue
                 folder.parent.mkdir(parents=True, exist_ok=True)
                 cmd = [sys.executable, __file__, "job", "--work", str(args.work), "--threads", str(args.threads),
                        "--protocol", json.dumps(record["protocol"])]  # fmt: skip
@@ -562,6 +580,106 @@ def print_summary(record: dict) -> None:
         )
 
 
+# ----------------------------------------------------------------------------------------------- figures
+def steps_since_reset(method_overrides: dict, step: int, mini_batches: int = 2) -> int:
+    """Optimizer steps since π_ref last equalled the policy, at (1-based) ``step``: 0 means ψ ≡ 0.
+
+    reference 'old': reset at every rollout (every ``mini_batches`` steps); 'frozen': at the start and every
+    ref_reset_steps (0 = never)."""
+    if method_overrides.get("reference", "old") == "old":
+        return (step - 1) % mini_batches
+    every = int(method_overrides.get("ref_reset_steps") or 0)
+    return step - 1 if every == 0 else (step - 1) % every
+
+
+def plot_comparison(record: dict, out: Path) -> Path:
+    """Greedy accuracy per seed at each evaluated step, pass@k, entropy and length per step, by method."""
+    from pacs_rl.compare.report import _plt
+
+    plt = _plt()
+    methods = [m for m in record["protocol"]["methods"] if any(r["method"] == m for r in record["runs"])]
+    colors = {m: plt.cm.tab10(i) for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    steps = [*record["protocol"].get("greedy_at", []), record["protocol"]["train"].get("max_steps", 24)]
+    for i, m in enumerate(methods):
+        runs = [r for r in record["runs"] if r["method"] == m]
+        for j, step in enumerate(steps):
+            values = [r["greedy"]["accuracy"] if j == len(steps) - 1 else r["greedy_at"][str(step)]["accuracy"]
+                      for r in runs]  # fmt: skip
+            x = j + (i - (len(methods) - 1) / 2) * 0.12
+            axes[0].scatter([x] * len(values), values, color=colors[m], s=12, alpha=0.6)
+            axes[0].errorbar(x, sum(values) / len(values), fmt="_", color=colors[m], markersize=14,
+                             label=f"{m} ({len(runs)} seeds)" if j == 0 else None)  # fmt: skip
+        ks = record["protocol"]["ks"]
+        if ks and all("passk" in r for r in runs):
+            mean = [sum(r["passk"]["pass_at_k"][str(k)] for r in runs) / len(runs) for k in ks]
+            axes[1].plot(ks, mean, marker="o", color=colors[m], label=m)
+        for ax, key in ((axes[2], "entropy"), (axes[3], "length")):
+            curves = [r["dynamics"]["curves"][key] for r in runs]
+            n = min(len(c) for c in curves)
+            points = [(s + 1, tail_mean([c[s] for c in curves])) for s in range(n)]
+            points = [(s, v) for s, v in points if v is not None]  # length: logged at rollout steps only
+            ax.plot([s for s, _ in points], [v for _, v in points], color=colors[m], label=m)
+    base = record.get("base") or {}
+    if base:
+        axes[0].axhline(base["greedy"]["accuracy"], color="grey", ls=":", label="base model")
+        if base.get("passk"):
+            ks = record["protocol"]["ks"]
+            axes[1].plot(
+                ks, [base["passk"]["pass_at_k"][str(k)] for k in ks], color="grey", ls=":", label="base"
+            )
+    axes[0].set(xticks=range(len(steps)), xticklabels=[f"step {s}" for s in steps], ylabel="held-out accuracy",
+                title="greedy, whole held-out split (dots: seeds)")  # fmt: skip
+    axes[1].set(xscale="log", xlabel="k", ylabel="pass@k", title="pass@k, T = 0.6, top-p 0.95, n = 64")
+    axes[2].set(
+        xlabel="optimizer step", ylabel="entropy (nats/token)", title="policy entropy (mean over seeds)"
+    )
+    axes[3].set(xlabel="optimizer step", ylabel="tokens", title="completion length (mean over seeds)")
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def critic_by_reset(records: list[dict]) -> dict[str, dict[int, list[float]]]:
+    """method -> {steps since the last reference reset: [within-group AUC of ψ at such steps, over runs]}."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for record in records:
+        mini_batches = int(record["protocol"]["train"].get("mini_batches_per_rollout", 2))
+        for run in record["runs"]:
+            overrides = record["protocol"]["methods"][run["method"]]
+            if overrides.get("loss_type") != "pacs":
+                continue
+            for step, auc in enumerate(run["dynamics"]["curves"].get("critic_auc", []), start=1):
+                if auc is not None:
+                    since = steps_since_reset(overrides, step, mini_batches)
+                    out.setdefault(run["method"], {}).setdefault(since, []).append(auc)
+    return out
+
+
+def plot_critic(records: list[dict], out: Path) -> Path:
+    """Within-group AUC of ψ against the reward (mixed groups) by steps since the reference was last reset."""
+    from pacs_rl.compare.report import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for method, by_since in critic_by_reset(records).items():
+        xs = sorted(by_since)
+        ax.plot(xs, [sum(by_since[x]) / len(by_since[x]) for x in xs], marker="o", markersize=3, label=method)
+    ax.axhline(0.5, color="grey", ls=":", label="chance")
+    ax.set(xlabel="optimizer steps since π_ref was last set to the policy", ylabel="AUC of ψ within mixed groups",
+           title="Does σ(ψ) rank right answers above wrong ones? (mean over seeds and steps)")  # fmt: skip
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -596,6 +714,12 @@ def main() -> None:
     )
     s = sub.add_parser("summary", help="print the record's table")
     s.add_argument("--record", type=Path, default=RECORD)
+    f = sub.add_parser("plot", help="figures of a record (and of implicit-critic records)")
+    f.add_argument("--record", type=Path, default=RECORD)
+    f.add_argument(
+        "--critic", type=Path, nargs="*", default=[], help="records of PACS variants (frozen π_ref)"
+    )
+    f.add_argument("--out", type=Path, default=Path("docs/results/pacs_vs_grpo"))
     j = sub.add_parser("job", help=argparse.SUPPRESS)
     j.add_argument("--method", default=None)
     j.add_argument("--seed", type=int, default=None)
@@ -608,6 +732,10 @@ def main() -> None:
 
         a.overrides = parse_assignments(a.sets)
         run(a)
+    elif a.command == "plot":
+        records = [json.loads(x.read_text()) for x in [a.record, *a.critic]]
+        print(plot_comparison(records[0], a.out / "comparison.png"))
+        print(plot_critic(records, a.out / "critic_auc.png"))
     elif a.command == "summary":
         print_summary(json.loads(a.record.read_text()))  # reading only: whatever its protocol
     else:
