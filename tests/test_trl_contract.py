@@ -153,24 +153,29 @@ def test_vllm_colocate_internals_we_wrap():
     PACS logs the mismatch under TRL's names, which TRL fills only with its importance-sampling correction."""
     from trl.generation import vllm_generation
 
-    init = inspect.getsource(vllm_generation.VLLMGeneration._init_vllm)
-    for needle in (
-        "self.llm = LLM(",
-        'distributed_executor_backend="external_launcher"',
-        "model=model.name_or_path",
+    for method, needles, ours in (
+        (
+            vllm_generation.VLLMGeneration._init_vllm,
+            (
+                "self.llm = LLM(",
+                'distributed_executor_backend="external_launcher"',
+                "model=model.name_or_path",
+            ),
+            "engine_arguments",
+        ),
+        (
+            vllm_generation.VLLMGeneration.sync_weights,
+            (
+                "self._iter_named_params()",
+                "self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights",
+                "self.llm.reset_prefix_cache()",
+            ),
+            "sync_weights_reloading",
+        ),
     ):
-        assert needle in init, (
-            f"VLLMGeneration._init_vllm no longer contains {needle!r}: re-check engine_arguments"
-        )
-    sync = inspect.getsource(vllm_generation.VLLMGeneration.sync_weights)
-    for needle in (
-        "self._iter_named_params()",
-        "self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights",
-        "self.llm.reset_prefix_cache()",
-    ):
-        assert needle in sync, (
-            f"VLLMGeneration.sync_weights no longer contains {needle!r}: re-check sync_weights_reloading"
-        )
+        source = inspect.getsource(method)
+        for needle in needles:
+            assert needle in source, f"{method.__qualname__} no longer contains {needle!r}: re-check {ours}"
     assert "self.vllm_generation = VLLMGeneration(" in inspect.getsource(GRPOTrainer.__init__)
     rollout = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     logged = rollout.find('"sampling/sampling_logp_difference/mean"')
