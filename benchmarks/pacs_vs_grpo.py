@@ -701,7 +701,9 @@ def plot_comparison(record: dict, out: Path) -> Path:
     )
     axes[3].set(xlabel="optimizer step", ylabel="tokens", title="completion length (mean over seeds)")
     for ax in axes:
-        ax.legend(fontsize=7)
+        ax.legend(
+            fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
+        )  # beside the axes: the bins stay visible
     return _save(fig, out)
 
 
@@ -771,7 +773,7 @@ def plot_critic(records: list[dict], out: Path) -> Path:
     from pacs_rl.compare.report import _plt
 
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(13, 4.5))
     bins = critic_bins(records)
     for i, (method, rows) in enumerate(bins.items()):
         points = [
@@ -779,15 +781,18 @@ def plot_critic(records: list[dict], out: Path) -> Path:
             for j, (_, m, se, _) in enumerate(rows)
             if m is not None
         ]
+        pooled = {"color": "black", "linewidth": 2.5, "zorder": 5} if method == FROZEN_POOLED else {}
         ax.errorbar([x for x, _, _ in points], [m for _, m, _ in points], yerr=[se or 0 for _, _, se in points],
-                    marker="o", markersize=4, capsize=3, label=method)  # fmt: skip
+                    marker="o", markersize=4, capsize=3, label=method, **pooled)  # fmt: skip
     ax.axhline(0.5, color="grey", ls=":", label="chance")
     labels = [row[0] for row in next(iter(bins.values()), [])]
     ax.set(xticks=range(len(labels)), xticklabels=labels, ylim=(0, 1),
            xlabel="optimizer steps since π_ref was last set to the policy",
            ylabel="AUC of ψ within mixed groups (mean ± SE)",
            title="Does σ(ψ) rank right answers above wrong ones?")  # fmt: skip
-    ax.legend(fontsize=7)
+    ax.legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )  # beside the axes: the bins stay visible
     return _save(fig, out)
 
 
