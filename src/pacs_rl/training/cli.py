@@ -132,6 +132,11 @@ def _with_default(text: str, key: str) -> str:
     return f"{text}  [default: {_DEFAULTS[key]}]"
 
 
+def _setting_option(key: str, text: str, *flags: str, metavar: str) -> Any:
+    """The option of run setting ``key``: default None (the layer below decides), its help with the CPU default."""
+    return typer.Option(None, *flags, help=_with_default(text, key), metavar=metavar, show_default=False)
+
+
 def train_command(
     config: str = typer.Option(
         None,
@@ -160,58 +165,28 @@ def train_command(
     resume: bool = typer.Option(
         False, "--resume", help="Continue the run in --output-dir from its last checkpoint."
     ),
-    model: str = typer.Option(
-        None,
+    model: str = _setting_option(
+        "model",
+        "Bundled alias (smollm2-135m), tiny (a tiny random model: a smoke run), Hub id or local folder.",
         "--model",
         "-m",
-        help=_with_default(
-            "Bundled alias (smollm2-135m), tiny (a tiny random model: a smoke run), Hub id or local folder.",
-            "model",
-        ),
         metavar="NAME",
-        show_default=False,
     ),
-    dataset: str = typer.Option(
-        None,
+    dataset: str = _setting_option(
+        "dataset",
+        "Training problems: arithmetic | reasoning_gym:<task> | file.jsonl | Hub id | benchmark name.",
         "--dataset",
         "-d",
-        help=_with_default(
-            "Training problems: arithmetic | reasoning_gym:<task> | file.jsonl | Hub id | benchmark name.",
-            "dataset",
-        ),
         metavar="SOURCE",
-        show_default=False,
     ),
-    loss_type: str = typer.Option(
-        None,
-        "--loss-type",
-        "-l",
-        help=_with_default("Policy loss: {losses}.", "loss_type"),
-        metavar="NAME",
-        show_default=False,
+    loss_type: str = _setting_option(
+        "loss_type", "Policy loss: {losses}.", "--loss-type", "-l", metavar="NAME"
     ),
-    max_steps: str = typer.Option(
-        None,
-        "--max-steps",
-        help=_with_default("Optimizer steps.", "max_steps"),
-        metavar="N",
-        show_default=False,
+    max_steps: str = _setting_option("max_steps", "Optimizer steps.", "--max-steps", metavar="N"),
+    learning_rate: str = _setting_option(
+        "learning_rate", "Peak learning rate.", "--learning-rate", "--lr", metavar="LR"
     ),
-    learning_rate: str = typer.Option(
-        None,
-        "--learning-rate",
-        "--lr",
-        help=_with_default("Peak learning rate.", "learning_rate"),
-        metavar="LR",
-        show_default=False,
-    ),
-    seed: str = typer.Option(
-        None,
-        "--seed",
-        help=_with_default("Random seed (data order, sampling, init).", "seed"),
-        metavar="N",
-        show_default=False,
-    ),
+    seed: str = _setting_option("seed", "Random seed (data order, sampling, init).", "--seed", metavar="N"),
     split: str = data_option("split"),
     problem_field: str = data_option("problem_field"),
     answer_field: str = data_option("answer_field"),
@@ -219,12 +194,8 @@ def train_command(
     instruction: str = data_option("instruction"),
     system_prompt: str = data_option("system_prompt"),
     skip_bad_rows: bool = data_option("skip_bad_rows"),
-    eval_size: str = typer.Option(
-        None,
-        "--eval-size",
-        help=_with_default("Held-out problems for before/after accuracy (0 = off).", "eval_size"),
-        metavar="N",
-        show_default=False,
+    eval_size: str = _setting_option(
+        "eval_size", "Held-out problems for before/after accuracy (0 = off).", "--eval-size", metavar="N"
     ),
     threads: str = typer.Option(
         None,
