@@ -179,6 +179,10 @@ def test_restatement_rule_spares_answers_that_are_not_the_question(question, ans
         ("What is 33 - 51?", "I do not know. The answer is 33 - 51", "-18"),
         ("What is 36 + 0?", "add 0 to both sides: 36 + 0 = 36 + 0 = 36 + 0 =", "36"),  # the bundled model
         ("What is 1,200 + 34?", r"\boxed{1200 + 34}", "1234"),
+        # a sentence's full stop kept these paid (a PACS run of the comparison learned it, 2026-11-25)
+        ("What is 92 + 5?", "To solve this, 92 + 5 equals 107.\n\nSo the answer is 92 + 5.", "97"),
+        ("What is 53 + 8?", "The answer is 53 + 8.", "61"),
+        ("What is 84 / 2?", "The result is 84 / 2.", "42"),
     ],
 )
 def test_restatement_rule_refuses_the_question_as_its_own_answer(question, completion, gold):
