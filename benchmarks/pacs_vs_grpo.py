@@ -852,8 +852,10 @@ def main() -> None:
     elif a.command == "plot":
         records = [json.loads(x.read_text()) for x in [a.record, *a.critic]]
         print(plot_comparison(records[0], a.out / "comparison.png"))
-        print(plot_critic(records, a.out / "critic_auc.png"))
-        print(critic_table(records))
+        # the critic's figure and table pool the record's PACS runs with the frozen-π_ref records
+        if a.critic:
+            print(plot_critic(records, a.out / "critic_auc.png"))
+            print(critic_table(records))
     elif a.command == "summary":
         record = json.loads(a.record.read_text())  # reading only: whatever its protocol
         print(markdown_tables(record) if a.markdown else "", end="\n" if a.markdown else "")

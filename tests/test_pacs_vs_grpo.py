@@ -234,10 +234,15 @@ def _block(text: str, name: str) -> str:
 def test_results_page_quotes_the_records(driver):
     """docs/RESULTS.md's tables are the records' own (printed by `summary --markdown` and `plot`), not typed."""
     text = (REPO / "docs" / "RESULTS.md").read_text()
-    record = json.loads((REPO / "docs" / "benchmarks" / "pacs_vs_grpo.json").read_text())
-    critic = json.loads((REPO / "docs" / "benchmarks" / "pacs_critic.json").read_text())
-    assert record["summary"] == driver.summarize(record)  # the saved summary is this code's
+    bench = REPO / "docs" / "benchmarks"
+    record = json.loads((bench / "pacs_vs_grpo.json").read_text())
+    leak = json.loads((bench / "pacs_vs_grpo_restatement_leak.json").read_text())  # the first record
+    critic = json.loads((bench / "pacs_critic.json").read_text())
+    for saved in (record, leak):
+        assert saved["summary"] == driver.summarize(saved)  # the saved summary is this code's
     assert _block(text, "tables") == driver.markdown_tables(record)
-    assert _block(text, "critic") == driver.critic_table([record, critic])
+    assert _block(text, "leak") == driver.markdown_tables(leak)
+    assert _block(text, "critic") == driver.critic_table([leak, critic])  # the critic's runs are the leak's
+    assert (REPO / "docs" / "results" / "pacs_vs_grpo" / "comparison.png").is_file()
     for name in ("comparison.png", "critic_auc.png"):
-        assert (REPO / "docs" / "results" / "pacs_vs_grpo" / name).is_file()
+        assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_leak" / name).is_file()
