@@ -195,13 +195,14 @@ def restates_question(answer: str | None, gold: str, question: str | None) -> bo
     "4 \\times 5" for "What is 4 times 5?"), compared in one spelling (:func:`_expression_key`).
 
     An equation read as the answer ("180 + 24 = 204") is judged by its last side, as math-verify compares
-    it; punctuation that ends the sentence ("92 + 5." for "What is 92 + 5?") is not part of the answer. A single number, an operation the question does not write ("20 - 2" for 12 + 6, "\\frac{1}{2}" for a
+    it; punctuation that ends the sentence ("92 + 5." for "What is 92 + 5?") is not part of the answer. A
+    single number, an operation the question does not write ("20 - 2" for 12 + 6, "\\frac{1}{2}" for a
     question that mentions 1 and 2 apart), and answers to non-numeric golds are never refused.
     """
     if not answer or not question or not _PLAIN_NUMBER.fullmatch(gold):
         return False
-    # a sentence's own punctuation is not part of the answer: "The answer is 92 + 5." restates "92 + 5"
-    key = _expression_key(answer.rsplit("=", 1)[-1]).strip().rstrip(".,;:!?").strip().strip("()")
+    # the key holds no whitespace (_expression_key drops it); the sentence's closing punctuation goes too
+    key = _expression_key(answer.rsplit("=", 1)[-1]).rstrip(".,;:!?").strip("()")
     if not _NUMBER_OPERATION.search(key):
         return False
     # whole numbers only: "3-5" is not in "33-51", "6*7" is in "compute6*7."
