@@ -440,6 +440,36 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         weights.unlink()
 
 
+def regrade(work: Path) -> dict:
+    """Every evaluation's samples under ``work`` (the run folders) scored again with this code's grader: the
+    share right as recorded and now, and pass@k now. For a record whose grader has since been fixed."""
+    from pacs_rl.evaluation.passk import pass_at_k
+    from pacs_rl.rewards.math_verifier import check
+
+    questions = {p.id: p.problem for p in heldout_problems()}
+    out = {}
+    for samples in sorted(work.glob("*/seed*/eval*/*/samples.jsonl")):
+        rows = [json.loads(x) for x in samples.read_text().splitlines() if x.strip()]
+        counts: dict[str, list] = {}
+        for r in rows:
+            verdict = check(r["completion"], r["answer"], PROTOCOL["grader"], questions[r["problem_id"]])
+            counts.setdefault(r["problem_id"], []).append(verdict.score)
+        fewest = min(map(len, counts.values()))  # pass@k needs k samples of every problem
+        ks = [k for k in (KS if samples.parent.name == "passk" else [1]) if k <= fewest]
+        out[str(samples.parent.relative_to(work))] = {
+            "samples": len(rows),
+            "correct_as_recorded": round(sum(r["score"] for r in rows) / len(rows), 4),
+            "correct_now": round(sum(map(sum, counts.values())) / len(rows), 4),
+            "pass_at_k_now": {
+                str(k): round(
+                    sum(pass_at_k(len(s), int(sum(s)), k) for s in counts.values()) / len(counts), 4
+                )
+                for k in ks
+            },
+        }
+    return out
+
+
 def slug(method: str) -> str:
     """A folder name for a method or variant: pacs[reference=frozen] -> pacs__reference=frozen."""
     return method.replace("[", "__").replace("]", "").replace(",", "__")
@@ -828,6 +858,9 @@ def main() -> None:
         default=[],
         help="key=value for every run (part of the protocol: a new record)",
     )
+    g = sub.add_parser("regrade", help="score a record's kept samples again with this code's grader")
+    g.add_argument("--record", type=Path, default=RECORD)
+    g.add_argument("--work", type=Path, default=WORK, help="the record's run folders")
     s = sub.add_parser("summary", help="print the record's table")
     s.add_argument("--record", type=Path, default=RECORD)
     s.add_argument("--markdown", action="store_true", help="the tables of docs/RESULTS.md")
@@ -856,6 +889,11 @@ def main() -> None:
         if a.critic:
             print(plot_critic(records, a.out / "critic_auc.png"))
             print(critic_table(records))
+    elif a.command == "regrade":
+        record = json.loads(a.record.read_text())
+        record["regraded"] = {"grader": PROTOCOL["grader"], "commit": _commit(), "runs": regrade(a.work)}
+        save_record(a.record, record)
+        print(json.dumps(record["regraded"]["runs"], indent=1))
     elif a.command == "summary":
         record = json.loads(a.record.read_text())  # reading only: whatever its protocol
         print(markdown_tables(record) if a.markdown else "", end="\n" if a.markdown else "")

@@ -246,3 +246,23 @@ def test_results_page_quotes_the_records(driver):
     assert (REPO / "docs" / "results" / "pacs_vs_grpo" / "comparison.png").is_file()
     for name in ("comparison.png", "critic_auc.png"):
         assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_leak" / name).is_file()
+
+
+def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
+    """A restatement that the leaking rule paid ("The answer is 92 + 5.") is 0 under the fixed rule."""
+    folder = tmp_path / "pacs" / "seed3" / "eval" / "passk"
+    folder.mkdir(parents=True)
+    rows = [
+        {
+            "problem_id": "arith-test-10000-0",
+            "completion": "The answer is 92 + 5.",
+            "answer": "97",
+            "score": 1.0,
+        },
+        {"problem_id": "arith-test-10000-0", "completion": "The answer is 97.", "answer": "97", "score": 1.0},
+    ]
+    (folder / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = driver.regrade(tmp_path)["pacs/seed3/eval/passk"]
+    assert (out["samples"], out["correct_as_recorded"], out["correct_now"]) == (2, 1.0, 0.5)
+    assert out["pass_at_k_now"]["1"] == 0.5
+    assert out["pass_at_k_now"]["2"] == 1.0
