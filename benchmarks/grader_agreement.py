@@ -45,7 +45,6 @@ from pacs_rl.evaluation.runner import EvalConfig, run_evals
 from pacs_rl.evaluation.samples import SAMPLES_FILE, read_samples
 from pacs_rl.rewards import verify_batch
 from pacs_rl.rewards.math_verifier import authors_score
-from pacs_rl.training.run import ARITHMETIC_GRADER
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_FILES = {
@@ -59,7 +58,7 @@ SOLUTION_FILES = {
     "aime83-23": "train_aime_1983_2023.jsonl",
 }
 HELD_OUT = "arithmetic?n=200&seed=10000&ops=+-&digits=2,1&split=test"  # the CPU default's, seed 0
-GRADERS = ["paper", "strict", ARITHMETIC_GRADER, "paper+multiple_boxed", "paper+echo"]
+GRADERS = ["paper", "sound", "strict", "paper+restatement", "paper+multiple_boxed", "paper+echo"]
 AUTHORS_TIMEOUT = 5.0  # math-verify's own limit per parse / per comparison
 
 

@@ -14,6 +14,7 @@ from pacs_rl.compare.plan import (
     CompareError,
     ManifestMismatch,
     build_plan,
+    grader_note,
     parse_sweep,
     resolve_settings,
     sweep_table,
@@ -118,7 +119,10 @@ def test_settings_errors_name_the_setting():
         resolve_settings(preset="nope")
     with pytest.raises(CompareError, match=r"eval\.grader: grader 'lenient': unknown base grader"):
         resolve_settings(preset="smoke", config={"eval": {"grader": "lenient"}})
-    assert resolve_settings(preset="smoke")["eval"]["grader"] == "paper"  # the paper's verdicts by default
+    assert resolve_settings(preset="smoke")["eval"]["grader"] == "auto"  # paper on the paper's benchmarks
+    assert grader_note(resolve_settings(preset="smoke")["eval"]) == " (sound)"  # arithmetic: the training grader
+    assert grader_note({"benchmarks": ["math500", "arithmetic"]}) == " (paper on math500, sound on arithmetic)"
+    assert grader_note({"grader": "paper", "benchmarks": ["arithmetic"]}) == ""
 
 
 def test_method_settings_change_one_method_and_never_the_budget():

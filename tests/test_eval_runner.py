@@ -114,8 +114,8 @@ def test_outputs_and_passk_recomputed_from_samples(tmp_path, tiny_tokenizer):
     t = on_disk["timing"]
     assert t["samples_generated_this_run"] == 24 and t["generation_seconds"] >= 0
     table = (out / "results.md").read_text()
-    assert "grader: paper" in table and "\n### arithmetic?n=6&seed=3 (n = 4; 6 problems)" in table
-    assert on_disk["grader"] == "paper" and on_disk["sampling"]["dtype"] == "float32"  # auto on a CPU
+    assert "grader: sound" in table and "\n### arithmetic?n=6&seed=3 (n = 4; 6 problems)" in table
+    assert on_disk["grader"] == "sound" and on_disk["sampling"]["dtype"] == "float32"  # auto on a CPU
     assert (out / "passk.png").stat().st_size > 1000
 
 
@@ -165,7 +165,7 @@ def test_resume_refuses_other_settings_and_extends_n(tmp_path, tiny_tokenizer):
         run_eval(
             _config(tmp_path, n=2, max_new_tokens=5), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer
         )
-    with pytest.raises(ResumeMismatch, match="grader: samples have 'paper', this command has 'strict'"):
+    with pytest.raises(ResumeMismatch, match="grader: samples have 'sound', this command has 'strict'"):
         run_eval(_config(tmp_path, n=2, grader="strict"), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
     with pytest.raises(ValueError, match="unknown base grader"):
         run_eval(
@@ -306,7 +306,7 @@ def test_cli_several_benchmarks_one_table(tmp_path, tiny_model_dir):
     assert r.exit_code == 0, r.output
     first = json.loads((out / "arithmetic_n_2_seed_0" / "metrics.json").read_text())
     second = json.loads((out / "arithmetic_n_2_seed_1_digits_2_1" / "metrics.json").read_text())
-    assert (first["n"], second["n"]) == (1, 2) and first["grader"] == "paper"
+    assert (first["n"], second["n"]) == (1, 2) and first["grader"] == "sound"  # auto: sound off the paper's data
     table = (out / "results.md").read_text()
     assert "arithmetic?n=2&seed=0 k = 1 | arithmetic?n=2&seed=1&digits=2,1 k = 1 | 2 |" in table
     r = _cli([*args[:5], "--grader", "paper+nonsense", "-o", str(tmp_path / "bad")])

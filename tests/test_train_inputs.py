@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 from pacs_rl.cli import app
 from pacs_rl.training import cli
 from pacs_rl.training.run import (
-    ARITHMETIC_GRADER,
     RunSettings,
     SettingsError,
     build_config,
@@ -86,7 +85,7 @@ def test_a_reward_function_given_by_dotted_path_trains(tmp_path, tiny_model_dir,
 
 def test_reward_functions_and_weights_are_checked(tmp_path):
     assert [f.__name__ for f in build_reward_funcs(RunSettings(), build_config({}, tmp_path))] == [
-        "math_reward_paper+restatement"  # the arithmetic task's grader
+        "math_reward_sound"  # the training grader
     ]
     config = build_config({"reward_weights": [1.0, 2.0]}, tmp_path)
     with pytest.raises(SettingsError, match=r"reward_weights=\[1.0, 2.0\] has 2 weight\(s\) for 1 reward"):
@@ -99,10 +98,11 @@ def test_reward_functions_and_weights_are_checked(tmp_path):
         RunSettings(grader="lenient")
 
 
-def test_the_grader_follows_the_task_unless_named():
-    assert RunSettings().resolved_grader() == ARITHMETIC_GRADER == "paper+restatement"
-    assert RunSettings(dataset="arithmetic?n=10").resolved_grader() == ARITHMETIC_GRADER
-    assert RunSettings(dataset="train.jsonl").resolved_grader() == "paper"
+def test_training_pays_the_sound_grader_on_every_dataset_unless_named():
+    assert RunSettings().resolved_grader() == "sound"
+    assert RunSettings(dataset="arithmetic?n=10").resolved_grader() == "sound"
+    assert RunSettings(dataset="train.jsonl").resolved_grader() == "sound"
+    assert RunSettings(grader="auto").resolved_grader() == "sound"  # the old default's name
     assert RunSettings(grader="strict+echo").resolved_grader() == "strict+echo"
 
 

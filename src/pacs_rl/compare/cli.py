@@ -14,6 +14,7 @@ from pacs_rl.compare.plan import (
     PRESETS,
     build_plan,
     check_training_data,
+    grader_note,
     load_settings_file,
     parse_sweep,
     resolve_settings,
@@ -208,7 +209,7 @@ def _dry_run(settings: dict, output: Path) -> None:
     top_p = ev["top_p"] if ev["temperature"] > 0 else 1.0
     typer.echo(
         f"  evaluation of the base model and every run: {', '.join(ev['benchmarks'])}; n = {ev['n']}, "
-        f"T {ev['temperature']}, top-p {top_p}, <= {ev['max_new_tokens']} tokens, grader {ev['grader']}"
+        f"T {ev['temperature']}, top-p {top_p}, <= {ev['max_new_tokens']} tokens, grader {ev['grader']}{grader_note(ev)}"
     )
     typer.echo(f"  output: {output} ({trained} of {len(specs)} runs trained, {evaluated} of {len(evals)} "
                "evaluations finished)")  # fmt: skip

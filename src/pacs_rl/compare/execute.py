@@ -159,7 +159,7 @@ def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: P
         max_new_tokens=int(ev["max_new_tokens"]),
         batch_size=int(ev["batch_size"]),
         seed=int(ev["seed"]),
-        grader=str(ev.get("grader", "paper")),
+        grader=str(ev.get("grader", "auto")),
         verify_workers=int(ev["verify_workers"]),
         plain_prompt=bool(ev["plain_prompt"]),
         backend=str(ev.get("backend", "transformers")),

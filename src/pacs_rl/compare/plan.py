@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pacs_rl.rewards.graders import parse_grader
+from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
 from pacs_rl.settings import DATA_KEYS, SettingsError, read_yaml, rename_keys
 from pacs_rl.training.settings import (
     CONFIG_TYPES,
@@ -140,7 +140,7 @@ EVAL_DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 64,
     "seed": 0,
     "batch_size": 64,
-    "grader": "paper",  # math-verify as the PACS authors call it (pacs_rl.rewards graders)
+    "grader": "auto",  # paper on the paper's benchmarks, sound elsewhere (pacs_rl.evaluation.EvalConfig)
     "verify_workers": 0,
     "plain_prompt": False,
     "backend": "transformers",  # or vllm
@@ -198,10 +198,21 @@ PRESETS: dict[str, dict[str, Any]] = {
             "ks": [1, 2, 4],
             "max_new_tokens": 96,
             "batch_size": 64,
-            "grader": "paper+restatement",  # the arithmetic task's: a restated question is no answer
         },
     },
 }
+
+
+def grader_note(ev: dict[str, Any]) -> str:
+    """What ``grader: auto`` resolves to for the comparison's benchmarks (``" (sound)"``); "" for a named grader."""
+    if str(ev.get("grader", "auto")) != "auto":
+        return ""
+    from pacs_rl.data.loaders import benchmark_name
+
+    graders = {b: "paper" if benchmark_name(str(b)) else TRAINING_GRADER for b in ev.get("benchmarks", [])}
+    if len(set(graders.values())) == 1:
+        return f" ({next(iter(graders.values()))})"
+    return " (" + ", ".join(f"{g} on {b}" for b, g in graders.items()) + ")"
 
 
 class CompareError(SettingsError):
@@ -411,7 +422,8 @@ def check_settings(settings: dict[str, Any]) -> None:
     if ks is not None and any(int(k) < 1 or int(k) > smallest for k in ks):
         raise CompareError(f"eval.ks {ks} must lie in 1..n (n = {ev['n']}).")
     try:
-        parse_grader(str(ev["grader"]))
+        if str(ev["grader"]) != "auto":
+            parse_grader(str(ev["grader"]))
     except ValueError as e:
         raise CompareError(f"eval.grader: {e}") from None
 

@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from pacs_rl.compare.plan import TRAIN_DONE_FILE, RunSpec, eval_dir_of, method_label, sweep_table
+from pacs_rl.compare.plan import (
+    TRAIN_DONE_FILE,
+    RunSpec,
+    eval_dir_of,
+    grader_note,
+    method_label,
+    sweep_table,
+)
 from pacs_rl.compare.stats import is_scipy_available, mean_se, sign_flip_test, wilcoxon_p
 from pacs_rl.evaluation.passk import mean_pass_at_k
 from pacs_rl.evaluation.report import METRICS_FILE, rank_marks
@@ -335,7 +342,7 @@ def header_section(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> 
         "",
         f"Evaluation (same for every row): n = {ev['n']} samples per problem, temperature {ev['temperature']}, "
         f"top-p {ev['top_p']}, max {ev['max_new_tokens']} new tokens, sampling seed {ev['seed']}; "
-        f"answers graded by `{ev.get('grader', 'paper')}`; pass@k by the unbiased estimator (paper eq. 10), in %.",
+        f"answers graded by `{ev.get('grader', 'auto')}`{grader_note(ev)}; pass@k by the unbiased estimator (paper eq. 10), in %.",
         "",
     ]
     missing = [s.key for s in plan if not (out / s.folder / TRAIN_DONE_FILE).is_file()]

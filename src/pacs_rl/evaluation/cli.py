@@ -94,10 +94,12 @@ def eval_command(
     top_p: float = typer.Option(0.95, "--top-p", help="Nucleus top-p (paper: 0.95)."),
     max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="Generated tokens per sample at most."),
     grader: str = typer.Option(
-        "paper",
+        "auto",
         "--grader",
-        help="paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), or either with "
-        "+rules: restatement, multiple_boxed, echo (e.g. paper+restatement).",
+        help="auto: paper on the paper's benchmarks (its tables compare with the paper's), sound on other data. "
+        "sound: one committed final answer, a number where the gold is one, never the question given back. paper: "
+        "math-verify as the PACS authors call it. strict: a \\boxed{} answer. paper/strict take +rules: "
+        "restatement, multiple_boxed, echo.",
     ),
     backend: str = typer.Option("transformers", help="Sampling engine: transformers or vllm."),
     dtype: str = typer.Option(
@@ -269,7 +271,7 @@ def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str,
     top_p = config.top_p if config.temperature > 0 else 1.0
     how = "greedy" if config.temperature == 0 else f"T {config.temperature}, top-p {top_p}"
     typer.echo(f"  engine: {config.backend}, dtype {config.dtype}, device {config.device}; {how}, "
-               f"<= {config.max_new_tokens} tokens, grader {config.grader}, seed {config.seed}")  # fmt: skip
+               f"<= {config.max_new_tokens} tokens, grader {config.resolved_grader()}, seed {config.seed}")  # fmt: skip
     for runs in per_model:
         where = (
             ""

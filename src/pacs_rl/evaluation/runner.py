@@ -43,7 +43,12 @@ from pacs_rl.evaluation.samples import (
     rewrite_samples,
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
-from pacs_rl.rewards.graders import grader_name, parse_grader  # names only: no math-verify
+from pacs_rl.rewards.graders import (  # names only: no math-verify
+    DEFAULT_GRADER,
+    TRAINING_GRADER,
+    grader_name,
+    parse_grader,
+)
 from pacs_rl.settings import DataSettings
 
 # pacs_rl.sampling (torch) and pacs_rl.rewards (math-verify, sympy) are imported where they are used:
@@ -137,10 +142,12 @@ class EvalConfig(DataSettings):
     )
     seed: int = field(default=0, metadata={"help": "Sampling seed."})
     grader: str = field(
-        default="paper",
+        default="auto",
         metadata={
-            "help": "Answer grader: paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), "
-            "either with +rules (restatement, multiple_boxed, echo)."
+            "help": "Answer grader: auto (paper on the paper's benchmarks, so tables compare with the paper's; sound on "
+            "any other data), sound (one committed final answer, a number where the gold is one, never the question "
+            "given back), paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), paper or "
+            "strict with +rules (restatement, multiple_boxed, echo)."
         },
     )
     verify_timeout: float = field(default=3.0, metadata={"help": "Seconds per answer check at most."})
@@ -200,7 +207,7 @@ class EvalConfig(DataSettings):
     def locked(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["dtype"] = self.resolved_dtype()
-        d["grader"] = grader_name(self.grader)  # canonical: paper+echo+restatement = paper+restatement+echo
+        d["grader"] = self.resolved_grader()  # canonical: paper+echo+restatement = paper+restatement+echo
         return {k: d[k] for k in LOCKED_SETTINGS}
 
     def prompt_kwargs(self) -> dict[str, Any]:
@@ -232,11 +239,19 @@ class EvalConfig(DataSettings):
             out.append(
                 f"vllm_engine_kwargs sets {taken}, which have their own options ({options}): use those"
             )
-        try:
-            parse_grader(self.grader)
-        except ValueError as e:
-            out.append(str(e))
+        if self.grader != "auto":
+            try:
+                parse_grader(self.grader)
+            except ValueError as e:
+                out.append(str(e))
         return out
+
+    def resolved_grader(self) -> str:
+        """The grader's canonical name; ``auto`` is ``paper`` on a benchmark of the paper (MATH-500, AIME, AMC,
+        Minerva, OlympiadBench, by name) and the training grader, ``sound``, on any other data."""
+        if self.grader == "auto":
+            return DEFAULT_GRADER if benchmark_name(self.benchmark) else TRAINING_GRADER
+        return grader_name(self.grader)
 
 
 class ResumeMismatch(RuntimeError):
@@ -341,7 +356,7 @@ def assemble_metrics(
         "label": config.label or config.model,
         "model": config.model,
         "benchmark": config.benchmark,
-        "grader": grader_name(config.grader),
+        "grader": config.resolved_grader(),
         "n": config.n,
         "ks": ks,
         "num_problems": len(problems),
@@ -484,7 +499,7 @@ def open_verifier(config: EvalConfig) -> Iterator[Callable[[list[str], list[str]
     in a RewardPool of ``config.verify_workers`` processes (closed on exit), or in this process when 0."""
     from pacs_rl.rewards import RewardPool, verify_batch  # math-verify, sympy
 
-    grader, timeout = config.grader, config.verify_timeout
+    grader, timeout = config.resolved_grader(), config.verify_timeout
     if config.verify_workers <= 0:
         yield lambda completions, answers, questions: verify_batch(
             completions, answers, grader, num_workers=0, timeout=timeout, prompts=questions

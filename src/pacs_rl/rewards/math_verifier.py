@@ -30,6 +30,14 @@ import logging
 import re
 from dataclasses import dataclass
 
+from pacs_rl.rewards.answers import (
+    answer_form,
+    box_spans,
+    final_answer,
+    number_value,
+    numeric_reading,
+)
+from pacs_rl.rewards.answers import restates_question as restates_question_structure
 from pacs_rl.rewards.graders import DEFAULT_GRADER, Grader, parse_grader
 
 # math-verify logs a warning per unparseable prediction and per disabled timeout; at RL scale that floods
@@ -45,8 +53,9 @@ REASONS = (
     "correct",  # final answer equals the gold answer
     "wrong",  # an answer was read and it differs from the gold answer
     "no_answer",  # nothing to read: no box (strict), empty/unclosed last box, no number or expression
-    "multiple_answers",  # rule multiple_boxed: right, but other boxes hold different answers
-    "restatement",  # rule restatement: right, but only as an operation on the question's own numbers
+    "multiple_answers",  # sound: several values where the gold is one; rule multiple_boxed: boxes disagree
+    "restatement",  # right, but only as the question's own expression (sound; rule restatement)
+    "not_a_number",  # sound: the gold is a plain number and the answer read is an operation or expression
     "timeout",  # the check overran its time limit: scored 0
     "parse_error",  # the gold answer could not be parsed, or math-verify failed internally
     "empty_gold",  # the gold answer is empty or missing: a data problem, scored 0
@@ -71,53 +80,26 @@ _OPERATOR_SPELLINGS = (
     (re.compile(r"\\left|\\right|\$|\\[,;!: ]|\s+"), ""),
 )
 
-_BOX_COMMAND = re.compile(r"\\boxed(?![A-Za-z])")
 _MAX_EXTRACTED_CHARS = 200
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of one check. ``score`` is 1.0 only when ``reason == "correct"``."""
+    """The outcome of one check. ``score`` is 1.0 only when ``reason == "correct"``.
+
+    ``form``: the form of the answer read (:data:`pacs_rl.rewards.answers.FORMS`: plain, no_box, several,
+    expression, restated, none), for the reward-hacking monitor; None where the check did not get that far."""
 
     score: float
     extracted: str | None
     reason: str
+    form: str | None = None
 
 
 def find_boxes(text: str) -> list[str | None]:
-    """Contents of every ``\\boxed`` in ``text``, in order of appearance.
-
-    Handles nested braces (``\\boxed{\\frac{1}{2}}``), a space before the brace and the brace-less form
-    ``\\boxed 25`` (read up to the next whitespace or ``$``, trailing ``.,;:`` dropped). An unclosed box
-    (a generation cut off inside it) yields ``None``; an empty box yields ``""``.
-    """
-    boxes: list[str | None] = []
-    for match in _BOX_COMMAND.finditer(text):
-        i = match.end()
-        while i < len(text) and text[i] in " \t":
-            i += 1
-        if i < len(text) and text[i] == "{":
-            depth, start = 0, i + 1
-            for j in range(i, len(text)):
-                if text[j] == "{" and text[j - 1] != "\\":
-                    depth += 1
-                elif text[j] == "}" and text[j - 1] != "\\":
-                    depth -= 1
-                    if depth == 0:
-                        boxes.append(_strip_trailing_punctuation(text[start:j]))
-                        break
-            else:
-                boxes.append(None)  # unclosed
-        elif i > match.end():  # `\boxed 25`: a space, then a token
-            boxes.append(_strip_trailing_punctuation(re.match(r"[^\s$]*", text[i:]).group(0)))
-        else:
-            boxes.append("")  # `\boxed` followed by neither a brace nor a space
-    return boxes
-
-
-def _strip_trailing_punctuation(content: str) -> str:
-    # "\boxed{104.}" and "\boxed{104}" are the same answer; LaTeX spacing commands at the end too.
-    return re.sub(r"(?:\s|\\[,;:! ]|[.,;:])+$", "", content.strip())
+    """Contents of every ``\\boxed`` in ``text``, in order of appearance (:func:`answers.box_spans`): nested
+    braces followed, ``\\boxed 25`` read to the next space, an unclosed box ``None``, an empty one ``""``."""
+    return [content for _start, _end, content in box_spans(text)]
 
 
 def remove_prompt_echo(completion: str, prompt: str | None) -> str:
@@ -166,6 +148,11 @@ def _pred_string(pred: list) -> str | None:
 
 def _read(text: str, grader: Grader) -> tuple[list, str | None]:
     """(parsed prediction, the answer as text) as ``grader``'s base reads ``text``; ([], None) when none."""
+    if grader.base == "sound":
+        committed = final_answer(text)
+        if committed is None:
+            return [], None
+        return _read_box(committed.text), committed.text
     if grader.base == "strict":
         boxes = find_boxes(text)
         if not boxes or not boxes[-1]:  # no box, or an empty/unclosed last box: nothing declared
@@ -239,8 +226,8 @@ def extract_answer(completion, grader: str = DEFAULT_GRADER, prompt: str | None 
 def check(completion, answer, grader: str = DEFAULT_GRADER, prompt: str | None = None) -> Verdict:
     """Grade one completion against one gold answer, with no time bound (see ``pacs_rl.rewards.verify``).
 
-    ``prompt`` (the question, or the whole prompt) is read by the rules ``restatement`` and ``echo`` only.
-    Never raises on model output: any failure inside math-verify becomes ``reason="parse_error"``.
+    ``prompt`` (the question, or the whole prompt) is read by the ``sound`` grader and the rules ``restatement``
+    and ``echo``. Never raises on model output: any failure inside math-verify becomes ``reason="parse_error"``.
     """
     g = parse_grader(grader)
     gold_text = _as_text(answer).strip()
@@ -250,22 +237,54 @@ def check(completion, answer, grader: str = DEFAULT_GRADER, prompt: str | None =
     if "echo" in g.rules:
         text = remove_prompt_echo(text, prompt)
     try:
-        pred, extracted = _read(text, g)
         gold = _parse_gold(gold_text)
-        if not gold:  # the authors' math_metric raises here; their compute_score scores it 0
-            return Verdict(0.0, _shorten(extracted), "parse_error")
-        if not pred:
-            return Verdict(0.0, None, "no_answer")
-        if not _equal(gold, pred):
-            return Verdict(0.0, _shorten(extracted), "wrong")
-        # Right by the base grader; an opt-in rule may still refuse it.
-        if "multiple_boxed" in g.rules and _boxes_disagree(text):
-            return Verdict(0.0, _shorten(extracted), "multiple_answers")
-        if "restatement" in g.rules and restates_question(extracted, gold_text, prompt):
-            return Verdict(0.0, _shorten(extracted), "restatement")
-        return Verdict(1.0, _shorten(extracted), "correct")
+        if g.base == "sound":
+            verdict = _check_sound(text, gold_text, gold, prompt)
+        else:
+            verdict = _check_read(text, gold_text, gold, g, prompt)
+        form = verdict.form
+        if form is None and verdict.extracted is not None:
+            form = answer_form(text, verdict.extracted, gold_text, prompt)
+        return Verdict(verdict.score, _shorten(verdict.extracted), verdict.reason, form)
     except Exception:
         return Verdict(0.0, None, "parse_error")
+
+
+def _check_read(text: str, gold_text: str, gold: list, g: Grader, prompt: str | None) -> Verdict:
+    """The ``paper`` and ``strict`` graders, with their opt-in rules."""
+    pred, extracted = _read(text, g)
+    if not gold:  # the authors' math_metric raises here; their compute_score scores it 0
+        return Verdict(0.0, extracted, "parse_error")
+    if not pred:
+        return Verdict(0.0, None, "no_answer", "none")
+    if not _equal(gold, pred):
+        return Verdict(0.0, extracted, "wrong")
+    # Right by the base grader; an opt-in rule may still refuse it.
+    if "multiple_boxed" in g.rules and _boxes_disagree(text):
+        return Verdict(0.0, extracted, "multiple_answers")
+    if "restatement" in g.rules and restates_question(extracted, gold_text, prompt):
+        return Verdict(0.0, extracted, "restatement")
+    return Verdict(1.0, extracted, "correct")
+
+
+def _check_sound(text: str, gold_text: str, gold: list, question: str | None) -> Verdict:
+    """The ``sound`` grader (:mod:`pacs_rl.rewards.answers`): one committed answer; a number where the gold is
+    one; never the question's own expression unless that is the gold; then math-verify's equality."""
+    committed = final_answer(text)
+    if not gold:
+        return Verdict(0.0, committed and committed.text, "parse_error")
+    if committed is None:
+        return Verdict(0.0, None, "no_answer", "none")
+    answer = read = committed.text
+    if number_value(gold_text) is not None:  # a number, or an equation one of whose sides is that number
+        read, form = numeric_reading(answer)
+        if read is None:
+            return Verdict(0.0, answer, "multiple_answers" if form == "several" else "not_a_number")
+    if not _equal(gold, _read_box(read)):
+        return Verdict(0.0, answer, "wrong")
+    if restates_question_structure(read, gold_text, question):
+        return Verdict(0.0, answer, "restatement")
+    return Verdict(1.0, answer, "correct")
 
 
 def authors_score(completion: str, answer: str) -> float:

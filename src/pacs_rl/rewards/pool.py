@@ -100,7 +100,7 @@ def _process_cpu_seconds(pid: int) -> float | None:
 
 def _worker_main(conn, soft_timeout: bool) -> None:
     """Worker loop: receive ``(task_id, completion, answer, grader, prompt, timeout)``, send back
-    ``(task_id, score, extracted, reason, cpu_seconds_so_far)``; ``None`` or a closed pipe stops it.
+    ``(task_id, verdict, cpu_seconds_so_far)``; ``None`` or a closed pipe stops it.
 
     The worker's own limit counts its CPU time, so a machine crowded by other jobs does not turn slow
     but legitimate checks into timeouts (rewards stay reproducible under load)."""
@@ -118,7 +118,7 @@ def _worker_main(conn, soft_timeout: bool) -> None:
             verdict = _check_with_alarm(completion, answer, grader, prompt, timeout, cpu_clock=True)
         else:
             verdict = check(completion, answer, grader=grader, prompt=prompt)
-        conn.send((task_id, verdict.score, verdict.extracted, verdict.reason, time.process_time()))
+        conn.send((task_id, verdict, time.process_time()))
 
 
 @dataclass
@@ -362,11 +362,11 @@ class RewardPool:
                     if message[0] == "ready":
                         worker.ready, worker.head_cpu = True, message[1]
                         continue
-                    task_id, score, extracted, reason, worker.head_cpu = message
+                    task_id, verdict, worker.head_cpu = message
                     worker.inflight.popleft()
                     worker.head_started = time.monotonic()
                     worker.next_check = worker.head_started + hard_limit
-                    results[task_id] = Verdict(score, extracted, reason)
+                    results[task_id] = verdict
                     done += 1
                     if bar is not None:
                         bar.advance(0)

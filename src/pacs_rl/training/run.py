@@ -53,7 +53,6 @@ from pacs_rl.training.rollout_eval import (
     needs_engine,
 )
 from pacs_rl.training.settings import (  # re-exported: the settings of a run, checked before torch loads
-    ARITHMETIC_GRADER,
     CPU_DEFAULTS,
     HELDOUT_SEED,
     MODEL_DTYPES,
@@ -74,7 +73,6 @@ from pacs_rl.training.settings import (  # re-exported: the settings of a run, c
 from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, sharding_problems
 
 __all__ = [  # the library API of a run (with what pacs_rl.training.settings defines)
-    "ARITHMETIC_GRADER",
     "CPU_DEFAULTS",
     "HELDOUT_SEED",
     "MODEL_DTYPES",

@@ -38,7 +38,7 @@ from pacs_rl.data import (
 )
 from pacs_rl.data.procedural import is_procedural, parse_query
 from pacs_rl.models import hub_unreachable, model_problem
-from pacs_rl.rewards.graders import parse_grader, reward_spec_problem, split_reward_specs
+from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader, reward_spec_problem, split_reward_specs
 from pacs_rl.settings import (
     DataSettings,
     SettingsError,
@@ -55,9 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pacs_rl.training")
 
-# The grader `grader: auto` picks for the built-in arithmetic task: a PACS run there learned to answer
-# "What is 33 - 51?" with "33 - 51", which math-verify evaluates; the restatement rule refuses exactly that.
-ARITHMETIC_GRADER = "paper+restatement"
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 # The held-out arithmetic problems are drawn with this seed whatever the run's seed: every seed of a
 # comparison is measured on the same problems (a seed-dependent set added its own variance to the spread
@@ -233,12 +230,13 @@ class RunSettings(DataSettings):
         },
     )
     grader: str = field(
-        default="auto",
+        default=TRAINING_GRADER,
         metadata={
-            "help": "Grader of the math reward and the held-out accuracy: paper (math-verify as the PACS authors call "
-            "it), strict (a \\boxed{} answer), either with +rules (restatement, multiple_boxed, echo). "
-            f"auto = {ARITHMETIC_GRADER} on the built-in arithmetic task (a policy there learned "
-            "to restate the question: '33 - 51' for 'What is 33 - 51?'), paper on any other data."
+            "help": "Grader of the math reward and the held-out accuracy: sound (one committed final answer, a number "
+            "where the gold is one, never the question given back: a policy cannot be paid for an answer it did not "
+            "work out), paper (math-verify as the PACS authors call it; pays restated questions and unevaluated "
+            "expressions), strict (a \\boxed{} answer), paper or strict with +rules (restatement, multiple_boxed, "
+            "echo). auto is the old name of the default."
         },
     )
     model_dtype: str = field(
@@ -300,7 +298,7 @@ class RunSettings(DataSettings):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 out.append(f"{name}={value!r}: give a whole number >= 1, or null")
-        if self.grader != "auto":
+        if self.grader != "auto":  # the old default's name, still accepted
             try:
                 parse_grader(self.grader)
             except ValueError as e:
@@ -320,9 +318,9 @@ class RunSettings(DataSettings):
         return self.dataset == "arithmetic" or self.dataset.startswith("arithmetic?")
 
     def resolved_grader(self) -> str:
-        """``grader`` with ``auto`` made concrete (ARITHMETIC_GRADER on the arithmetic task, else paper)."""
+        """``grader`` in its canonical name (``auto``, the old default's name, is the training grader)."""
         if self.grader == "auto":
-            return ARITHMETIC_GRADER if self.on_arithmetic() else "paper"
+            return TRAINING_GRADER
         return parse_grader(self.grader).name
 
     def prompt_kwargs(self, config: PACSConfig | None = None) -> dict[str, Any]:
