@@ -48,7 +48,9 @@ RESULT_FILE = "result.json"
 # What every run shares, on top of `pacs-rl train`'s CPU default (training/run.py: RunSettings, CPU_DEFAULTS).
 # A record made with another protocol is refused (start a new record instead of mixing two).
 PROTOCOL = {
-    "version": 1,
+    # version 2: trained and graded by the sound grader (version 1, pacs_vs_grpo_restatement_rule.json, was
+    # trained on paper+restatement, which pays restated questions in other spellings: closed)
+    "version": 2,
     # 48 steps, checkpoints every 24: the first 24 steps of a run are the `pacs-rl train` default's 24 (constant
     # lr), so one run measures both budgets; evaluated below, on the whole held-out split
     "train": {"eval_size": 0, "plot": False, "max_steps": 48, "save_steps": 24, "save_total_limit": 2},
@@ -56,7 +58,7 @@ PROTOCOL = {
     "heldout": {"ops": "+-", "digits": "2,1", "split": "test"},  # all of it, in the order of HELDOUT_SEED
     "greedy": {"temperature": 0.0, "max_new_tokens": 96},
     "passk": {"problems": 32, "n": 64, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 96},
-    "grader": "paper+restatement",  # the arithmetic task's grader (`grader: auto` in training)
+    "grader": "sound",  # the training grader (`pacs-rl train`'s default), for the evaluations too
 }
 KS = [1, 2, 4, 8, 16, 32, 64]
 

@@ -120,8 +120,12 @@ def test_settings_errors_name_the_setting():
     with pytest.raises(CompareError, match=r"eval\.grader: grader 'lenient': unknown base grader"):
         resolve_settings(preset="smoke", config={"eval": {"grader": "lenient"}})
     assert resolve_settings(preset="smoke")["eval"]["grader"] == "auto"  # paper on the paper's benchmarks
-    assert grader_note(resolve_settings(preset="smoke")["eval"]) == " (sound)"  # arithmetic: the training grader
-    assert grader_note({"benchmarks": ["math500", "arithmetic"]}) == " (paper on math500, sound on arithmetic)"
+    assert (
+        grader_note(resolve_settings(preset="smoke")["eval"]) == " (sound)"
+    )  # arithmetic: the training grader
+    assert (
+        grader_note({"benchmarks": ["math500", "arithmetic"]}) == " (paper on math500, sound on arithmetic)"
+    )
     assert grader_note({"grader": "paper", "benchmarks": ["arithmetic"]}) == ""
 
 
@@ -239,7 +243,7 @@ def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
         _fake_eval(eval_dir_of(tmp_path, spec, "b"), counts[(spec.variant, spec.seed)], 2)
         run = tmp_path / spec.folder
         rows = [{"step": t, "entropy": 1.0 + t, "grad_norm": 0.5, "completions/mean_length": 8, "reward": 0.1,
-                 "pacs/critic_accuracy": 0.6, "pacs/brier": 0.2, "pacs/prob_mean": 0.4, "pacs/reward_mean": 0.3}
+                 "pacs/critic_auc": 0.6, "pacs/brier": 0.2, "pacs/prob_mean": 0.4, "pacs/reward_mean": 0.3}
                 for t in (1, 2)]  # fmt: skip
         (run).mkdir(parents=True)
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -79,12 +80,32 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
     assert held["before"]["n"] == 4 and held["after"]["n"] == 4
     assert any("held-out accuracy" in line for line in cli.summary_lines(result))
     assert (out / "final" / "config.json").is_file()
+    # the reward-hacking monitor: every rollout's completions kept with their verdicts, the held-out samples too
+    per_rollout = build_config(cfg, out).generation_batch_size
+
+    def rollout_steps():
+        rows = [json.loads(line) for line in (out / "samples" / "rollouts.jsonl").read_text().splitlines()]
+        assert all(
+            {"problem", "answer", "completion", "score", "reason", "form", "truncated"} <= set(r)
+            for r in rows
+        )
+        return Counter(r["step"] for r in rows)
+
+    first = rollout_steps()
+    assert set(first.values()) == {per_rollout} and min(first) == 0
+    forms = json.loads((out / "answer_forms.json").read_text())
+    assert forms["grader"] == "sound" and forms["completions"] == sum(first.values())
+    for when in ("before", "after"):
+        rows = (out / "samples" / f"heldout_{when}.jsonl").read_text().splitlines()
+        assert len(rows) == 4 and json.loads(rows[0])["finish_reason"] in ("stop", "length")
     with pytest.raises(SettingsError, match="--resume"):
         run_training(settings, build_config(cfg, out))  # refuses to overwrite a run
     settings2, cfg2 = cli.resolve_settings(None, {}, [*sets, "max_steps=3"])
     run_training(settings2, build_config(cfg2, out), resume=True)
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s for s in steps if s <= 3][-1] == 3
+    resumed = rollout_steps()  # the rollouts redone after the checkpoint replace the interrupted run's
+    assert set(resumed.values()) == {per_rollout} and max(resumed) > max(first)
 
 
 def test_arithmetic_ops_reach_training_and_held_out_sets():

@@ -41,9 +41,10 @@ DYNAMICS = [
     ("response length (tokens)", ("completions/mean_length",)),
     ("reward (rollout mean)", ("reward", "accuracy")),
 ]
+# The implicit critic by its within-group AUC (ranking of ψ against R on mixed groups): with π_ref = the rollout
+# policy, ψ = 0 on a rollout's first update, where σ(ψ)'s accuracy and Brier score sit at chance by construction.
 CRITIC = [
-    ("critic accuracy (σ(ψ) > 0.5 ⇔ R = 1)", ("pacs/critic_accuracy",)),
-    ("Brier score (σ(ψ) − R)²", ("pacs/brier",)),
+    ("critic AUC of ψ within mixed groups (0.5 = chance)", ("pacs/critic_auc",)),
 ]
 
 
@@ -532,7 +533,7 @@ def critic_section(
     labels: dict[str, str],
     logs: dict[str, list[list[dict[str, Any]]]],
 ) -> list[str]:
-    """For the PACS rows: the critic's accuracy and Brier score over training, and its calibration."""
+    """For the PACS rows: the critic's within-group AUC over training, and its calibration."""
     pacs_logs = {
         labels[s.variant]: logs[labels[s.variant]]
         for s in plan
@@ -544,11 +545,13 @@ def critic_section(
     md = [
         "## PACS as a critic",
         "",
-        "![critic accuracy and Brier](critic.png)",
+        "![critic AUC](critic.png)",
         "",
-        "Per logged optimizer step, on that mini-batch's completions: accuracy of σ(ψ) > 0.5 as a "
-        "prediction of the reward R, and the Brier score mean (σ(ψ) − R)² "
-        f"(keys {', '.join(f'`{v}`' for v in used.values())}). A constant guess of 0.5 scores Brier 0.25.",
+        "Per logged optimizer step, on that mini-batch's groups with both outcomes: the share of (right, wrong) "
+        "pairs of a group whose ψ ranks the right completion higher "
+        f"(key {', '.join(f'`{v}`' for v in used.values())}; 0.5 is chance). With the default reference (the "
+        "policy that sampled the rollout) ψ is 0 on a rollout's first update, so the AUC is 0.5 there by "
+        "construction; it means something on the later updates of the same rollout.",
         "",
     ]
     if plot_calibration(pacs_logs, out / "critic_calibration.png") is not None:

@@ -103,6 +103,8 @@ class MathRewardFunction:
             "math_reward" if self.grader == DEFAULT_GRADER else f"math_reward_{self.grader}"
         )
         self.last_result: BatchResult | None = None  # the verdicts of the latest call, for inspection
+        # (completions, gold answers, questions) of the latest call: what the reward-hacking monitor keeps
+        self.last_inputs: tuple[list[str], list[str], list[str | None]] | None = None
 
     def __call__(self, completions: Sequence, answer: Sequence | None = None, **kwargs) -> list[float]:
         answers = answer if self.answer_column == "answer" else kwargs.get(self.answer_column)
@@ -126,10 +128,18 @@ class MathRewardFunction:
                 texts, list(answers), self.grader, num_workers=0, timeout=self.timeout, prompts=questions
             )
         self.last_result = result
+        self.last_inputs = (texts, [str(a) for a in answers], questions or [None] * len(texts))
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and result.scores:  # TRL >= 1.x: averaged per logging step
             n = len(result.scores)
-            for reason in ("no_answer", "timeout", "multiple_answers", "restatement", "parse_error"):
+            for reason in (
+                "no_answer",
+                "timeout",
+                "multiple_answers",
+                "restatement",
+                "not_a_number",
+                "parse_error",
+            ):
                 log_metric(f"{self.__name__}/{reason}_frac", result.reasons.get(reason, 0) / n)
         return result.scores
 
@@ -137,6 +147,7 @@ class MathRewardFunction:
         state = dict(self.__dict__)
         state["pool"] = None
         state["last_result"] = None
+        state["last_inputs"] = None
         return state
 
 

@@ -19,6 +19,8 @@ from rich.progress import (
 )
 from transformers import TrainerCallback
 
+from pacs_rl.training.monitor import form_warnings
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -127,7 +129,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
 
 class RichProgressCallback(TrainerCallback):
     """A one-line progress bar: step, reward, accuracy, seconds per step and ETA; without a terminal (a log
-    file), one plain line per logged step instead of the bar."""
+    file), one plain line per logged step instead of the bar. The reward-hacking monitor's notes
+    (pacs_rl.training.monitor.form_warnings) are printed above it."""
 
     def __init__(self, description: str = "training"):
         self.description = description
@@ -135,6 +138,7 @@ class RichProgressCallback(TrainerCallback):
         self.task = None
         self.fields = {"reward": float("nan"), "accuracy": float("nan")}
         self.start = None
+        self.announced: set[str] = set()  # forms of paid answers the monitor has announced
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not state.is_world_process_zero:
@@ -162,6 +166,8 @@ class RichProgressCallback(TrainerCallback):
             if logs.get(key) is not None:
                 self.fields[key] = logs[key]
         self.progress.update(self.task, **self.fields)
+        for line in form_warnings(logs, self.announced):
+            self.progress.console.print(line)
         if self.progress.disable and "loss" in logs:  # a log file: one plain line per step
             t0, s0 = self.start
             per_step = (time.time() - t0) / max(state.global_step - s0, 1)

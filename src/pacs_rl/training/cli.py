@@ -25,6 +25,7 @@ from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_n
 from pacs_rl.models import ModelError
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import settings as schema
+from pacs_rl.training.monitor import summary_line
 
 _DEFAULTS = schema.default_settings()
 
@@ -38,6 +39,9 @@ def summary_lines(result) -> list[str]:
             f"held-out accuracy ({a['n']} problems, {result.eval_description}): "
             f"before {b['accuracy']:.1%} -> after {a['accuracy']:.1%}"
         )
+    forms = summary_line(result.answer_forms) if result.answer_forms else None
+    if forms:
+        lines.append(forms)
     where = f" on {result.device}" if result.device else ""
     lines.append(
         f"training: {result.global_step} steps{where}, {result.train_seconds / 60:.1f} min this session"

@@ -28,7 +28,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
 from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, RichProgressCallback
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.heldout import heldout_accuracy, plot_curves
+from pacs_rl.training.monitor import FORMS_FILE, SAMPLES_DIR
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from pacs_rl.training.quiet import expect_tied_missing_keys
 from pacs_rl.training.rollout_eval import (
@@ -239,6 +240,7 @@ class TrainResult:
     metrics_file: Path
     final_dir: Path
     curves_png: Path | None
+    answer_forms: dict[str, Any] = field(default_factory=dict)  # the reward-hacking monitor's totals
     already_complete: bool = False  # resumed a run that had finished: nothing was trained
     device: str = ""  # where this call trained ("cuda:0", "cpu"); empty when it trained nothing
 
@@ -475,6 +477,11 @@ class _HeldOut:
                 prompt_kwargs=s.prompt_kwargs(c),
             )
             result["engine"] = "fast-sampler"  # on this process's model
+        rows = result.pop("samples", None)
+        if rows is not None and PartialState().is_main_process:  # for `pacs-rl audit`
+            (self.path.parent / SAMPLES_DIR).mkdir(exist_ok=True)
+            path = self.path.parent / SAMPLES_DIR / f"heldout_{when}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         self.results[when] = result
         self.record()
 
@@ -609,6 +616,8 @@ def run_training(
     elif checkpoint is None:
         # one process: the weights as loaded, before accelerate wraps the forward in (bf16) autocast
         heldout.measure(trainer, "before")
+    # the reward-hacking monitor's saved rollouts: those of steps this run will redo go (a fresh run: all)
+    trainer.answer_monitor.forget_after(int(_trainer_state(checkpoint)["global_step"]) if checkpoint else -1)
     trainer.add_callback(RichProgressCallback(config.loss_type))  # after the "before" evaluation's own bar
     if config.eval_steps:
         trainer.add_callback(_periodic_eval(trainer, settings, config, held, reward))
@@ -629,6 +638,8 @@ def run_training(
         tokenizer.save_pretrained(str(out / FINAL_DIR))
     heldout.measure(trainer, "after")
     heldout.record(train_seconds_this_session=train_seconds)
+    if not complete:  # a finished run resumed trains nothing: its answer_forms.json stays as written
+        trainer.answer_monitor.save(heldout_after=heldout.results.get("after", {}).get("paid_forms"))
     # resuming a complete run loads the weights only: its step count is the checkpoint's
     global_step = int(_trainer_state(checkpoint)["global_step"]) if complete else trainer.state.global_step
     if state.is_main_process:
@@ -653,7 +664,9 @@ def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any)
     if "global_step" not in values:
         values["global_step"] = json.loads((out / DONE_FILE).read_text())["global_step"]
     png = out / CURVES_FILE
+    forms = json.loads((out / FORMS_FILE).read_text()) if (out / FORMS_FILE).is_file() else {}
     return TrainResult(
+        answer_forms=forms,
         output_dir=out,
         train_seconds=values.pop("train_seconds", 0.0),
         heldout={k: held[k] for k in ("before", "after") if k in held},

@@ -43,6 +43,7 @@ import warnings
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 from transformers import AutoModelForCausalLM
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import is_peft_available
@@ -55,11 +56,13 @@ from trl.trainer.utils import (
 )
 
 from pacs_rl.algorithms import compute_policy_loss, finite_groups, policy_loss_options
+from pacs_rl.rewards.trl_reward import MathRewardFunction
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.fields import CLIP_OPTION_FIELDS, KL_OPTION_FIELDS, PACS_OPTION_FIELDS
+from pacs_rl.training.monitor import AnswerMonitor
 from pacs_rl.training.pieces import (
     LogpsBackwardInPieces,
     completion_forward,
@@ -238,6 +241,9 @@ class PACSTrainer(GRPOTrainer):
         # global_step when the buffered rollout was sampled (-1: unknown, e.g. after a resume)
         self._rollout_step = -1
         self._use_pieces = self._update_in_pieces()
+        self.answer_monitor = AnswerMonitor(
+            args.output_dir, self._math_reward_grader(), write=self.accelerator.is_main_process
+        )
 
     def _vllm_default_dtype(self) -> torch.dtype | None:
         """The dtype of the colocated vLLM engine when vllm_engine_kwargs names none: the policy's on vLLM's CPU
@@ -469,11 +475,38 @@ class PACSTrainer(GRPOTrainer):
         impl = self.args.logprob_impl
         return impl == "logits" or (impl == "auto" and self.accelerator.device.type == "cpu")
 
+    def _math_reward_grader(self) -> str | None:
+        """The grader of the run's math reward function, None when no reward function is ``math``."""
+        funcs = [f for f in getattr(self, "reward_funcs", []) if isinstance(f, MathRewardFunction)]
+        return funcs[0].grader if funcs else None
+
+    def _monitor_answers(self, output: dict[str, Any], mode: str) -> None:
+        """The reward-hacking monitor (pacs_rl.training.monitor): forms of the paid answers of this rollout,
+        gathered over processes, logged, and the completions kept in samples/rollouts.jsonl."""
+        funcs = [f for f in self.reward_funcs if isinstance(f, MathRewardFunction) and f.last_inputs]
+        if not funcs or funcs[0].last_result is None:
+            return
+        func = funcs[0]
+        texts, answers, questions = func.last_inputs
+        ids, mask = output["completion_ids"], output["completion_mask"]
+        lengths = mask.sum(dim=1)
+        eos = self.processing_class.eos_token_id
+        ended = (ids == eos).any(dim=1) if eos is not None else torch.zeros_like(lengths, dtype=torch.bool)
+        cut = ((lengths >= self.max_completion_length) & ~ended).tolist()
+        local = list(
+            zip(func.last_result.verdicts, texts, answers, questions, lengths.tolist(), cut, strict=True)
+        )
+        rows = gather_object(local) if self.accelerator.num_processes > 1 else local
+        metrics = self.answer_monitor.observe(self.state.global_step, *map(list, zip(*rows, strict=True)))
+        for key, value in metrics.items():
+            self._metrics[mode][key].append(value)
+
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             self._rollout_step = self.state.global_step
+            self._monitor_answers(output, mode)
         # the fp32 sampler's entropies, kept with its old log-probs for the update in pieces
         entropies = self.__dict__.pop("_rollout_entropies", None)
         if entropies is not None and entropies.shape == output["completion_mask"].shape:
