@@ -95,3 +95,29 @@ def test_merge_finished_runs(tmp_path):
     md, png = write_report(runs, tmp_path / "merged")
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
     assert re.search(r"\| b \| \*\*50\.00\*\* \| \*\*60\.00\*\* \|", md.read_text())
+
+
+def test_table_names_the_share_of_paid_answers_that_are_not_plain():
+    """Under each table, one line per run with forms: the share of its paid answers that are not plain; runs
+    from before forms were recorded get none."""
+    from pacs_rl.evaluation.report import forms_text
+
+    runs = [
+        _run("A", {1: 0.5}, bench="aime24"),
+        _run("A", {1: 0.6}),
+        _run("B", {1: 0.7}),
+        _run("C", {1: 0.1}),
+    ]
+    runs[0]["paid_forms"] = {"plain": 412, "no_box": 12, "restated": 4}
+    runs[1]["paid_forms"] = {"plain": 10}
+    runs[2]["paid_forms"] = {}
+    t = results_table(runs)
+    notes = t.split("| C |")[1].split("**Bold**")[0].strip().splitlines()
+    assert notes[1:] == [
+        "",
+        "- A on aime24: 3.7% of 428 paid answers not plain (no_box 12, restated 4)",
+        "- A on math500: 0.0% of 10 paid answers not plain",
+    ]  # B: nothing paid, nothing to say
+    assert forms_text(runs[0]["paid_forms"]) == "plain 412 (96.3%), no_box 12, restated 4"
+    assert forms_text({"restated": 3}) == "plain 0 (0.0%), restated 3" and forms_text({}) == "none"
+    assert "paid answers" not in results_table([_run("D", {1: 0.5})])  # an older run: no line

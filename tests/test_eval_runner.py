@@ -98,7 +98,8 @@ def test_outputs_and_passk_recomputed_from_samples(tmp_path, tiny_tokenizer):
     rows, pairs = _pairs(out / "samples.jsonl")
     ids = [p.id for p in arithmetic_problems(6, seed=3, split="test")]
     assert set(pairs) == {(pid, i) for pid in ids for i in range(4)} and max(pairs.values()) == 1
-    assert {"completion", "extracted", "score", "reason", "finish_reason", "num_tokens"} <= set(rows[0])
+    fields = {"completion", "extracted", "score", "reason", "form", "finish_reason", "num_tokens", "problem"}
+    assert fields <= set(rows[0])
     # pass@k from the counts in samples.jsonl, computed here independently of the runner
     c = Counter()
     for r in rows:
@@ -252,6 +253,76 @@ def test_k_outside_n_and_plan_chunks(tmp_path):
     assert [[p for p, _ in ch] for ch in chunks] == [["a", "b"], ["c"], ["d", "e"], ["f"]]
 
 
+class HackingSampler:
+    """Answers "What is a op b?" in four forms, one per sample: boxed and right (plain), the question given back
+    ("The answer is b op a." for a sum: restated), right in prose but cut off at the token limit (truncated), and
+    a wrong box."""
+
+    def generate(self, prompts, params):
+        out = []
+        for prompt in prompts:
+            a, op, b = re.search(r"What is (\d+) ([+\-*]) (\d+)\?", prompt).groups()
+            right = eval(f"{a}{op}{b}")
+            back = f"{b} {op} {a}" if op in "+*" else f"{a} {op} {b}"
+            texts = [
+                (f"So \\boxed{{{right}}}.", "stop"),
+                (f"The answer is {back}.", "stop"),
+                (f"The answer is {right}. Let me also", "length"),
+                (f"\\boxed{{{right + 1}}}", "stop"),
+            ]
+            out.append([FakeSample(t, finish_reason=f) for t, f in texts[: params.n]])
+        return out
+
+
+def test_samples_and_metrics_record_the_form_of_each_answer(tmp_path, tiny_tokenizer, capsys):
+    """Every row gets its answer's form and its question; metrics.json counts the forms among the paid samples
+    and among all; results.md and the command's output name the share of paid answers that are not plain."""
+    cfg = _config(tmp_path, benchmark="arithmetic?n=4&seed=3&ops=+", grader="paper")  # paper pays restated
+    metrics = run_eval(cfg, sampler=HackingSampler(), tokenizer=tiny_tokenizer)
+    rows, _ = _pairs(tmp_path / "run" / "samples.jsonl")
+    by_index = {r["sample_index"]: r for r in rows if r["problem_id"] == rows[0]["problem_id"]}
+    assert [by_index[i]["form"] for i in range(4)] == ["plain", "restated", "truncated", "plain"]
+    assert [by_index[i]["score"] for i in range(4)] == [1.0, 1.0, 1.0, 0.0]
+    assert by_index[0]["problem"].startswith("What is ")
+    assert metrics["paid_forms"] == {"plain": 4, "truncated": 4, "restated": 4}
+    assert metrics["forms"] == {"plain": 8, "truncated": 4, "restated": 4}
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["paid_forms"] == metrics["paid_forms"]
+    table = (tmp_path / "run" / "results.md").read_text()
+    assert "- scripted: 66.7% of 12 paid answers not plain (truncated 4, restated 4)" in table
+
+    from rich.console import Console
+
+    from pacs_rl.evaluation.cli import _print_forms
+
+    console = Console(stderr=True, width=60)
+    _print_forms({**metrics, "_path": "runs/x"}, console)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "scripted: paid answers by form: plain 4 (33.3%), truncated 4, restated 4"
+    assert err[1].startswith("warning: 66.7% of scripted's paid answers are not plain: the grader (paper)")
+    assert err[1].endswith("`pacs-rl audit runs/x` grades them again with another") and len(err) == 2
+
+
+def test_metrics_of_samples_written_before_forms_existed(tmp_path, tiny_tokenizer):
+    """A run resumed on an older samples file: its rows without a form count as unknown, and the share of paid
+    answers that are not plain is taken over the known ones."""
+    from pacs_rl.evaluation.report import forms_note, paid_not_plain
+
+    cfg = _config(tmp_path, n=2)
+    run_eval(cfg, sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+    samples = tmp_path / "run" / "samples.jsonl"
+    rows = [json.loads(line) for line in samples.read_text().splitlines()]
+    for r in rows[:4]:
+        del r["form"], r["problem"]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    metrics = run_eval(cfg, sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)  # nothing to sample
+    paid = sum(r["score"] == 1.0 for r in rows)
+    assert sum(metrics["paid_forms"].values()) == paid and metrics["forms"]["unknown"] == 4
+    assert paid_not_plain(metrics["paid_forms"]) == (0, paid - metrics["paid_forms"]["unknown"])
+    assert forms_note(metrics).startswith("0.0% of ")
+    assert forms_note({"paid_forms": {}}) is None and forms_note({}) is None
+    assert forms_note({"paid_forms": {"unknown": 3}}).startswith("paid answers of unknown form")
+
+
 def test_bad_rows_are_counted_in_metrics(tmp_path, tiny_tokenizer):
     data = tmp_path / "d.jsonl"
     good = [{"id": f"p{i}", "problem": f"What is {10 + i} + 11?", "answer": str(21 + i)} for i in range(3)]
@@ -306,7 +377,9 @@ def test_cli_several_benchmarks_one_table(tmp_path, tiny_model_dir):
     assert r.exit_code == 0, r.output
     first = json.loads((out / "arithmetic_n_2_seed_0" / "metrics.json").read_text())
     second = json.loads((out / "arithmetic_n_2_seed_1_digits_2_1" / "metrics.json").read_text())
-    assert (first["n"], second["n"]) == (1, 2) and first["grader"] == "sound"  # auto: sound off the paper's data
+    assert (first["n"], second["n"]) == (1, 2) and first[
+        "grader"
+    ] == "sound"  # auto: sound off the paper's data
     table = (out / "results.md").read_text()
     assert "arithmetic?n=2&seed=0 k = 1 | arithmetic?n=2&seed=1&digits=2,1 k = 1 | 2 |" in table
     r = _cli([*args[:5], "--grader", "paper+nonsense", "-o", str(tmp_path / "bad")])

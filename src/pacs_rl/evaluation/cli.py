@@ -12,7 +12,14 @@ import typer
 from rich.console import Console
 
 from pacs_rl.command import data_option, end_dry_run, fail
-from pacs_rl.evaluation.report import load_metrics, results_table, write_report
+from pacs_rl.evaluation.report import (
+    NOT_PLAIN_WARN,
+    forms_text,
+    load_metrics,
+    paid_not_plain,
+    results_table,
+    write_report,
+)
 from pacs_rl.settings import DATA_KEYS, output_dir_problem
 
 
@@ -316,3 +323,23 @@ def _print_run_summary(run: dict, console: Console) -> None:
         f"(reused {t['samples_reused_from_earlier_runs']}); verification {t['verification_seconds']:.2f}s; "
         f"harness overhead {'n/a' if frac is None else f'{100 * frac:.2f}%'} of generation time"
     )
+    _print_forms(run, console)
+
+
+def _print_forms(run: dict, console: Console) -> None:
+    """The paid answers by form, and a warning when more than NOT_PLAIN_WARN of them are not plain."""
+    paid = run.get("paid_forms")
+    if not paid:
+        return
+    plain = {"soft_wrap": True, "markup": False, "highlight": False}  # one line, as written
+    console.print(f"{run['label']}: paid answers by form: {forms_text(paid)}", **plain)
+    share = paid_not_plain(paid)
+    if share and share[0] / share[1] > NOT_PLAIN_WARN:
+        folder = run.get("_path") or (run.get("settings") or {}).get("output_dir") or "RUN_DIR"
+        console.print(
+            f"warning: {share[0] / share[1]:.1%} of {run['label']}'s paid answers are not plain: the grader "
+            f"({run.get('grader', '?')}) may pay something other than the task; `pacs-rl audit {folder}` grades "
+            "them again with another",
+            style="yellow",
+            **plain,
+        )

@@ -11,6 +11,40 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.json"
+NOT_PLAIN_WARN = 0.10  # paid answers not plain above this share of the paid ones: the command warns
+
+
+def paid_not_plain(paid_forms: dict[str, int] | None) -> tuple[int, int] | None:
+    """(paid answers whose form is known and not ``plain``, paid answers whose form is known) from a run's
+    ``paid_forms``; None for a run without forms (written before they existed) or with nothing paid."""
+    known = {f: c for f, c in (paid_forms or {}).items() if f != "unknown"}
+    total = sum(known.values())
+    if not total:
+        return None
+    return total - known.get("plain", 0), total
+
+
+def forms_text(forms: dict[str, int]) -> str:
+    """``plain 412 (96.3%), no_box 12, restated 4``: the plain ones with their share, then the other forms."""
+    total = sum(forms.values())
+    if not total:
+        return "none"
+    plain = forms.get("plain", 0)
+    others = [f"{f} {c}" for f, c in forms.items() if f != "plain" and c]
+    return ", ".join([f"plain {plain} ({plain / total:.1%})", *others])
+
+
+def forms_note(run: dict[str, Any]) -> str | None:
+    """One line on a run's paid answers that are not plain (None for a run without forms or paid answers)."""
+    if not run.get("paid_forms"):
+        return None
+    share = paid_not_plain(run["paid_forms"])
+    if share is None:
+        return "paid answers of unknown form (samples written before forms were recorded)"
+    not_plain, paid = share
+    others = {f: c for f, c in run["paid_forms"].items() if f not in ("plain", "unknown") and c}
+    detail = f" ({', '.join(f'{f} {c}' for f, c in others.items())})" if others else ""
+    return f"{not_plain / paid:.1%} of {paid} paid answers not plain{detail}"
 
 
 def find_metrics(paths: list[str | Path]) -> list[Path]:
@@ -143,11 +177,18 @@ def results_table(runs: list[dict[str, Any]], benchmarks_per_table: int = 2) -> 
             "| Model | " + " | ".join(header) + " |",
             "|---|" + "---:|" * len(columns),
         ]
+        notes = []
         for i, row in enumerate(in_block):
             first = next(iter(row.values()))
             label = f"{first['label']} ({_grader(first)})" if several_graders else first["label"]
             cells = [_cell(grid[i][j], marks_by_col[j][i]) for j in range(len(columns))]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            for b in (b for b in block if b in row):
+                note = forms_note(row[b])
+                if note:
+                    notes.append(f"- {label}{f' on {b}' if len(block) > 1 else ''}: {note}")
+        if notes:  # what the grader paid for: a share of answers that are not plain may be a hack it pays
+            lines += ["", *notes]
         parts.append("\n".join(lines))
     legend = "**Bold**: best in the column; <u>underlined</u>: second best (compared at two decimals)."
     return "\n\n".join(parts) + "\n\n" + legend + "\n"

@@ -4,7 +4,7 @@ One run = one model on one benchmark, in one folder::
 
     run.json       the settings the samples were drawn with (checked on resume)
     samples.jsonl  one row per sample, appended (and flushed) chunk by chunk as problems finish
-    metrics.json   pass@k per k, counts, reasons, settings, timing
+    metrics.json   pass@k per k, counts, reasons, forms of the answers (of the paid ones), settings, timing
     results.md     the table (rows = models, columns = k), passk.png the curve
 
 Resumable: rerunning the same command samples only the (problem, index) pairs missing from
@@ -39,8 +39,10 @@ from pacs_rl.evaluation.samples import (
     SAMPLES_FILE,
     append_samples,
     count_correct,
+    form_counts,
     read_samples,
     rewrite_samples,
+    sample_form,
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
 from pacs_rl.rewards.graders import (  # names only: no math-verify
@@ -364,6 +366,10 @@ def assemble_metrics(
         "mean_score": sum(float(r["score"]) for r in used) / len(used),
         "problems_solved_at_n": sum(c > 0 for c in correct),
         "reasons": dict(Counter(r["reason"] for r in used).most_common()),
+        # the forms of the answers read (pacs_rl.rewards.answers.FORMS): a paid answer that is not plain may be
+        # the grader paid for something other than the task; "unknown" counts rows written before forms existed
+        "paid_forms": form_counts(used, paid_only=True),
+        "forms": form_counts(used),
         "finish_reasons": dict(Counter(str(r.get("finish_reason")) for r in used).most_common()),
         "mean_completion_tokens": sum(int(r.get("num_tokens", 0)) for r in used) / len(used),
         "skipped_rows": problems.skipped,
@@ -578,7 +584,8 @@ def sample_chunk(config: EvalConfig, sampler, tokenizer, chunk: list[tuple[Probl
 def sample_rows(
     chunk: list[tuple[Problem, list[int]]], outputs: list, verdicts: list
 ) -> list[dict[str, Any]]:
-    """The samples.jsonl rows of a chunk: one per sample, with its verdict (``verdicts`` in sample order)."""
+    """The samples.jsonl rows of a chunk: one per sample, with its verdict (``verdicts`` in sample order), the
+    form of its answer (:func:`sample_form`) and the question it answers."""
     verdict = iter(verdicts)
     rows = []
     for (p, missing), samples in zip(chunk, outputs, strict=True):
@@ -592,9 +599,11 @@ def sample_rows(
                     "extracted": v.extracted,
                     "score": float(v.score),
                     "reason": v.reason,
+                    "form": sample_form(v.form, v.score >= 0.5, s.finish_reason == "length"),
                     "finish_reason": s.finish_reason,
                     "num_tokens": len(s.token_ids),
                     "answer": p.answer,
+                    "problem": p.problem,  # the question, for `pacs-rl audit` to grade again without the data
                 }
             )
     return rows

@@ -2,7 +2,8 @@
 
 One JSON object per line and per drawn sample, keyed by ``(problem_id, sample_index)``, with at least a
 ``score`` (1.0 correct, 0.0 not). The runner appends rows chunk by chunk; pass@k (runner, comparison
-report) is computed from the counts of :func:`count_correct`.
+report) is computed from the counts of :func:`count_correct`. Rows written since answer forms exist also hold
+the ``form`` of the answer read (:func:`sample_form`) and the ``problem`` text; older rows lack them.
 """
 
 from __future__ import annotations
@@ -14,15 +15,46 @@ from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 __all__ = [
+    "FORM_ORDER",
     "SAMPLES_FILE",
     "ProblemCount",
     "append_samples",
     "count_correct",
+    "form_counts",
     "read_samples",
     "rewrite_samples",
+    "sample_form",
 ]
 
 SAMPLES_FILE = "samples.jsonl"
+# pacs_rl.rewards.answers.FORMS, in its order (most trusted first): kept here so that reading a samples file
+# needs no verifier
+FORM_ORDER = ("plain", "no_box", "truncated", "several", "expression", "restated", "none")
+# forms that say more about a paid answer than its being cut off at the token limit
+_KEPT_WHEN_CUT = ("restated", "expression", "several")
+
+
+def sample_form(form: str | None, paid: bool, cut_off: bool) -> str:
+    """The form recorded for a sample: the verdict's ``form`` (``none`` where the check did not get that far), or
+    ``truncated`` for a paid answer cut off at the token limit unless it is restated, an expression or several
+    answers (those say more). The rule of the training monitor's paid forms."""
+    form = form or "none"
+    if paid and cut_off and form not in _KEPT_WHEN_CUT:
+        return "truncated"
+    return form
+
+
+def form_counts(rows: Iterable[dict[str, Any]], paid_only: bool = False) -> dict[str, int]:
+    """Counts of the ``form`` of ``rows`` (of the paid ones, score >= 0.5, with ``paid_only``), in
+    :data:`FORM_ORDER`; rows without a form (written before forms existed) count as ``unknown``."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if paid_only and float(r["score"]) < 0.5:
+            continue
+        form = r.get("form") or "unknown"
+        counts[form] = counts.get(form, 0) + 1
+    order = {f: i for i, f in enumerate(FORM_ORDER)}
+    return dict(sorted(counts.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
 def read_samples(path: Path) -> tuple[list[dict[str, Any]], int]:
