@@ -10,7 +10,7 @@ import typer
 from pacs_rl import __version__
 from pacs_rl.command import Command, Group
 from pacs_rl.compare.cli import compare_command
-from pacs_rl.evaluation.cli import eval_command
+from pacs_rl.evaluation.cli import audit_command, eval_command
 from pacs_rl.models import BUNDLED_MODELS, bundled_gguf_path, cache_dir
 from pacs_rl.training.cli import train_command
 
@@ -92,6 +92,7 @@ class _TrainCommand(_RegistryHelp):
 app.command("eval", cls=Command)(eval_command)
 app.command("train", cls=_TrainCommand)(train_command)
 app.command("compare", cls=_RegistryHelp)(compare_command)
+app.command("audit", cls=Command)(audit_command)
 
 
 def main() -> None:

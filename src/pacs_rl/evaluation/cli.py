@@ -343,3 +343,100 @@ def _print_forms(run: dict, console: Console) -> None:
             style="yellow",
             **plain,
         )
+
+
+def audit_command(
+    run_dirs: list[str] = typer.Argument(
+        ...,
+        help="pacs-rl eval folders (samples.jsonl), pacs-rl train run folders (samples/*.jsonl), or folders holding "
+        "them at any depth.",
+        metavar="RUN_DIR",
+        show_default=False,
+    ),
+    grader: str = typer.Option(
+        None,
+        "--grader",
+        help="Grader to score the samples with again: sound, paper, strict, paper/strict+rules. Default: sound, or "
+        "paper for samples scored by sound.",
+        metavar="GRADER",
+        show_default=False,
+    ),
+    questions: str = typer.Option(
+        None,
+        "--questions",
+        help="Data source holding the questions (by problem id) of rows that lack them, when an eval folder's "
+        "benchmark cannot be reloaded: a benchmark name, a .jsonl file, 'arithmetic?n=100&seed=0'.",
+        metavar="SOURCE",
+        show_default=False,
+    ),
+    json_path: str = typer.Option(
+        None,
+        "--json",
+        help="Where to write the whole result as JSON. Default: audit.json in the first RUN_DIR.",
+        metavar="PATH",
+        show_default=False,
+    ),
+    examples: int = typer.Option(3, "--examples", help="Completions shown per change and file.", metavar="N"),
+    workers: int = typer.Option(
+        0, "--workers", help="Grading processes (0 = in this process; more for many rows).", metavar="N"
+    ),
+    timeout: float = typer.Option(
+        3.0, "--timeout", help="Seconds per answer check at most.", metavar="SECONDS"
+    ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="List the samples files it would read and the graders, without grading or writing.",
+    ),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),
+) -> None:
+    """Grade saved samples again with another grader and print what changes.
+
+    For each samples file: its rows, paid as recorded and under --grader, the answers that went paid -> refused
+    (by the new reason) and refused -> paid, the recorded paid answers by form (plain, no_box, truncated, several,
+    expression, restated), a few completions of each change, and for eval folders pass@k under --grader. The whole
+    result goes to --json.
+    """
+    from pathlib import Path
+
+    from pacs_rl.evaluation.audit import (
+        AuditError,
+        audit,
+        default_json_path,
+        dry_run_lines,
+        plan,
+        report_lines,
+        write_json,
+    )
+
+    if examples < 0 or workers < 0 or timeout <= 0:
+        fail(
+            f"--examples {examples}, --workers {workers}, --timeout {timeout}: give numbers >= 0 (timeout > 0)"
+        )
+    target = Path(json_path) if json_path else default_json_path(run_dirs)
+    if target.is_dir():
+        fail(f"--json {target} is a folder; give a file path such as {target / 'audit.json'}")
+    try:
+        planned = plan(run_dirs, grader)
+    except AuditError as e:
+        fail(e)
+    if dry_run:
+        typer.echo("dry run: nothing is graded or written")
+        for line in dry_run_lines(planned, questions, target):
+            typer.echo(line)
+        end_dry_run([])
+        return
+    try:
+        result = audit(
+            run_dirs, grader, questions, workers=workers, timeout=timeout, examples=examples,
+            progress=not no_progress,
+        )  # fmt: skip
+    except AuditError as e:
+        fail(e)
+    for line in report_lines(result):
+        typer.echo(line)
+    try:
+        written = write_json(result, target)
+    except OSError as e:
+        fail(f"--json {target}: cannot write it ({e.strerror}); give another path")
+    typer.echo(f"wrote {written}")
