@@ -443,33 +443,26 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
 
 
 def regrade(work: Path) -> dict:
-    """Every evaluation's samples under ``work`` (the run folders) scored again with this code's grader: the
-    share right as recorded and now, and pass@k now. For a record whose grader has since been fixed."""
-    from pacs_rl.evaluation.passk import pass_at_k
-    from pacs_rl.rewards.math_verifier import check
+    """Every evaluation's samples under ``work`` (the run folders) scored again with the protocol's grader by
+    ``pacs-rl audit``'s code (pacs_rl.evaluation.audit): the share right as recorded and now, and pass@k now. For a
+    record whose grader has since been fixed; `pacs-rl audit <work>` prints the same with examples of each change."""
+    from pacs_rl.evaluation.audit import audit
 
-    questions = {p.id: p.problem for p in heldout_problems()}
-    out = {}
-    for samples in sorted(work.glob("*/seed*/eval*/*/samples.jsonl")):
-        rows = [json.loads(x) for x in samples.read_text().splitlines() if x.strip()]
-        counts: dict[str, list] = {}
-        for r in rows:
-            verdict = check(r["completion"], r["answer"], PROTOCOL["grader"], questions[r["problem_id"]])
-            counts.setdefault(r["problem_id"], []).append(verdict.score)
-        fewest = min(map(len, counts.values()))  # pass@k needs k samples of every problem
-        ks = [k for k in (KS if samples.parent.name == "passk" else [1]) if k <= fewest]
-        out[str(samples.parent.relative_to(work))] = {
-            "samples": len(rows),
-            "correct_as_recorded": round(sum(r["score"] for r in rows) / len(rows), 4),
-            "correct_now": round(sum(map(sum, counts.values())) / len(rows), 4),
-            "pass_at_k_now": {
-                str(k): round(
-                    sum(pass_at_k(len(s), int(sum(s)), k) for s in counts.values()) / len(counts), 4
-                )
-                for k in ks
-            },
+    folders = sorted(p.parent for p in work.glob("*/seed*/eval*/*/samples.jsonl"))
+    if not folders:
+        return {}
+    questions = {p.id: p.problem for p in heldout_problems()}  # the run.json names no loadable benchmark
+    result = audit(folders, PROTOCOL["grader"], questions, root=work)
+    return {
+        str(Path(f["run_dir"])): {
+            "samples": f["rows"],
+            "correct_as_recorded": round(f["paid_recorded"] / f["rows"], 4),
+            "correct_now": round(f["paid_now"] / f["rows"], 4),
+            "pass_at_k_now": {k: round(v, 4) for k, v in f.get("pass_at_k", {}).get("now", {}).items()},
         }
-    return out
+        for f in result["files"]
+        if f["rows"]
+    }
 
 
 def slug(method: str) -> str:
@@ -860,7 +853,11 @@ def main() -> None:
         default=[],
         help="key=value for every run (part of the protocol: a new record)",
     )
-    g = sub.add_parser("regrade", help="score a record's kept samples again with this code's grader")
+    g = sub.add_parser(
+        "regrade",
+        help="score a record's kept samples again with its protocol's grader, into the record (`pacs-rl audit "
+        "<work>` prints what changes, with examples)",
+    )
     g.add_argument("--record", type=Path, default=RECORD)
     g.add_argument("--work", type=Path, default=WORK, help="the record's run folders")
     s = sub.add_parser("summary", help="print the record's table")

@@ -249,9 +249,14 @@ def test_results_page_quotes_the_records(driver):
 
 
 def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
-    """A restatement that the leaking rule paid ("The answer is 92 + 5.") is 0 under the fixed rule."""
+    """A restatement that the leaking rule paid ("The answer is 92 + 5.") is 0 under the protocol's grader; the
+    re-grade is `pacs-rl audit`'s (pacs_rl.evaluation.audit), with the questions of the held-out split."""
+    from pacs_rl.evaluation.audit import audit
+
     folder = tmp_path / "pacs" / "seed3" / "eval" / "passk"
     folder.mkdir(parents=True)
+    # the base model's evaluation is not re-graded
+    (tmp_path / "base" / "eval" / "greedy").mkdir(parents=True)
     rows = [
         {
             "problem_id": "arith-test-10000-0",
@@ -262,7 +267,15 @@ def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
         {"problem_id": "arith-test-10000-0", "completion": "The answer is 97.", "answer": "97", "score": 1.0},
     ]
     (folder / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    out = driver.regrade(tmp_path)["pacs/seed3/eval/passk"]
+    (tmp_path / "base" / "eval" / "greedy" / "samples.jsonl").write_text(json.dumps(rows[1]) + "\n")
+    regraded = driver.regrade(tmp_path)
+    assert list(regraded) == ["pacs/seed3/eval/passk"]
+    out = regraded["pacs/seed3/eval/passk"]
     assert (out["samples"], out["correct_as_recorded"], out["correct_now"]) == (2, 1.0, 0.5)
     assert out["pass_at_k_now"]["1"] == 0.5
     assert out["pass_at_k_now"]["2"] == 1.0
+    # the same figures from the product command's code, which also names the change
+    (f,) = audit([folder], driver.PROTOCOL["grader"], {"arith-test-10000-0": "What is 92 + 5?"})["files"]
+    assert (f["paid_recorded"], f["paid_now"], f["paid_to_refused"]["count"]) == (2, 1, 1)
+    assert f["examples"]["paid_to_refused"][0]["completion"] == "The answer is 92 + 5."
+    assert driver.regrade(tmp_path / "nothing") == {}
