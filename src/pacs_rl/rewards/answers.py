@@ -80,7 +80,15 @@ def strip_trailing_punctuation(content: str) -> str:
 # "the answer is", "The final answer is", "answer:", "the answer to 47 + 8 is", "the correct answer would be"
 _PHRASE = re.compile(
     r"\banswer\b(?:\s+(?:to|for|of)\b(?:(?!\.\s)[^\n]){0,80}?)?\s*\**\s*"
-    r"(?:(?:\bis\b|\bwould\s+be\b|\bwill\s+be\b|\bequals\b)\s*:?|=|:)",
+    r"(?:(?:\bis\b|\bwould\s+be\b|\bwill\s+be\b|\bequals\b)\s*:?|=)"
+    # "Answer: 55", "**Final Answer:** 55", "My answer: 55" head a line; "check the answer: ..." is no commitment
+    r"|(?:^|\n)[ \t>#*_]*(?:(?:the|my|our)\s+)?(?:final\s+)?answer\b[ \t*_]*:",
+    re.IGNORECASE,
+)
+# words between "the answer is" and the answer ("the answer is therefore 54", "is clearly $54$", "as follows:")
+_FILLER = re.compile(
+    r"^(?:(?:therefore|thus|hence|so|then|clearly|simply|just|indeed|exactly|obviously|now|finally|actually|"
+    r"indeed|given\s+by|as\s+follows|the\s+following)\b[\s,:]*)+",
     re.IGNORECASE,
 )
 # where a committed sentence ends: a newline, or . ! ? ; followed by a space or the end (not a decimal point)
@@ -98,29 +106,45 @@ _NOT_AN_ANSWER = {
 }  # fmt: skip
 
 
+_HEDGE = re.compile(r"\b(?:or|either|maybe|possibly|perhaps|probably|if\s+not)\b|\\pm|±")
+_ANY_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
 def _phrase_content(text: str, start: int) -> str:
-    """The answer a phrase commits to: from ``start`` to the end of its sentence, explanation cut off."""
-    rest = text[start:].lstrip(" \t*")
+    """The answer a phrase commits to: from ``start`` to the end of its sentence, an explanation after it cut
+    off ("55, since 47 + 8 = 55" is 55). A sentence that ends in a question mark commits to nothing (""); one
+    that hedges between numbers ("55 (or 56)", "$55$ or $56$") is returned whole, to be read as several."""
+    rest = re.sub(r"^[ \t]*[*_]+(?=\s)", "", text[start:])  # the bold of "**Answer:** 55" closing
+    rest = _FILLER.sub("", rest.lstrip(" \t"))
     if rest.startswith("\n"):  # "The answer is:\n\n$$55$$"
         rest = rest.lstrip()
+    answer, after = None, rest
     for opening, closing in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
         if rest.startswith(opening):
             end = rest.find(closing, len(opening))
             if end > 0:
-                return rest[len(opening) : end].strip()
-    end = _SENTENCE_END.search(rest)
-    sentence = rest[: end.start()] if end else rest
+                answer, after = rest[len(opening) : end].strip(), rest[end + len(closing) :]
+            break
+    end = _SENTENCE_END.search(after)
+    if end is not None and after[end.start()] == "?":  # "The answer is 55?"
+        return ""
+    sentence = after[: end.start()] if end else after
+    whole = sentence if answer is None else f"{answer} {sentence}"
+    if _HEDGE.search(whole) and len(_ANY_NUMBER.findall(whole)) >= 2:
+        return clean_answer(whole)
+    if answer is not None:
+        return answer
     cut = _EXPLANATION.search(sentence)
     return clean_answer(sentence[: cut.start()] if cut else sentence)
 
 
 def clean_answer(text: str) -> str:
     """An answer without its markdown bold, math delimiters and closing punctuation."""
-    text = text.replace("**", "").strip()
+    text = text.strip()
     changed = True
     while changed:
         before = text
-        for opening, closing in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        for opening, closing in (("**", "**"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
             if (
                 text.startswith(opening)
                 and text.endswith(closing)
@@ -166,16 +190,26 @@ def final_answer(text: str) -> Candidate | None:
 
 # ---------------------------------------------------------------------------------------------- plain numbers
 _SIGN = r"[-+−]?"
-_INTEGER = r"(?:\d{1,3}(?:(?:,|\{,\}|\\,)\d{3})+|\d+)"
+_INTEGER = r"(?:[1-9]\d{0,2}(?:(?:,|\{,\}|\\,)\d{3})+|\d+)"
 _DECIMAL = rf"(?:{_INTEGER}(?:\.\d+)?|\.\d+)"
 _FRAC = r"\\[dt]?frac\s*\{\s*(?P<num>[-+−]?\s*\d+)\s*\}\s*\{\s*(?P<den>\d+)\s*\}"
 _SLASH = r"(?P<snum>\d+)\s*/\s*(?P<sden>\d+)"
+_FRAC_SHORT = r"\\[dt]?frac\s*(?P<fnum>\d)\s*(?P<fden>\d)"  # \frac34
+# words that make a number a hedge or an operation, never a unit ("55 or more", "55 \text{ approximately}")
+_NOT_UNITS = (
+    r"(?:or|and|not|but|plus|minus|times|over|divided|multiplied|more|less|fewer|greater|smaller|larger|maybe|"
+    r"probably|possibly|perhaps|approximately|approx|about|around|roughly|nearly|almost|so|at|least|most|"
+    r"either|than|to|up|is|are|if|else|only|exactly|some|any|each)"
+)
+_UNIT_WORD = rf"(?!{_NOT_UNITS}\b)[A-Za-z]+(?:/[A-Za-z]+)?\.?"
 _UNIT = (
-    r"(?P<percent>\\?%)?(?:\^\s*\{?\\circ\}?|°|\s*\\(?:text|mbox|mathrm)\{\s*[A-Za-z][A-Za-z .]*\}"
-    r"|\s+(?!(?:or|and|not|but|plus|minus|times|over|divided|multiplied)\b)[A-Za-z]+\.?)?"
+    r"(?P<percent>\\?%)?(?:\^\s*\{?\\circ\}?|°"
+    rf"|(?:\s|\\[,;: ]|~)*\\(?:text|mbox|mathrm)\{{\s*{_UNIT_WORD}(?:\s+{_UNIT_WORD}){{0,3}}\s*\}}"
+    r"(?:\^\s*\{?\d\}?)?"
+    rf"|\s+{_UNIT_WORD}(?:\s+{_UNIT_WORD}){{0,2}}(?:\^\s*\{{?\d\}}?)?)?"
 )
 _PLAIN_NUMBER = re.compile(
-    rf"(?P<sign>{_SIGN})\s*(?:\\\$|\$)?\s*(?:(?P<dec>{_DECIMAL})|{_FRAC}|{_SLASH})\s*{_UNIT}\s*"
+    rf"(?P<sign>{_SIGN})\s*(?:\\\$|\$)?\s*(?:(?P<dec>{_DECIMAL})|{_FRAC}|{_FRAC_SHORT}|{_SLASH})\s*{_UNIT}\s*"
 )
 _WRAPPERS = re.compile(
     r"^\\(?:text|textbf|mathbf|mathrm|mbox|displaystyle)\s*\{(.*)\}$|^\{(.*)\}$", re.DOTALL
@@ -183,7 +217,9 @@ _WRAPPERS = re.compile(
 
 
 def _unwrap(text: str) -> str:
-    text = clean_answer(text.replace("\\left", "").replace("\\right", "").replace("\\!", ""))
+    for command in ("\\left", "\\right", "\\!", "\\displaystyle"):
+        text = text.replace(command, "")
+    text = re.sub(r"^([-+−])\s*(?:\\[,;:! ]\s*)+", r"\1", clean_answer(text))
     while True:
         m = _WRAPPERS.match(text.strip())
         if not m:
@@ -195,7 +231,10 @@ def _number(text: str | None) -> tuple[Fraction, str] | None:
     """(value, the number as math-verify should read it) when ``text`` is one number written as one."""
     if text is None:
         return None
-    m = _PLAIN_NUMBER.fullmatch(_unwrap(text))
+    text = _unwrap(text)
+    m = _PLAIN_NUMBER.fullmatch(text)
+    if not m and text.startswith("(") and text.endswith(")"):  # "(9)": one number in brackets
+        m = _PLAIN_NUMBER.fullmatch(text[1:-1])
     if not m:
         return None
     sign = "-" if m.group("sign") in ("-", "−") else ""
@@ -203,13 +242,21 @@ def _number(text: str | None) -> tuple[Fraction, str] | None:
     if m.group("dec") is not None:
         digits = re.sub(r",|\{,\}|\\,", "", m.group("dec"))
         return (-1 if sign else 1) * Fraction(digits), f"{sign}{digits}{percent}"
-    num = m.group("num") if m.group("num") is not None else m.group("snum")
-    den = int(m.group("den") if m.group("den") is not None else m.group("sden"))
+    num = next(m.group(g) for g in ("num", "fnum", "snum") if m.group(g) is not None)
+    den = int(next(m.group(g) for g in ("den", "fden", "sden") if m.group(g) is not None))
     num = int(num.replace("−", "-").replace(" ", ""))
     if den <= 1 or Fraction(num, den).denominator != den:  # \frac{110}{2} is an operation, not a number
         return None
     value = (-1 if sign else 1) * Fraction(num, den)
     return value, f"{sign}\\frac{{{num}}}{{{den}}}{percent}"
+
+
+def same_number(answer: str, gold: str) -> bool:
+    """Whether two plain numbers (:func:`number_value`) are equal, exactly (as rationals: no rounding, so
+    ``0.333333`` is not ``\\frac{1}{3}``). A percent sign is read as a unit, on either side (``10\\%`` = ``10``,
+    not ``0.1``): one reading per answer, so that ``5500\\%`` cannot be paid as both 5500 and 55."""
+    a, g = _number(answer), _number(gold)
+    return a is not None and g is not None and a[0] == g[0]
 
 
 def number_value(text: str | None) -> Fraction | None:
@@ -278,7 +325,8 @@ _SPELLINGS = (
     (re.compile(r"\[|\\\{"), "("),
     (re.compile(r"\]|\\\}"), ")"),
 )
-_NUMBER_TOKEN = re.compile(r"(?<![\w.\\_^])(\d+(?:\.\d+)?|\.\d+)(?![\d.]*\w)")
+# a number written as such (not inside a name or a subscript: x1, x_2, \\frac12 keeps its own reading)
+_NUMBER_TOKEN = re.compile(r"(?<![A-Za-z.\\_\d])(\d+(?:\.\d+)?|\.\d+)")
 
 
 def _spelled_out(text: str) -> str:
@@ -296,15 +344,34 @@ def _placeholder(match: re.Match) -> str:
     return f"{{q_{{{name}}}}}"
 
 
-def _canonical(expr):
-    """Rebuild a parsed tree with sympy's own evaluation: sums and products in one order, brackets gone,
-    x + 0, x * 1, x / 1 and double negation folded. Numbers are symbols here, so nothing is computed."""
-    if not getattr(expr, "args", None):
-        return expr
-    try:
-        return expr.func(*[_canonical(a) for a in expr.args])
-    except Exception:
-        return expr
+def _tree(expr) -> tuple:
+    """A parsed expression as a canonical tree: sums and products flattened and sorted, ``+ 0``, ``* 1``,
+    ``^1``, ``1^x`` and pairs of ``-1`` factors dropped, the sides of an equation sorted. Nothing else is
+    computed: unlike sympy's own evaluation, powers of one base are not merged (``x^5/x^2`` is not ``x^3``)."""
+    import sympy
+
+    if isinstance(expr, sympy.Number):
+        return ("num", str(expr))
+    if not expr.args:
+        return ("atom", sympy.srepr(expr))
+    kids = [_tree(a) for a in expr.args]
+    if isinstance(expr, (sympy.Add, sympy.Mul)):
+        kind = "Add" if isinstance(expr, sympy.Add) else "Mul"
+        flat = [x for k in kids for x in (k[1] if k[0] == kind else (k,))]
+        if kind == "Add":
+            flat = [k for k in flat if k != ("num", "0")]
+        else:
+            negative = sum(k == ("num", "-1") for k in flat) % 2 == 1
+            flat = [k for k in flat if k not in (("num", "1"), ("num", "-1"))] + [("num", "-1")] * negative
+        if not flat:
+            return ("num", "0" if kind == "Add" else "1")
+        return flat[0] if len(flat) == 1 else (kind, tuple(sorted(flat, key=repr)))
+    if isinstance(expr, sympy.Pow):
+        base, exponent = kids
+        return base if ("num", "1") in (base, exponent) else ("Pow", (base, exponent))
+    if isinstance(expr, sympy.Eq):
+        return ("Eq", tuple(sorted(kids, key=repr)))
+    return (type(expr).__name__, tuple(kids))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -312,31 +379,30 @@ def structure_key(text: str) -> str:
     """One key per expression up to spelling, spacing, brackets, the order of sums and products, signs and
     neutral padding, with every number kept as itself (not computed): ``8 + 47``, ``{47+8}``, ``047 + 8``,
     ``47.0 + 8``, ``(47 + 8)\\cdot 1``, ``\\frac{47 + 8}{1}``, ``47 - -8`` share the key of ``47 + 8``;
-    ``55`` and ``50 + 5`` do not. Falls back to the spelled-out text where the LaTeX parser fails."""
-    spelled = _spelled_out(text)
+    ``55``, ``50 + 5`` and ``x^{5}/x^{2}`` against ``x^3`` do not. Falls back to the spelled-out text where the
+    LaTeX parser fails."""
+    spelled = _spelled_out(_unwrap(text))
     try:
         from latex2sympy2_extended import latex2sympy  # math-verify's own LaTeX parser
 
-        expr = latex2sympy(_NUMBER_TOKEN.sub(_placeholder, spelled))
-        import sympy
-
-        return sympy.srepr(_canonical(expr))
+        return repr(_tree(latex2sympy(_NUMBER_TOKEN.sub(_placeholder, spelled))))
     except Exception:
         return "text:" + spelled.replace(" ", "")
 
 
-# a run of arithmetic in plain text: "47 + 8", "(3 - 5) * 2", "12 ⋅ 34", "36 / 2", "5 plus 6"
-_PLAIN_OPERATION = re.compile(
-    r"[-−(\[]*\d[\d.,]*[)\]]*(?:\s*(?:[-+*/^×÷⋅−]|\\times|\\cdot|\\div|plus|minus|times|divided\s+by|multiplied\s+by)"
-    r"\s*[-−(\[]*\d[\d.,]*[)\]]*)+"
+# math in plain text: runs of numbers, one-letter variables, operators and brackets with an operator inside
+# ("What is 47 + 8?", "Factor x^2 + 5x + 6.", "(3 - 5) * 2", "12 \cdot 34" once spelled out)
+_PLAIN_MATH = re.compile(
+    r"(?<![A-Za-z\\])(?:[A-Za-z](?![A-Za-z])|\d+(?:\.\d+)?|\\(?:cdot|times|div)\b|[-+*/^=()\[\]{}]|[ \t])+"
 )
+_OPERATOR = re.compile(r"[-+*/^=]|\\(?:cdot|times|div)")
 _MATH_SEGMENT = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.DOTALL)
 
 
 @functools.lru_cache(maxsize=1024)
 def question_keys(question: str | None) -> frozenset[str]:
     """The structure keys of the expressions a question writes: its LaTeX segments (and each side of an
-    equation in them) and its plain-text arithmetic ("What is 47 + 8?")."""
+    equation in them) and its math in plain text ("What is 47 + 8?", "Factor x^2 + 5x + 6.")."""
     if not question:
         return frozenset()
     pieces: list[str] = []
@@ -346,8 +412,13 @@ def question_keys(question: str | None) -> frozenset[str]:
         sides = _top_level_split(segment, "=")
         if len(sides) > 1:
             pieces += sides
-    outside = _MATH_SEGMENT.sub(" ", question)
-    pieces += [m.group(0) for m in _PLAIN_OPERATION.finditer(_spelled_out(outside))]
+    outside = _spelled_out(_MATH_SEGMENT.sub(" . ", question))
+    for m in _PLAIN_MATH.finditer(outside):
+        run = m.group(0).strip()
+        if _OPERATOR.search(run) and len(re.findall(r"[A-Za-z0-9]+", run)) >= 2:
+            pieces.append(run)
+            if "=" in run:
+                pieces += _top_level_split(run, "=")
     return frozenset(structure_key(p) for p in pieces if p.strip())
 
 
@@ -361,8 +432,9 @@ def restates_question(answer: str | None, gold: str, question: str | None) -> bo
     if not keys:
         return False
     answer = _unwrap(answer)
-    sides = _top_level_split(answer, "=") if "=" in answer else [answer]
-    candidates = {answer, sides[-1]}
+    candidates = {answer}
+    if "=" in answer and "=" not in gold:  # math-verify compares an equation's last side to a plain gold
+        candidates.add(_top_level_split(answer, "=")[-1])
     gold_key = structure_key(_unwrap(gold))
     return any((k := structure_key(c)) in keys and k != gold_key for c in candidates if c)
 

@@ -36,6 +36,7 @@ from pacs_rl.rewards.answers import (
     final_answer,
     number_value,
     numeric_reading,
+    same_number,
 )
 from pacs_rl.rewards.answers import restates_question as restates_question_structure
 from pacs_rl.rewards.graders import DEFAULT_GRADER, Grader, parse_grader
@@ -280,7 +281,9 @@ def _check_sound(text: str, gold_text: str, gold: list, question: str | None) ->
         read, form = numeric_reading(answer)
         if read is None:
             return Verdict(0.0, answer, "multiple_answers" if form == "several" else "not_a_number")
-    if not _equal(gold, _read_box(read)):
+        if not same_number(read, gold_text):  # exactly: math-verify's 6-decimal rounding pays 0 for 1e-7
+            return Verdict(0.0, answer, "wrong")
+    elif not _equal(gold, _read_box(read)):
         return Verdict(0.0, answer, "wrong")
     if restates_question_structure(read, gold_text, question):
         return Verdict(0.0, answer, "restatement")
