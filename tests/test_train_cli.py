@@ -98,6 +98,17 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
     for when in ("before", "after"):
         rows = (out / "samples" / f"heldout_{when}.jsonl").read_text().splitlines()
         assert len(rows) == 4 and json.loads(rows[0])["finish_reason"] in ("stop", "length")
+    # `pacs-rl audit` reads the run folder: every kept sample, graded again, none lost
+    from pacs_rl.evaluation.audit import audit
+
+    report = audit([out], grader="paper")
+    assert {Path(f["path"]).name for f in report["files"]} == {
+        "rollouts.jsonl",
+        "heldout_before.jsonl",
+        "heldout_after.jsonl",
+    }
+    assert report["totals"]["rows"] == sum(first.values()) + 8
+    assert all(f["recorded_grader"] == "sound" and f["grader"] == "paper" for f in report["files"])
     with pytest.raises(SettingsError, match="--resume"):
         run_training(settings, build_config(cfg, out))  # refuses to overwrite a run
     settings2, cfg2 = cli.resolve_settings(None, {}, [*sets, "max_steps=3"])
