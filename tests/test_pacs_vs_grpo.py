@@ -237,13 +237,17 @@ def test_results_page_quotes_the_records(driver):
     bench = REPO / "docs" / "benchmarks"
     record = json.loads((bench / "pacs_vs_grpo.json").read_text())
     leak = json.loads((bench / "pacs_vs_grpo_restatement_leak.json").read_text())  # the first record
+    rule = json.loads((bench / "pacs_vs_grpo_restatement_rule.json").read_text())  # the second, closed
     critic = json.loads((bench / "pacs_critic.json").read_text())
-    for saved in (record, leak):
+    for saved in (record, rule, leak):
         assert saved["summary"] == driver.summarize(saved)  # the saved summary is this code's
+    assert record["protocol"]["grader"] == "sound" and record["protocol"]["version"] == 2
     assert _block(text, "tables") == driver.markdown_tables(record)
+    assert _block(text, "restatement_rule") == driver.markdown_tables(rule)
     assert _block(text, "leak") == driver.markdown_tables(leak)
     assert _block(text, "critic") == driver.critic_table([leak, critic])  # the critic's runs are the leak's
     assert (REPO / "docs" / "results" / "pacs_vs_grpo" / "comparison.png").is_file()
+    assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_rule" / "comparison.png").is_file()
     for name in ("comparison.png", "critic_auc.png"):
         assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_leak" / name).is_file()
 
