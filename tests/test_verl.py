@@ -730,3 +730,8 @@ def test_reward_function_loads_through_verls_loader_and_returns_labels():
     assert score("pacs/x", r"so the answer is \boxed{\frac{3}{7}}", r"\frac{3}{7}") == 1.0
     assert score("pacs/x", r"so the answer is \boxed{0.5}", r"\frac{3}{7}") == 0.0
     assert score("pacs/x", "no boxed answer", r"\frac{3}{7}") == 0.0
+    # the training grader: the question given back is no answer, whatever math-verify makes of it
+    question = {"question": "What is 47 + 8?"}
+    assert score("pacs/x", r"\boxed{55}", "55", question) == 1.0
+    assert score("pacs/x", r"\boxed{8 + 47}", "55", question) == 0.0
+    assert score("pacs/x", r"\boxed{8 + 47}", "55", question, grader="paper") == 1.0

@@ -65,3 +65,19 @@ def test_group_ids_beyond_float32s_exact_range_are_refused():
     assert 4 * (MAX_GROUPS - 1) + 3 < 2**24 <= 4 * MAX_GROUPS + 3
     with pytest.raises(ValueError, match=r"smaller data\.train_batch_size"):
         encode_labels(torch.zeros(1), torch.tensor([MAX_GROUPS]), torch.ones(1, 2))
+
+
+def test_the_verl_reward_pays_the_training_grader_with_the_rows_question():
+    """No verl needed: the reward function and the rows it reads. A row carries its question, so the sound grader
+    refuses the question given back, which math-verify (the paper's grader) pays."""
+    from pacs_rl.data import Problem
+    from pacs_rl.integrations.verl.data import to_verl_rows
+    from pacs_rl.integrations.verl.reward import compute_score
+
+    (row,) = to_verl_rows([Problem(id="a", problem="What is 47 + 8?", answer="55")], "arith")
+    info, gold = row["extra_info"], row["reward_model"]["ground_truth"]
+    assert info["question"] == "What is 47 + 8?"
+    assert compute_score("arith", r"So the answer is \boxed{55}.", gold, info) == 1.0
+    assert compute_score("arith", r"\boxed{8 + 47}", gold, info) == 0.0
+    assert compute_score("arith", r"\boxed{8 + 47}", gold, info, grader="paper") == 1.0
+    assert compute_score("arith", "47 + 8 = 55", gold, info) == 0.0  # no answer committed

@@ -28,7 +28,8 @@ def to_verl_rows(problems, data_source: str) -> list[dict[str, Any]]:
             "prompt": build_messages(p.problem),
             "ability": "math",
             "reward_model": {"style": "rule", "ground_truth": p.answer},
-            "extra_info": {"index": i, "id": str(p.id)},
+            # the question, for the sound grader's check that an answer is not the question given back
+            "extra_info": {"index": i, "id": str(p.id), "question": p.problem},
         }
         for i, p in enumerate(problems)
     ]
