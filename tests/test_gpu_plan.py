@@ -164,14 +164,13 @@ def test_a_local_config_json_wins_and_unknown_architectures_fall_back(tmp_path):
 
 # ---------------------------------------------------------------------------------------------------- memory plan
 def engines_installed(monkeypatch) -> None:
-    """Plan as where the configs' engines are installed (vLLM, DeepSpeed, wandb): their absence here is refused
-    by its own check (tests/test_train_scale.py), which would hide the memory plan's verdict."""
-    monkeypatch.setattr("pacs_rl.training.plan.missing_packages", lambda values: [])
+    """Plan as where the configs' engines are installed (vLLM, DeepSpeed, wandb): on a machine with CUDA their
+    absence is refused by its own check (tests/test_train_scale.py), which would hide the memory plan's verdict."""
+    monkeypatch.setattr("pacs_rl.training.plan.missing_requirements", lambda values: ([], []))
 
 
 def _paper(shared_data, monkeypatch, *extra: str, processes: int = 8) -> tuple[int, str]:
     monkeypatch.setenv("PACS_RL_DATA_DIR", str(shared_data))
-    monkeypatch.chdir(REPO)  # the config names configs/deepspeed/zero3.json relative to the repository
     engines_installed(monkeypatch)
     args = ["train", "--config", str(PAPER), "--dataset", str(shared_data / "train_deepscaler_subset.jsonl")]
     args += ["--dry-run", "--num-processes", str(processes), "--output-dir", "unused", *extra]
@@ -263,7 +262,7 @@ def test_a_model_known_by_its_size_only_is_still_checked(tmp_path):
 def test_every_shipped_gpu_training_config_fits_as_shipped(name, shared_data, monkeypatch):
     engines_installed(monkeypatch)
     monkeypatch.setenv("PACS_RL_DATA_DIR", str(shared_data))
-    monkeypatch.chdir(REPO)
+    monkeypatch.chdir(REPO)  # the config as the docs name it, from the root of a clone
     args = [
         "train",
         "--config",
@@ -355,3 +354,63 @@ def test_a_run_drops_long_prompts_and_says_its_batch_is_not_the_planned_one(tmp_
 )
 def test_the_published_configs_give_the_published_sizes(model, params):
     assert memory.shape_from_config(memory.PUBLISHED_CONFIGS[model]).params == params
+
+
+# ---------------------------------------------------------------------------------------------------- another machine
+def _paper_from(folder: Path, shared_data, monkeypatch, *extra: str) -> tuple[int, str]:
+    """The paper config's dry run as a user would type it from ``folder``, this machine's packages as they are."""
+    monkeypatch.setenv("PACS_RL_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(folder)
+    args = ["train", "--config", str(PAPER), "--dataset", str(shared_data / "train_deepscaler_subset.jsonl")]
+    out = shared_data.parent / "never-written"  # the same absolute folder from every working folder
+    result = CliRunner().invoke(
+        app, [*args, "--dry-run", "--num-processes", "8", "--output-dir", str(out), *extra]
+    )
+    return result.exit_code, result.output
+
+
+def test_the_paper_config_plans_the_same_from_any_folder(shared_data, monkeypatch, tmp_path):
+    """Its deepspeed file is read from the config's own folder: from elsewhere the plan is still ZeRO-3 (before, the
+    path was read from the current folder: "no such file", then ZeRO-0 and 164 GiB per GPU)."""
+    _fake_cuda(monkeypatch, present=False)
+    code, here = _paper_from(REPO, shared_data, monkeypatch)
+    elsewhere = tmp_path / "somewhere" / "else"
+    elsewhere.mkdir(parents=True)
+    code_elsewhere, there = _paper_from(elsewhere, shared_data, monkeypatch)
+    assert (code, here) == (code_elsewhere, there)
+    assert code == 0 and "DeepSpeed ZeRO-3, 8 processes" in there and "66.5 GiB of 79.0 GiB: fits" in there
+    assert "no such file" not in there and "every check passed" in there
+
+
+def test_a_plan_for_another_machine_lists_what_it_needs_there(shared_data, monkeypatch, tmp_path):
+    """No CUDA here and CUDA settings: vLLM, DeepSpeed and wandb missing here are needed there, not refused."""
+    _fake_cuda(monkeypatch, present=False)
+    monkeypatch.setattr("pacs_rl.settings._installed", lambda module: False)  # none of them installed
+    code, out = _paper_from(tmp_path, shared_data, monkeypatch)
+    assert code == 0, out
+    needed = next(line for line in out.splitlines() if "needed on the training machine" in line)
+    assert "vLLM (use_vllm=true), DeepSpeed (deepspeed), wandb (report_to='wandb')" in needed
+    assert needed.endswith('pip install -e ".[vllm,deepspeed]" wandb')
+    assert "refused" not in out and "every check passed" in out
+    # a plan that does not fit is still refused (the memory verdict is the plan's, wherever it is made)
+    code, out = _paper_from(tmp_path, shared_data, monkeypatch, "--gpu-memory-gib", "40")
+    assert code == 1 and "refused (1):" in out and "more than the GPU's 40.0 GiB" in out
+    # an unknown tracker is no missing package: refused everywhere
+    code, out = _paper_from(tmp_path, shared_data, monkeypatch, "--set", "report_to=wandbb")
+    assert code == 1 and "report_to='wandbb' is no tracker transformers knows" in out
+
+
+def test_on_the_machine_that_trains_missing_packages_stay_refusals(shared_data, monkeypatch, tmp_path):
+    monkeypatch.setattr("pacs_rl.settings._installed", lambda module: False)
+    _fake_cuda(monkeypatch, present=True)  # this machine has the GPU: it is the one that trains
+    code, out = _paper_from(tmp_path, shared_data, monkeypatch, "--gpu-memory-gib", "79")
+    assert code == 1 and "refused (3):" in out and "needed on the training machine" not in out
+    assert "use_vllm=true needs vLLM, which is not installed: pip install 'pacs-rl[vllm]'" in out
+    assert "deepspeed needs DeepSpeed, which is not installed: pip install 'pacs-rl[deepspeed]'" in out
+    # a CPU plan on a CPU machine is for this machine too
+    _fake_cuda(monkeypatch, present=False)
+    values = run.default_settings() | {"model": "tiny", "use_vllm": True}
+    lines, refusals = dry_run(values, tmp_path / "x")
+    assert [r for r in refusals if "needs vLLM" in r] and not any(
+        "needed on the training" in x for x in lines
+    )

@@ -44,15 +44,18 @@ def _tiny_sets(model: str, **extra) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------------- dry run
 def test_paper_config_dry_runs_cleanly_on_8_processes(shared_data, monkeypatch, tmp_path):
-    """Every check passes but the engine and tracker the config names, refused where they are not installed."""
+    """Every check passes; the engine and tracker the config names are refused where they are not installed on a
+    machine with CUDA (the one that trains), listed as needed on the training machine on one without."""
     monkeypatch.setenv("PACS_RL_DATA_DIR", str(shared_data))  # math500 held-out set read locally
-    monkeypatch.chdir(REPO)  # the config names configs/deepspeed/zero3.json relative to the repository
     args = ["train", "--config", str(PAPER), "--dataset", str(shared_data / "train_deepscaler_subset.jsonl")]
     args += ["--dry-run", "--num-processes", "8", "--output-dir", str(tmp_path / "paper")]
     result = CliRunner().invoke(app, args)
     out = result.output
     # what this environment lacks of what the config names
     missing = missing_packages({"use_vllm": True, "report_to": "wandb", "deepspeed": "zero3.json"})
+    if not torch.cuda.is_available():  # a plan for another machine
+        assert result.exit_code == 0 and ("needed on the training machine" in out) == bool(missing), out
+        missing = []
     assert result.exit_code == (1 if missing else 0), out
     if missing:
         assert f"refused ({len(missing)})" in out and all(f"  - {m}" in out for m in missing), out
@@ -107,7 +110,8 @@ def test_dry_run_plan_for_deepspeed_zero3_and_the_memory_estimate(tmp_path):
     refusals = [r for r in refusals if r not in no_deepspeed]
     assert len(refusals) == 1 and "fast_sampler=True samples with each process's local model" in refusals[0]
     lines, refusals = dry_run({**values, "fast_sampler": False}, tmp_path / "x", num_processes=4)
-    assert refusals == no_deepspeed
+    # without CUDA here the plan is for another machine: DeepSpeed is listed as needed there, not refused
+    assert refusals == (no_deepspeed if torch.cuda.is_available() else [])
     text = "\n".join(lines)
     assert "DeepSpeed ZeRO-3, 4 processes" in text and "weights loaded in bfloat16" in text
     # 16 bytes per parameter, sharded over 4 processes; DDP holds all of them on each
@@ -215,7 +219,7 @@ def test_tiny_cli_run_honours_model_init_kwargs_and_resumes_to_a_no_op(tmp_path,
     rows = (out / "metrics.jsonl").read_text()
     again = CliRunner().invoke(app, [*args, "--resume"])
     assert again.exit_code == 0, again.output
-    assert "is complete (step 2): nothing to train" in again.output
+    assert "is finished (step 2 of 2): nothing to train" in again.output
     assert (out / "metrics.jsonl").read_text() == rows
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 

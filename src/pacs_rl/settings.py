@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,9 +205,64 @@ def unknown_name(name: str, known: Iterable[str], where: str, hint: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- files
+# Settings whose text can name a file or folder (at any depth of a settings file: a comparison's train and eval
+# sections too), by the names this project and TRL give them.
+PATH_SETTINGS = frozenset(
+    {
+        "model", "model_name_or_path", "critic_model_name_or_path",  # a local model folder, else a Hub id or alias
+        "dataset", "dataset_name", "data", "eval_dataset", "benchmarks",  # a data file, else a name
+        "deepspeed", "fsdp_config", "accelerator_config",  # a JSON file
+        "reward_funcs",  # path/to/file.py:function entries
+    }
+)  # fmt: skip
+
+
+def _from_folder(value: str, folder: Path) -> str:
+    """``value`` read against ``folder`` when it is a relative path to something there; else ``value`` as it is."""
+    if not value or Path(value).is_absolute() or value.startswith("~"):
+        return value
+    candidate = folder / value
+    return os.path.normpath(candidate) if candidate.exists() else value
+
+
+def _reward_from_folder(value: str, folder: Path) -> str:
+    """A reward_funcs entry: its file part (path/to/file.py:function) read against ``folder``."""
+    file, colon, function = value.strip().rpartition(":")
+    if colon and file.endswith(".py"):
+        return f"{_from_folder(file, folder)}:{function}"
+    return value
+
+
+def resolve_paths(data: Any, folder: str | Path) -> Any:
+    """The settings ``data`` of a file in ``folder`` with each relative path that names a file or folder there
+    (`PATH_SETTINGS`, at any depth) made absolute, so that a settings file means the same from any working folder.
+    A value that names nothing there stays as written: a Hub id, a benchmark or task name, a path from the
+    current folder."""
+    folder = Path(folder).absolute()
+
+    def one(key: str, value: Any) -> Any:
+        if isinstance(value, list):
+            return [one(key, v) for v in value]
+        if not isinstance(value, str):
+            return value
+        if key == "reward_funcs":
+            return ",".join(_reward_from_folder(v, folder) for v in value.split(","))
+        return _from_folder(value, folder)
+
+    if isinstance(data, dict):
+        return {
+            k: one(str(k), v)
+            if str(k) in PATH_SETTINGS and not isinstance(v, dict)
+            else resolve_paths(v, folder)
+            for k, v in data.items()
+        }
+    return data
+
+
 def read_yaml(path: str | Path, option: str = "--config") -> dict[str, Any]:
-    """A YAML (or JSON) file of settings as a mapping. A missing file, a syntax error (file:line:column) or
-    a file that is no mapping is a one-line SettingsError."""
+    """A YAML (or JSON) file of settings as a mapping, its relative paths read against its own folder
+    (`resolve_paths`). A missing file, a syntax error (file:line:column) or a file that is no mapping is a
+    one-line SettingsError."""
     path = Path(path)
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
@@ -227,7 +283,7 @@ def read_yaml(path: str | Path, option: str = "--config") -> dict[str, Any]:
         raise SettingsError(
             f"{option} {path}: expected a mapping of setting: value lines, got a {type(data).__name__}"
         )
-    return data
+    return resolve_paths(data, path.parent)
 
 
 def output_dir_problem(path: str | Path, option: str = "--output-dir") -> str | None:
@@ -272,44 +328,75 @@ def tracker_names(report_to: Any) -> list[str]:
     return [str(x).strip() for x in items if str(x).strip() and str(x).strip() not in ("none", "all")]
 
 
-def missing_packages(values: Mapping[str, Any]) -> list[str]:
-    """One message per setting whose engine, tracker or adapter library is not installed."""
-    out = []
+@dataclass(frozen=True)
+class Missing:
+    """A library a setting needs that this machine has not installed."""
+
+    setting: str  # what asks for it: "use_vllm=true", "report_to='wandb'"
+    package: str  # its name: "vLLM"
+    install: str  # what installs it: an extra of this project ("vllm") or a package ("wandb")
+    hint: str = ""  # more to say in the refusal
+    extra: bool = True  # install names an extra of pacs-rl
+
+    def refusal(self) -> str:
+        how = f"pip install 'pacs-rl[{self.install}]'" if self.extra else f"pip install {self.install}"
+        return f"{self.setting} needs {self.package}, which is not installed: {how}{self.hint}"
+
+
+def missing_requirements(values: Mapping[str, Any]) -> tuple[list[Missing], list[str]]:
+    """(each library a setting needs that is not installed here, the problems no install fixes: a tracker name
+    transformers does not know)."""
+    missing, problems = [], []
     if values.get("use_vllm") and not _installed("vllm"):
-        out.append(
-            "use_vllm=true needs vLLM, which is not installed: pip install 'pacs-rl[vllm]' (on a CPU, vLLM's CPU build: docs/SCALING.md), or drop use_vllm"
-        )
+        hint = " (on a CPU, vLLM's CPU build: docs/SCALING.md), or drop use_vllm"
+        missing.append(Missing("use_vllm=true", "vLLM", "vllm", hint))
     if values.get("use_lora") and not _installed("peft"):
-        out.append("use_lora=true needs peft, which is not installed: pip install 'pacs-rl[peft]'")
+        missing.append(Missing("use_lora=true", "peft", "peft"))
     if values.get("deepspeed") and not _installed("deepspeed"):
-        out.append(
-            "deepspeed is set: it needs DeepSpeed, which is not installed: pip install deepspeed, or drop the setting"
-        )
+        missing.append(Missing("deepspeed", "DeepSpeed", "deepspeed", ", or drop the setting"))
     for name in tracker_names(values.get("report_to")):
         if name not in TRACKERS:
-            out.append(
+            problems.append(
                 f"report_to={name!r} is no tracker transformers knows; use {', '.join(TRACKERS)} or none"
             )
         elif TRACKERS[name] and not any(map(_installed, TRACKERS[name])):
             module = TRACKERS[name][0]
-            out.append(
-                f"report_to={name!r} needs {module}, which is not installed: pip install {module}, or drop it"
-            )
-    return out
+            missing.append(Missing(f"report_to={name!r}", module, module, ", or drop it", extra=False))
+    return missing, problems
+
+
+def missing_packages(values: Mapping[str, Any]) -> list[str]:
+    """One message per setting whose engine, tracker or adapter library is not installed."""
+    missing, problems = missing_requirements(values)
+    return [m.refusal() for m in missing] + problems
+
+
+def install_line(missing: Iterable[Missing]) -> str:
+    """The one pip command that installs ``missing`` from the root of a clone: the extras, then the packages."""
+    missing = list(missing)
+    extras = list(dict.fromkeys(m.install for m in missing if m.extra))
+    packages = list(dict.fromkeys(m.install for m in missing if not m.extra))
+    words = ["pip install"] + ([f'-e ".[{",".join(extras)}]"'] if extras else []) + packages
+    return " ".join(words)
 
 
 __all__ = [
     "DATA_KEYS",
     "OLD_OPTIONS",
+    "PATH_SETTINGS",
     "RENAMED_SETTINGS",
     "DataSettings",
+    "Missing",
     "SettingsError",
     "canonical_key",
+    "install_line",
     "missing_packages",
+    "missing_requirements",
     "one_line",
     "output_dir_problem",
     "read_yaml",
     "rename_keys",
+    "resolve_paths",
     "rewrite_args",
     "tracker_names",
     "unknown_name",

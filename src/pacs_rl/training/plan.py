@@ -9,6 +9,9 @@ ignore, the config's own checks, the run's checks, a DeepSpeed file that disagre
 cannot be read, a resume that cannot continue, a GPU plan over the GPU's memory), so a user fixes them in one
 pass. The config is built with the hardware switches neutralised (use_cpu, no bf16/fp16, no DeepSpeed/FSDP
 object): a laptop plans the run of an 8-GPU node, and the hardware itself is checked when the run starts there.
+Such a plan for another machine (CUDA asked for, none here) lists the libraries the settings need that this
+machine lacks (vLLM, DeepSpeed, a tracker) as needed on the training machine, with the pip line that installs
+them, instead of refusing them; where the plan is for this machine they are refused.
 
 The plan's first lines say which device the run uses and why, and, when the settings name the batch they are
 written for (``mini_batch_prompts``) and this many processes give another, by how much. On GPUs the
@@ -30,7 +33,7 @@ from typing import Any
 from pacs_rl.data import BENCHMARKS, DATA_DIR_ENV, benchmark_name
 from pacs_rl.data.procedural import is_procedural
 from pacs_rl.models import BUNDLED_MODELS, cache_dir, model_problem
-from pacs_rl.settings import missing_packages
+from pacs_rl.settings import install_line, missing_requirements
 from pacs_rl.training import fields as grpo_fields
 from pacs_rl.training import memory, run
 from pacs_rl.training import settings as schema
@@ -97,9 +100,12 @@ def _read_deepspeed(value: Any) -> tuple[dict | None, str | None]:
     """(the DeepSpeed config, a problem reading it) from the `deepspeed` setting: a dict or a JSON file path."""
     if isinstance(value, Mapping):
         return dict(value), None
-    path = Path(str(value))
+    path = Path(str(value)).expanduser()
     if not path.is_file():
-        return None, f"deepspeed={value!r}: no such file; give the path of a DeepSpeed JSON config"
+        return None, (
+            f"deepspeed={value!r}: no such file (from the current folder, {Path.cwd()}; in a --config file a "
+            "relative path is read from the file's own folder first); give the path of a DeepSpeed JSON config"
+        )
     try:
         return json.loads(path.read_text()), None
     except json.JSONDecodeError as e:
@@ -225,9 +231,12 @@ def dry_run(
     loss_type = str(cfg.get("loss_type", "pacs"))
     refused = grpo_fields.refused_fields(cfg, loss_type)
     refusals += refused
-    # an engine, tracker or adapter library that is not installed; a max_steps that trains nothing; a model
-    # folder that is not there (a Hub name is checked where the run starts)
-    refusals += missing_packages({**cfg, "use_lora": settings.use_lora})
+    # an engine, tracker or adapter library that is not installed: refused where this machine trains, listed as
+    # needed there where the plan is for another machine (CUDA asked for, none here: a laptop planning a node)
+    missing, tracker_problems = missing_requirements({**cfg, "use_lora": settings.use_lora})
+    elsewhere = device.device == "cuda" and not cuda.available
+    refusals += tracker_problems + ([] if elsewhere else [m.refusal() for m in missing])
+    # a max_steps that trains nothing; a model folder that is not there (a Hub name is checked where the run starts)
     refusals += [
         p
         for p in (schema.max_steps_problem(cfg.get("max_steps")), model_problem(settings.model, hub=False))
@@ -288,6 +297,8 @@ def dry_run(
     else:
         prompts = _Prompts(len(train) if train is not None else None, None, None, why_not)
     lines = [f"device: {device.line()}"]
+    if elsewhere and missing:
+        lines.append(needed_line(missing))
     note = batch_note(settings, config, num_processes)
     if note:
         lines.append(note)
@@ -298,6 +309,15 @@ def dry_run(
         settings, cfg, config, num_processes, device, gpu_gib, prompts
     )
     return lines + memory_lines, refusals + memory_refusals
+
+
+def needed_line(missing) -> str:
+    """The plan's line for the libraries a plan for another machine needs there and this machine lacks."""
+    what = ", ".join(f"{m.package} ({m.setting})" for m in missing)
+    return (
+        f"needed on the training machine (not installed here, where this plan is checked): {what}; "
+        f"install there from the root of a clone: {install_line(missing)}"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
