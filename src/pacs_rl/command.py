@@ -54,6 +54,21 @@ def show_library_notes() -> None:
         logger.setLevel(logging.INFO)
 
 
+def typed_command(output_dir: str | None = None) -> str:
+    """The `pacs-rl` command being run, as typed (``pacs-rl train --max-steps 4``), without --resume (a rerun into
+    the same folder continues it), with ``--output-dir output_dir`` added when the command did not name it."""
+    import shlex
+
+    ctx = _context.get_current_context(silent=True)
+    argv = list(ctx.meta.get("pacs_rl.argv", [])) if ctx is not None else []
+    words = [a for a in argv if a != "--resume"]
+    named = any(w in ("--output-dir", "-o", "--output_dir", "--output") or w.startswith(("--output-dir=", "--output_dir="))
+                for w in words)  # fmt: skip
+    if output_dir is not None and not named:
+        words += ["--output-dir", str(output_dir)]
+    return shlex.join(["pacs-rl", *words])
+
+
 def error_line(e: Exception) -> str:
     """``pacs-rl train: error: <what and what to do>``; a parsing error adds where the help is."""
     ctx = getattr(e, "ctx", None)
@@ -90,6 +105,7 @@ class Command(TyperCommand):
     settings: Mapping[str, str] | None = None
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        ctx.meta["pacs_rl.argv"] = [self.name or "", *args]  # as typed: the command that goes on after a stop
         notes: list[str] = []
         names = [o for p in self.params for o in (*p.opts, *p.secondary_opts)]
         try:
@@ -169,4 +185,5 @@ __all__ = [
     "fail",
     "note",
     "settings_as_options",
+    "typed_command",
 ]

@@ -7,11 +7,13 @@ The command parses its options, checks them (the output folder, the model names)
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
 
-from pacs_rl.command import data_option, end_dry_run, fail
+from pacs_rl.command import data_option, end_dry_run, fail, note, typed_command
 from pacs_rl.evaluation.report import (
     NOT_PLAIN_WARN,
     forms_text,
@@ -44,6 +46,93 @@ def split_benchmarks(values: list[str]) -> list[str]:
             elif piece:
                 out.append(piece)
     return out
+
+
+# The options whose default depends on what is evaluated: a training run's own held-out protocol, else these.
+DEFAULTS = {"benchmarks": ["math500"], "n": "32", "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 1024,
+            "grader": "auto", "output_dir": "eval_runs"}  # fmt: skip
+CUT_OFF_WARN = 0.5  # warn when more than this share of the samples hit the token limit
+
+
+def run_folder(model: str) -> Path | None:
+    """The `pacs-rl train` run folder ``model`` is (RUN) or holds the final weights of (RUN/final, RUN/checkpoint-N),
+    by its settings.json; None for any other model."""
+    path = Path(model)
+    for folder in (path, path.parent):
+        if (folder / "settings.json").is_file() and (folder / "final").is_dir():
+            return folder
+    return None
+
+
+def run_protocol(folder: Path) -> dict[str, Any] | None:
+    """How the run in ``folder`` measured its held-out accuracy (settings.json's ``heldout``; for a run recorded
+    before that key, rebuilt from its settings and heldout.json). None when it had no held-out set."""
+    recorded = json.loads((folder / "settings.json").read_text())
+    if "heldout" in recorded:
+        return recorded["heldout"]
+    from pacs_rl.training.settings import RunSettings, heldout_protocol
+
+    run, config = recorded.get("run", {}), recorded.get("config", {})
+    try:
+        settings = RunSettings(**{k: v for k, v in run.items() if k in RunSettings.__dataclass_fields__})
+    except (TypeError, ValueError):
+        return None
+    held = json.loads((folder / "heldout.json").read_text()) if (folder / "heldout.json").is_file() else {}
+    n = (held.get("before") or held.get("after") or {}).get("n", settings.eval_size)
+    tokens = config.get("max_completion_length")
+    if tokens is None:
+        from pacs_rl.training.config import PACSConfig  # the default it ran with
+
+        tokens = PACSConfig.__dataclass_fields__["max_completion_length"].default
+    return heldout_protocol(settings, int(tokens), int(config.get("seed", 42)), int(n))
+
+
+def arithmetic_note(sources: list[str]) -> str | None:
+    """What an ``arithmetic`` source without ops= or digits= draws here, beside `pacs-rl train`'s default task (None
+    when every arithmetic source names both)."""
+    from pacs_rl.data.procedural import ARITHMETIC_DIGITS, ARITHMETIC_OPS, parse_query
+
+    bare = [s for s in sources if s.split("?")[0] == "arithmetic" and not {"ops", "digits"} <= set(parse_query(s.partition("?")[2]))]  # fmt: skip
+    if not bare:
+        return None
+    return (
+        f"{bare[0]}: the arithmetic task without ops= or digits= draws ops={ARITHMETIC_OPS}, digits={ARITHMETIC_DIGITS} "
+        'here, while `pacs-rl train`\'s default task is ops=+-, digits=2,1 ("What is 47 + 8?"): for that task add '
+        "&ops=+-&digits=2,1; for a run's own held-out task give no --benchmarks: pacs-rl eval --model RUN/final"
+    )
+
+
+def _own_task(
+    protocol: dict[str, Any], folder: Path, n, temperature, top_p, max_new_tokens, grader, output_dir
+):
+    """The settings of evaluating run ``folder``'s model on its own held-out task: the run's ``protocol`` (n = 1,
+    its sampling, token limit, grader, prompt and fields), each replaced by an option given here; the folder
+    RUN/eval/<protocol>; and the line that says so."""
+    t = protocol.get("temperature", 0.0) if temperature is None else temperature
+    own = {
+        "n": n or "1",
+        "temperature": t,
+        "top_p": (protocol.get("top_p", 1.0) if t > 0 else 1.0) if top_p is None else top_p,
+        "max_new_tokens": max_new_tokens or protocol.get("max_new_tokens", 1024),
+        "grader": grader or protocol.get("grader", "auto"),
+        "limit": protocol.get("limit"),
+        "seed": int(protocol.get("seed", 0)),
+        "data": {
+            **dict(protocol.get("fields") or {}),
+            "instruction": protocol.get("instruction"),
+            "system_prompt": protocol.get("system_prompt"),
+        },
+    }
+    how = "greedy" if own["temperature"] == 0 else f"T{own['temperature']}"
+    own["output_dir"] = output_dir or str(folder / "eval" / f"{how}-n{own['n']}-{own['max_new_tokens']}tok")
+    own["data"] = {k: v for k, v in own["data"].items() if v is not None}
+    sampling = "greedy" if own["temperature"] == 0 else f"T {own['temperature']}, top-p {own['top_p']}"
+    own["line"] = (
+        f"{folder}: the run's own held-out task (settings.json): {protocol['source']}"
+        + (f" (first {own['limit']})" if own["limit"] else "")
+        + f", n = {own['n']}, {sampling}, <= {own['max_new_tokens']} tokens, grader {own['grader']} -> {own['output_dir']}"
+    )
+    return own
 
 
 def _parse_json(text: str | None, option: str) -> dict | None:
@@ -79,34 +168,52 @@ def eval_command(
         metavar="NAME",
     ),
     benchmarks: list[str] = typer.Option(
-        ["math500"],
+        None,
         "--benchmarks",
         "-b",
         help="Comma-separated and/or repeated: math500, aime24, aime25, amc23, minerva, olympiadbench; a "
         ".jsonl/.json/.parquet file; a Hub dataset id; 'arithmetic?n=100&seed=0'; or "
-        "'reasoning_gym:<task>?size=100&seed=0'. The model loads once for all of them.",
+        "'reasoning_gym:<task>?size=100&seed=0'. The model loads once for all of them.  [default: math500; for "
+        "a `pacs-rl train` run's model (RUN/final, or RUN): the run's own held-out task and protocol]",
         metavar="SOURCE",
+        show_default=False,
     ),
     n: str = typer.Option(
-        "32",
+        None,
         "--n",
         help="Samples per problem: 32; per benchmark math500=32,aime24=512; or 'paper' (32 for MATH-500, 512 "
-        "for AIME and AMC).",
+        "for AIME and AMC).  [default: 32; a run's own held-out task: its 1]",
         metavar="N",
+        show_default=False,
     ),
     k: str = typer.Option(
         None, "--k", help="k values, comma-separated (default: powers of two up to n).", metavar="K,..."
     ),
-    temperature: float = typer.Option(0.6, help="Sampling temperature (paper: 0.6)."),
-    top_p: float = typer.Option(0.95, "--top-p", help="Nucleus top-p (paper: 0.95)."),
-    max_new_tokens: int = typer.Option(1024, "--max-new-tokens", help="Generated tokens per sample at most."),
+    temperature: float = typer.Option(
+        None,
+        help="Sampling temperature (paper: 0.6; 0 = greedy).  [default: 0.6; a run's own held-out task: its own]",
+        show_default=False,
+    ),
+    top_p: float = typer.Option(
+        None,
+        "--top-p",
+        help="Nucleus top-p (paper: 0.95).  [default: 0.95; a run's own task: its own]",
+        show_default=False,
+    ),
+    max_new_tokens: int = typer.Option(
+        None,
+        "--max-new-tokens",
+        help="Generated tokens per sample at most.  [default: 1024; a run's own held-out task: its own]",
+        show_default=False,
+    ),
     grader: str = typer.Option(
-        "auto",
+        None,
         "--grader",
         help="auto: paper on the paper's benchmarks (its tables compare with the paper's), sound on other data. "
         "sound: one committed final answer, a number where the gold is one, never the question given back. paper: "
         "math-verify as the PACS authors call it. strict: a \\boxed{} answer. paper/strict take +rules: "
-        "restatement, multiple_boxed, echo.",
+        "restatement, multiple_boxed, echo.  [default: auto; a run's own held-out task: the run's grader]",
+        show_default=False,
     ),
     backend: str = typer.Option("transformers", help="Sampling engine: transformers or vllm."),
     dtype: str = typer.Option(
@@ -136,7 +243,13 @@ def eval_command(
     limit: int = typer.Option(None, help="Only the first LIMIT problems (file order) of each benchmark."),
     seed: int = typer.Option(0, help="Sampling seed."),
     output_dir: str = typer.Option(
-        "eval_runs", "--output-dir", "-o", help="Output folder (resumed when it exists).", metavar="DIR"
+        None,
+        "--output-dir",
+        "-o",
+        help="Output folder; rerunning the same command into it resumes it.  [default: eval_runs; a run's own "
+        "held-out task: RUN/eval/<protocol>]",
+        metavar="DIR",
+        show_default=False,
     ),
     split: str = data_option("split"),
     problem_field: str = data_option("problem_field"),
@@ -166,22 +279,54 @@ def eval_command(
     Writes samples.jsonl, metrics.json, results.md and passk.png into --output-dir; rerun the same command to
     resume after a crash. Several --benchmarks (math500,aime24,amc23) or --model options run into
     --output-dir/<model>/<benchmark> with the model loaded once, and one table laid out like the paper's Tables 2
-    and 3; --merge DIR... merges finished runs. Older spellings still work: --output, --benchmark, --on-error.
+    and 3; --merge DIR... merges finished runs. A `pacs-rl train` run's model (RUN/final) without --benchmarks is
+    evaluated on the run's own held-out task and protocol. Older spellings still work: --output, --benchmark,
+    --on-error.
     """
     console = Console(stderr=True)
-    problem = output_dir_problem(output_dir)
-    if problem:
-        fail(problem)
     if merge:
+        output_dir = output_dir or DEFAULTS["output_dir"]
+        problem = output_dir_problem(output_dir)
+        if problem:
+            fail(problem)
         _merge(run_dirs, output_dir, console)
         return
     if run_dirs:
         fail(f"unexpected arguments {run_dirs}; to merge finished runs add --merge")
     if not model:
         fail("give --model (several allowed), or --merge with run folders")
+    own: dict[str, Any] = {}  # a training run's own held-out protocol, when that is what is evaluated
+    folder = run_folder(model[0]) if len(model) == 1 and not benchmarks else None
+    if folder is not None:
+        protocol = run_protocol(folder)
+        if protocol is None:
+            fail(f"{folder} is a training run without a held-out set (eval_size 0): give --benchmarks SOURCE")
+        model = [str(folder / "final") if Path(model[0]) == folder else model[0]]
+        own = _own_task(protocol, folder, n, temperature, top_p, max_new_tokens, grader, output_dir)
+        benchmarks, n, temperature, top_p = [protocol["source"]], own["n"], own["temperature"], own["top_p"]
+        max_new_tokens, grader, output_dir = own["max_new_tokens"], own["grader"], own["output_dir"]
+    values = {"benchmarks": benchmarks, "n": n, "temperature": temperature, "top_p": top_p,
+              "max_new_tokens": max_new_tokens, "grader": grader, "output_dir": output_dir}  # fmt: skip
+    values = {k: DEFAULTS[k] if v is None else v for k, v in values.items()}
+    benchmarks, n, temperature, top_p = (
+        values["benchmarks"],
+        values["n"],
+        values["temperature"],
+        values["top_p"],
+    )
+    max_new_tokens, grader, output_dir = values["max_new_tokens"], values["grader"], values["output_dir"]
+    problem = output_dir_problem(output_dir)
+    if problem:
+        fail(problem)
     sources = split_benchmarks(benchmarks)
     if not sources:
         fail("give at least one --benchmarks source")
+    if own:
+        console.print(own["line"], soft_wrap=True, markup=False, highlight=False)
+    else:
+        bare = arithmetic_note(sources)
+        if bare:
+            note(bare)
     # The runner imports numpy and the data loaders (torch and the verifier load when sampling starts):
     # imported here, when a run starts, so that `pacs-rl --help` does not pay for them.
     from pacs_rl.data import DataError
@@ -198,6 +343,12 @@ def eval_command(
         fail(e)
     given = dict(zip(DATA_KEYS, (split, problem_field, answer_field, prompt_field, instruction, system_prompt,
                                  skip_bad_rows), strict=True))  # fmt: skip
+    for key, value in own.get("data", {}).items():  # the run's own prompt and fields, unless given here
+        given[key] = value if given.get(key) is None else given[key]
+    if own.get("limit") is not None and limit is None:
+        limit = own["limit"]
+    if own and seed == 0:
+        seed = own["seed"]
     config = EvalConfig(
         model=model[0],
         benchmark=sources[0],
@@ -229,12 +380,23 @@ def eval_command(
     if dry_run:
         _dry_run(config, list(model), list(label) if label else None, sources, n_by_bench)
         return
+    if no_progress:  # transformers' own bars too ("Loading weights")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     try:
         results = run_evals(
             config, list(model), labels=list(label) if label else None, benchmarks=sources, n=n_by_bench
         )
     except (DataError, ModelError, ResumeMismatch, ValueError) as e:
         fail(e)
+    except KeyboardInterrupt:
+        typer.echo(
+            f"interrupted: the samples drawn so far are kept in {output_dir} (samples.jsonl); go on with: "
+            f"{typed_command(output_dir)}",
+            err=True,
+        )
+        raise typer.Exit(130) from None
     typer.echo(results_table(results))
     for r in results:
         _print_run_summary(r, console)

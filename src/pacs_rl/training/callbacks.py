@@ -1,4 +1,5 @@
-"""Trainer callbacks: reference reset (PACS, frozen reference), metrics.jsonl, a rich progress bar."""
+"""Trainer callbacks: reference reset (PACS, frozen reference), metrics.jsonl, a rich progress bar, a stop at the
+end of a step (Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ from pacs_rl.training.monitor import form_warnings
 METRICS_FILE = "metrics.jsonl"
 
 
-def progress_bar(*fields: TextColumn) -> Progress:
+def progress_bar(*fields: TextColumn, enabled: bool = True) -> Progress:
     """The look of every bar of a run (training, held-out): description, bar, n/total, ``fields``, then the
     elapsed time and the ETA. The elapsed time stays meaningful once a bar is full, when the ETA reads 0.
-    Without a terminal (a log file) the bar shows nothing: the run prints a line per step instead."""
+    Without a terminal (a log file) or with ``enabled`` False (--no-progress) the bar shows nothing: the run prints
+    a line per step instead."""
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -37,7 +39,7 @@ def progress_bar(*fields: TextColumn) -> Progress:
         TextColumn("ETA"),
         TimeRemainingColumn(),
         transient=False,
-        disable=not Console().is_terminal,
+        disable=not (enabled and Console().is_terminal),
     )
 
 
@@ -132,8 +134,9 @@ class RichProgressCallback(TrainerCallback):
     file), one plain line per logged step instead of the bar. The reward-hacking monitor's notes
     (pacs_rl.training.monitor.form_warnings) are printed above it."""
 
-    def __init__(self, description: str = "training"):
+    def __init__(self, description: str = "training", enabled: bool = True):
         self.description = description
+        self.enabled = enabled  # False (--no-progress): a plain line per step, as in a log file
         self.progress = None
         self.task = None
         self.fields = {"reward": float("nan"), "accuracy": float("nan")}
@@ -145,7 +148,8 @@ class RichProgressCallback(TrainerCallback):
             return control
 
         self.progress = progress_bar(
-            TextColumn("reward {task.fields[reward]:.3f}  acc {task.fields[accuracy]:.3f}")
+            TextColumn("reward {task.fields[reward]:.3f}  acc {task.fields[accuracy]:.3f}"),
+            enabled=self.enabled,
         )
         self.progress.start()
         self.start = (time.time(), state.global_step)
@@ -182,4 +186,19 @@ class RichProgressCallback(TrainerCallback):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+        return control
+
+
+class StopAtStepEnd(TrainerCallback):
+    """Stop training at the end of the step in progress, saving a checkpoint first, once ``request.signal_name`` is
+    set (a signal handler sets it: pacs_rl.training.run). The trainer's own checkpoint holds the rollout batch in
+    progress, so a run resumed from it continues exactly."""
+
+    def __init__(self, request):
+        self.request = request
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.request.signal_name:
+            control.should_save = True
+            control.should_training_stop = True
         return control

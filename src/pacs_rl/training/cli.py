@@ -17,11 +17,12 @@ from __future__ import annotations
 import functools
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import typer
 
-from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes
+from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes, typed_command
 from pacs_rl.models import ModelError
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import settings as schema
@@ -30,27 +31,67 @@ from pacs_rl.training.monitor import summary_line
 _DEFAULTS = schema.default_settings()
 
 
+CUT_OFF_WARN = 0.5  # a run warns when more than this share of its answers hit the token limit
+
+
 def summary_lines(result) -> list[str]:
     """The lines printed at the end of a run (a `pacs_rl.training.run.TrainResult`)."""
     lines = []
+    protocol = getattr(result, "heldout_protocol", None) or {}
+    tokens = protocol.get("max_new_tokens", "the")
     if "after" in result.heldout:
         b, a = result.heldout["before"], result.heldout["after"]
         lines.append(
             f"held-out accuracy ({a['n']} problems, {result.eval_description}): "
             f"before {b['accuracy']:.1%} -> after {a['accuracy']:.1%}"
         )
+        cut = {w: r.get("truncated_frac") or 0 for w, r in (("before", b), ("after", a))}
+        worst = max(cut, key=cut.get)
+        if cut[worst] > CUT_OFF_WARN:
+            lines.append(
+                f"warning: {cut[worst]:.0%} of the held-out answers {worst} training were cut off at the {tokens}-token "
+                "limit, so the accuracy measures the limit as much as the model: raise eval_max_new_tokens (and "
+                "max_completion_length for training), or hold out problems this model answers in fewer tokens"
+            )
     forms = summary_line(result.answer_forms) if result.answer_forms else None
     if forms:
         lines.append(forms)
+    clipped = getattr(result, "rollout_truncated_frac", None)
+    if clipped is not None and clipped > CUT_OFF_WARN:
+        lines.append(
+            f"warning: {clipped:.0%} of the rollouts' completions were cut off at max_completion_length "
+            "(completions/clipped_ratio in metrics.jsonl): a cut-off answer is rarely paid, so little is learnt; "
+            "raise max_completion_length, or train on shorter problems"
+        )
     where = f" on {result.device}" if result.device else ""
-    lines.append(
-        f"training: {result.global_step} steps{where}, {result.train_seconds / 60:.1f} min this session"
-    )
+    first = getattr(result, "first_step", 0)
+    total = getattr(result, "max_steps", 0) or result.global_step
+    if result.already_complete or first >= result.global_step:
+        lines.append(f"training: {result.global_step} of {total} steps, none this session")
+    elif first:
+        lines.append(
+            f"training: steps {first + 1}-{result.global_step} of {total}{where} this session "
+            f"({result.global_step - first} steps, {result.train_seconds / 60:.1f} min; the first {first} in earlier runs)"
+        )
+    else:
+        lines.append(
+            f"training: {result.global_step} steps{where}, {result.train_seconds / 60:.1f} min this session"
+        )
     lines.append(f"output folder: {result.output_dir}")
     lines.append(f"metrics: {result.metrics_file}")
     if result.curves_png:
         lines.append(f"curves: {result.curves_png}")
     lines.append(f"final weights: {result.final_dir}")
+    card = result.output_dir / "README.md"
+    if card.is_file():
+        lines.append(f"model card: {card}")
+    if protocol:
+        lines.append(
+            f"evaluate it on its held-out task: pacs-rl eval --model {result.final_dir}  "
+            f"({protocol.get('n')} problems, {result.eval_description}, as above; --n 8 --temperature 0.6 for pass@k)"
+        )
+    else:
+        lines.append(f"evaluate it: pacs-rl eval --model {result.final_dir} --benchmarks SOURCE")
     return lines
 
 
@@ -93,7 +134,9 @@ def user_settings(
         taken = sorted(set(layer) & set(COMMAND_FIELDS))
         if taken:
             raise SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
-    return {**layers[0], **{k: v for k, v in options.items() if v is not None}, **layers[1]}
+    # typed here (an option's text, "4"), as --set's values are by split_settings: the dry run's plan reads them
+    given = {k: schema.coerce_setting(k, v) for k, v in options.items() if v is not None}
+    return {**layers[0], **given, **layers[1]}
 
 
 def merge_settings(
@@ -167,7 +210,11 @@ def train_command(
         show_default=False,
     ),
     resume: bool = typer.Option(
-        False, "--resume", help="Continue the run in --output-dir from its last checkpoint."
+        False,
+        "--resume",
+        help="Continue the run in --output-dir from its last checkpoint, with the settings of this command. "
+        "Without it, rerunning the command that made a run into its folder continues it (a finished run says so) "
+        "and other settings are refused.",
     ),
     model: str = _setting_option(
         "model",
@@ -208,6 +255,9 @@ def train_command(
         "per core]",
         metavar="N",
         show_default=False,
+    ),
+    no_progress: bool = typer.Option(
+        False, "--no-progress", help="No progress bars: one line per logged step instead."
     ),
     list_keys: bool = typer.Option(False, "--list-keys", help="List every setting name and exit."),
     dry_run: bool = typer.Option(False, "--dry-run", help=DRY_RUN_HELP),
@@ -256,19 +306,28 @@ def train_command(
         )
         for message in notes:
             note(message)
+        # a rerun into a run's own folder continues it (decided below, once its settings can be compared)
+        state = "new" if resume else schema.folder_state(output_dir)
+        checked_resume = resume or (
+            state in ("checkpointed", "finished") and schema.last_complete_checkpoint(output_dir) is not None
+        )
         if dry_run:
             values, device = with_device(user)  # the plan names the device; it may import torch
-            _dry_run(values, output_dir, num_processes, resume, device, gpu_memory_gib)
+            if state in ("checkpointed", "finished"):
+                _rerun(values, output_dir, state)  # refuses other settings; else the plan shows the resume
+            _dry_run(values, output_dir, num_processes, checked_resume, device, gpu_memory_gib)
             return
         settings, cfg = schema.split_settings(values)
         if _is_main_process():
             show_library_notes()
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        problems, data = schema.preflight(settings, cfg, output_dir, resume, world)
+        problems, data = schema.preflight(settings, cfg, output_dir, checked_resume, world)
         if problems:
             fail("; ".join(problems))
         os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
         values, device = with_device(user)  # torch: only now, once the cheap checks passed
+        if state in ("checkpointed", "finished", "started"):
+            resume = _rerun(values, output_dir, state) if state != "started" else _restart(values, output_dir)
         if _is_main_process():
             typer.echo(f"device: {device.line()}")
         settings, cfg = schema.split_settings(values)
@@ -276,16 +335,75 @@ def train_command(
         from pacs_rl.training.quiet import quiet_libraries
 
         quiet_libraries()
-        result = run.run_training(settings, run.build_config(cfg, output_dir), resume=resume, data=data)
+        config = run.build_config(cfg, output_dir)
+        if state == "finished" and schema.last_complete_checkpoint(output_dir) is None:
+            result = run._result(settings, config, Path(output_dir), already_complete=True)
+        else:
+            result = run.run_training(
+                settings, config, resume=resume, data=data, command=typed_command(), progress=not no_progress,
+                stop_on_signal=True,
+            )  # fmt: skip
     except (SettingsError, ModelError) as e:  # a setting, a data row, a config check, a model name
         fail(e)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was kept and how to go on
+        _interrupted(e, output_dir)
     if not _is_main_process():
         return
     typer.echo("")
     if result.already_complete:
-        typer.echo(f"{result.output_dir} is complete (step {result.global_step}): nothing to train.")
+        typer.echo(
+            f"{result.output_dir} is finished (step {result.global_step} of {result.max_steps or result.global_step}): "
+            "nothing to train; --resume with a larger --max-steps trains on"
+        )
     for line in summary_lines(result):
         typer.echo(line)
+
+
+def _rerun(values: dict[str, Any], output_dir: str, state: str) -> bool:
+    """A command rerun into the folder of a run with a checkpoint or finished: True (resume it) when it holds a run
+    of the same settings, with a note; else SettingsError naming what differs."""
+    run = _library()
+    settings, cfg = schema.split_settings(values)
+    diffs = run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
+    if diffs:
+        raise SettingsError(
+            f"{output_dir} holds a run made with other settings ({'; '.join(diffs)}): rerun the command that made "
+            f"it to continue it (settings.json in the folder), pass --resume to continue it with these settings, "
+            "or give another --output-dir"
+        )
+    if state == "checkpointed" and _is_main_process():
+        checkpoint = schema.last_complete_checkpoint(output_dir)
+        note(f"{output_dir} holds this run, stopped: continuing it from {checkpoint}")
+    return True
+
+
+def _restart(values: dict[str, Any], output_dir: str) -> bool:
+    """A command rerun into the folder of a run that stopped before its first checkpoint: start it again (same
+    settings, with a note) or SettingsError naming what differs. Returns False (no resume)."""
+    run = _library()
+    settings, cfg = schema.split_settings(values)
+    diffs = run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
+    if diffs:
+        raise SettingsError(
+            f"{output_dir} holds the start of a run made with other settings ({'; '.join(diffs)}) and no checkpoint: "
+            "give another --output-dir, or delete that folder"
+        )
+    if _is_main_process():
+        note(
+            f"{output_dir} holds this run, stopped before its first checkpoint: starting it again from step 0"
+        )
+    return False
+
+
+def _interrupted(e: KeyboardInterrupt, output_dir: str) -> None:
+    """One line on stderr (what was kept, the command that goes on), then exit 130 (Ctrl-C) or 143 (SIGTERM)."""
+    describe = getattr(e, "describe", None)
+    what = describe() if describe else "interrupted"
+    command = typed_command(output_dir)
+    name = getattr(e, "signal_name", "Ctrl-C")
+    if _is_main_process():
+        typer.echo(f"{what}; go on with: {command}", err=True)
+    raise typer.Exit(143 if name == "SIGTERM" else 130)
 
 
 def _dry_run(

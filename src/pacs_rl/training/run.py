@@ -26,6 +26,9 @@ import json
 import logging
 import os
 import shutil
+import signal
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,7 +43,14 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from pacs_rl.data import Problem, build_messages, encode_prompts
 from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
 from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
-from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, RichProgressCallback
+from pacs_rl.training.callbacks import (
+    METRICS_FILE,
+    MetricsJsonlCallback,
+    RichProgressCallback,
+    StopAtStepEnd,
+    read_metrics,
+)
+from pacs_rl.training.card import KEY_SETTINGS, write_model_card
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.heldout import heldout_accuracy, plot_curves
 from pacs_rl.training.monitor import FORMS_FILE, SAMPLES_DIR
@@ -61,6 +71,7 @@ from pacs_rl.training.settings import (  # re-exported: the settings of a run, c
     SettingsError,
     coerce_setting,
     default_settings,
+    heldout_protocol,
     known_keys,
     last_complete_checkpoint,
     load_run_data,
@@ -78,6 +89,7 @@ __all__ = [  # the library API of a run (with what pacs_rl.training.settings def
     "HELDOUT_SEED",
     "MODEL_DTYPES",
     "TINY_MODEL",
+    "RunInterrupted",
     "RunSettings",
     "SettingsError",
     "TrainResult",
@@ -92,6 +104,7 @@ __all__ = [  # the library API of a run (with what pacs_rl.training.settings def
     "load_run_data",
     "load_settings_file",
     "parse_assignments",
+    "run_differences",
     "run_fields",
     "run_training",
     "split_settings",
@@ -243,6 +256,38 @@ class TrainResult:
     answer_forms: dict[str, Any] = field(default_factory=dict)  # the reward-hacking monitor's totals
     already_complete: bool = False  # resumed a run that had finished: nothing was trained
     device: str = ""  # where this call trained ("cuda:0", "cpu"); empty when it trained nothing
+    first_step: int = (
+        0  # the step this call started from (a resumed run: its checkpoint's); its own steps follow
+    )
+    max_steps: int = 0  # the run's last step
+    heldout_protocol: dict[str, Any] = field(default_factory=dict)  # how heldout was measured (settings.json)
+    rollout_truncated_frac: float | None = (
+        None  # share of the rollouts' completions cut off at the token limit
+    )
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A run stopped by Ctrl-C or SIGTERM: where it stopped and what it kept. A KeyboardInterrupt, so that code
+    that stops on one stops on this too."""
+
+    def __init__(self, output_dir: Path, step: int, max_steps: int, checkpoint: str | None, save_steps: Any,
+                 signal_name: str = "Ctrl-C", at_step_end: bool = False):  # fmt: skip
+        self.output_dir, self.step, self.max_steps = output_dir, step, max_steps
+        self.checkpoint, self.save_steps, self.signal_name = checkpoint, save_steps, signal_name
+        self.at_step_end = at_step_end
+        super().__init__(self.describe())
+
+    def kept(self) -> str:
+        """What the folder keeps to go on from."""
+        if self.checkpoint:
+            step = int(Path(self.checkpoint).name.split("-")[-1])
+            later = "" if step >= self.step else f"; steps {step + 1}-{self.step} are redone"
+            return f"kept {self.checkpoint} (step {step}{later})"
+        every = f"save_steps={self.save_steps}" if self.save_steps else "no checkpoints were asked for"
+        return f"no checkpoint kept ({every}, and the run stopped before the first one): it starts again from step 0"
+
+    def describe(self) -> str:
+        return f"interrupted ({self.signal_name}) at step {self.step} of {self.max_steps}; {self.kept()}"
 
 
 BASE_MODEL_DIR = "base_model"  # where --model tiny is saved inside the run folder
@@ -440,10 +485,11 @@ class _HeldOut:
     weights or vLLM: the trainer's own engine, each process a share of the problems, gathered
     (`rollout_eval.engine_accuracy`). Only the main process writes the file."""
 
-    def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path):
+    def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path, progress=True):
         self.settings, self.config, self.problems, self.reward = settings, config, problems, reward
         self.path = out / HELDOUT_FILE
         self.results = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.progress = progress
 
     def measure(self, trainer, when: str) -> None:
         if not self.problems or (when == "before" and "before" in self.results):
@@ -475,9 +521,12 @@ class _HeldOut:
                 reward_func=self.reward,
                 description=f"held-out, {when}",
                 prompt_kwargs=s.prompt_kwargs(c),
+                progress=self.progress,
             )
             result["engine"] = "fast-sampler"  # on this process's model
         rows = result.pop("samples", None)
+        if rows:  # answers cut off at the token limit: many of them, and the accuracy measures the limit
+            result["truncated_frac"] = sum(r.get("finish_reason") == "length" for r in rows) / len(rows)
         if rows is not None and PartialState().is_main_process:  # for `pacs-rl audit`
             (self.path.parent / SAMPLES_DIR).mkdir(exist_ok=True)
             path = self.path.parent / SAMPLES_DIR / f"heldout_{when}.jsonl"
@@ -513,17 +562,43 @@ def run_training(
     *,
     resume: bool = False,
     data: tuple[list[Problem], list[Problem]] | None = None,
+    command: str | None = None,
+    progress: bool = True,
+    stop_on_signal: bool = False,
 ) -> TrainResult:
     """Train ``config.loss_type`` on ``settings.dataset`` into ``config.output_dir``: held-out accuracy before,
-    training, the final model, held-out accuracy after, the curves. ``resume`` continues the run in that
-    folder from its newest complete checkpoint; a run that already finished is left as it is
+    training, the final model, held-out accuracy after, the curves, the model card. ``resume`` continues the run in
+    that folder from its newest complete checkpoint; a run that already finished is left as it is
     (``already_complete``). Raises SettingsError (a ValueError) for a setting that cannot be used, before any
     model is loaded or anything is written. ``data``: the (training, held-out) problems when the caller has read
-    them already (`pacs-rl train` does, before torch loads); else they are read here.
+    them already (`pacs-rl train` does, before torch loads); else they are read here. ``command``: the command that
+    made the run, for its card. ``progress``: progress bars (else one line per step).
+
+    Interrupted (Ctrl-C, SIGTERM), it raises :class:`RunInterrupted` (a KeyboardInterrupt) saying the step reached
+    and the checkpoint kept. ``stop_on_signal`` (one process, main thread): the first Ctrl-C or SIGTERM during
+    training stops at the end of the step in progress and saves a checkpoint there first; a second stops at once.
 
     On several processes (`accelerate launch`) every process loads the data and its copy of the weights (TRL
     loads them from the name, in the training dtype, placed by accelerate; ZeRO-3 partitioned), the held-out
     evaluations run once across all processes, and only the main process writes files."""
+    stop = _StopRequest(enabled=stop_on_signal and PartialState().num_processes == 1 and not config.use_vllm)
+    with stop.handling():
+        try:
+            return _run_training(settings, config, resume, data, command, progress, stop)
+        except KeyboardInterrupt as e:
+            if isinstance(e, RunInterrupted):
+                raise
+            out = Path(config.output_dir)
+            trainer = stop.trainer
+            step = max(stop.first_step, getattr(getattr(trainer, "state", None), "global_step", 0))
+            raise RunInterrupted(
+                out, step, config.max_steps, last_complete_checkpoint(out), config.save_steps,
+                stop.signal_name or "Ctrl-C",
+            ) from None  # fmt: skip
+
+
+def _run_training(settings, config, resume, data, command, progress, stop) -> TrainResult:
+    """run_training's body; ``stop``: the _StopRequest its signal handlers set."""
     out = Path(config.output_dir)
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)  # before any op: see the setting's help
@@ -545,6 +620,8 @@ def run_training(
     checkpoint, complete = resume_point(out, resume, config, state.num_processes)
     if complete and (out / DONE_FILE).is_file():
         return _result(settings, config, out, already_complete=True)
+    first_step = int(_trainer_state(checkpoint)["global_step"]) if checkpoint else 0
+    stop.first_step = first_step
     torch.manual_seed(config.seed)
     train_problems, held = data or load_run_data(settings, config.seed)  # before the model loads: fail fast
     few = too_few_problems(
@@ -559,7 +636,14 @@ def run_training(
         )
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
-    recorded = {"run": dataclasses.asdict(settings), "config": _non_default_fields(config)}  # as given
+    earlier = _read_json(out / SETTINGS_FILE) if checkpoint else {}
+    recorded = {
+        "run": dataclasses.asdict(settings),
+        "config": _non_default_fields(config),  # as given
+        "key_settings": _key_settings(config),
+        "heldout": heldout_protocol(settings, config.max_completion_length, config.seed, len(held)),
+        "command": earlier.get("command") or command,  # the command that started the run
+    }
     with state.main_process_first():  # --model tiny is written once; the bundled model converts once
         model_id = (
             str(tiny_model_folder(out / BASE_MODEL_DIR))
@@ -582,6 +666,10 @@ def run_training(
             "dropped_long_prompts": loaded - len(train_problems),
         }
         (out / SETTINGS_FILE).write_text(json.dumps(recorded, indent=2, default=str))
+        (out / DONE_FILE).unlink(
+            missing_ok=True
+        )  # a finished run continued (a larger max_steps) is unfinished
+        write_model_card(out)  # "unfinished" until the run ends
     # DeepSpeed builds its engine only inside train(): without it transformers can neither load a checkpoint into
     # the bare model (ZeRO-3 holds a shard of each weight) nor save it. A run that finished training takes its
     # last checkpoint's consolidated weights as the model, and final/ is a copy of them.
@@ -590,7 +678,7 @@ def run_training(
         model_id = _consolidated_weights(checkpoint)
     rewards = build_reward_funcs(settings, config)
     reward = heldout_reward(settings)
-    heldout = _HeldOut(settings, config, held, reward, out)
+    heldout = _HeldOut(settings, config, held, reward, out, progress=progress)
 
     start_deepspeed_comm(config, engine, state.num_processes)
     _, trainer_cls = config_and_trainer_classes(config.loss_type)
@@ -603,11 +691,15 @@ def run_training(
         callbacks=[MetricsJsonlCallback()],
         peft_config=_peft_config(settings),
     )
+    # TRL writes its generic card ("a fine-tuned version of [None]", "trained with GRPO") at every checkpoint and
+    # on a push to the Hub: this run's own card instead
+    trainer.create_model_card = lambda *args, **kwargs: state.is_main_process and write_model_card(out)
     trainer.remove_callback(PrinterCallback)
     expect_tied_missing_keys(
         trainer.model
     )  # a resume says nothing of the tied LM head it did not need to load
     trainer.remove_callback(ProgressCallback)
+    stop.trainer = trainer
     if needs_engine(trainer):
         # once the engine has placed (or sharded) the model, before the first step of a fresh run
         trainer.add_callback(
@@ -617,8 +709,10 @@ def run_training(
         # one process: the weights as loaded, before accelerate wraps the forward in (bf16) autocast
         heldout.measure(trainer, "before")
     # the reward-hacking monitor's saved rollouts: those of steps this run will redo go (a fresh run: all)
-    trainer.answer_monitor.forget_after(int(_trainer_state(checkpoint)["global_step"]) if checkpoint else -1)
-    trainer.add_callback(RichProgressCallback(config.loss_type))  # after the "before" evaluation's own bar
+    trainer.answer_monitor.forget_after(first_step if checkpoint else -1)
+    # after the "before" evaluation's own bar
+    trainer.add_callback(RichProgressCallback(config.loss_type, enabled=progress))
+    trainer.add_callback(StopAtStepEnd(stop))
     if config.eval_steps:
         trainer.add_callback(_periodic_eval(trainer, settings, config, held, reward))
     t0 = time.time()
@@ -626,7 +720,14 @@ def run_training(
         if not finish_from_weights:
             trainer._load_from_checkpoint(checkpoint)
     else:
+        stop.armed = True
         trainer.train(resume_from_checkpoint=checkpoint)
+        stop.armed = False
+    if stop.signal_name:  # stopped at the end of a step, its checkpoint saved
+        raise RunInterrupted(
+            out, trainer.state.global_step, config.max_steps, last_complete_checkpoint(out), config.save_steps,
+            stop.signal_name, at_step_end=True,
+        )  # fmt: skip
     train_seconds = time.time() - t0
     if finish_from_weights:
         if state.is_main_process:
@@ -648,9 +749,102 @@ def run_training(
                 out / METRICS_FILE, out / CURVES_FILE, title=f"{config.loss_type} on {settings.dataset}"
             )
         (out / DONE_FILE).write_text(json.dumps({"global_step": global_step}))
+        (out / FINAL_DIR / "README.md").unlink(missing_ok=True)  # save_model's TRL card: ours follows
+        write_model_card(out)
     state.wait_for_everyone()
     device = str(trainer.accelerator.device)
-    return _result(settings, config, out, train_seconds=train_seconds, global_step=global_step, device=device)
+    return _result(
+        settings, config, out, train_seconds=train_seconds, global_step=global_step, device=device,
+        first_step=first_step,
+    )  # fmt: skip
+
+
+# config fields that name the folder itself, or that the command sets: not part of what a run is
+_NOT_COMPARED = {"output_dir", "disable_tqdm", "resume_from_checkpoint", "logging_dir", "run_name"}
+
+
+def run_differences(out: str | Path, settings: RunSettings, config: PACSConfig) -> list[str]:
+    """How ``settings`` and ``config`` differ from the run recorded in ``out``/settings.json, one
+    ``"name: <there> there, <here> now"`` per setting (empty when they are the same run; a folder without a record
+    differs as a whole)."""
+    recorded = _read_json(Path(out) / SETTINGS_FILE)
+    if not recorded:
+        return [f"{Path(out) / SETTINGS_FILE} is missing or unreadable"]
+    now = json.loads(json.dumps({"run": dataclasses.asdict(settings), "config": _non_default_fields(config)},
+                                default=str))  # fmt: skip
+    out_list = []
+    for part in ("run", "config"):
+        there, here = recorded.get(part, {}), now[part]
+        for key in sorted((set(there) | set(here)) - _NOT_COMPARED):
+            if there.get(key) != here.get(key):
+                out_list.append(f"{key}: {there.get(key)!r} there, {here.get(key)!r} now")
+    return out_list
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _key_settings(config: PACSConfig) -> dict[str, Any]:
+    """The config values a run's card shows (KEY_SETTINGS), those of PACS only for PACS, TRL's KL beta only for
+    the baselines."""
+    pacs = config.loss_type == "pacs"
+    out = {}
+    for name in KEY_SETTINGS:
+        if not hasattr(config, name) or ((name.startswith("pacs_") or name == "reference") and not pacs):
+            continue
+        if name == "beta" and pacs:
+            continue
+        value = getattr(config, name)
+        out[name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
+    return out
+
+
+class _StopRequest:
+    """Ctrl-C and SIGTERM while a run trains: the first asks the trainer to stop at the end of the step in
+    progress (StopAtStepEnd saves a checkpoint there), a second stops at once; outside training (loading, the
+    held-out evaluations) the first stops at once. ``enabled`` False: the signals keep their own handlers (a
+    KeyboardInterrupt at once)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.armed = False  # training (trainer.train) is running
+        self.signal_name: str | None = None  # the signal that asked for the stop
+        self.trainer = None  # once built: where the run stands when it is interrupted
+        self.first_step = 0  # the step the run started from
+
+    def _handle(self, signum, frame):
+        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+        if self.armed and self.signal_name is None:
+            self.signal_name = name
+            print(
+                f"{name}: stopping at the end of this step, after saving a checkpoint ({name} again stops now)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        self.signal_name = self.signal_name or name
+        raise KeyboardInterrupt
+
+    def handling(self):
+        import contextlib
+
+        @contextlib.contextmanager
+        def installed():
+            if not self.enabled:
+                yield
+                return
+            old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for s, handler in old.items():
+                    signal.signal(s, handler)
+
+        return installed()
 
 
 def _trainer_state(checkpoint: str) -> dict[str, Any]:
@@ -665,8 +859,17 @@ def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any)
         values["global_step"] = json.loads((out / DONE_FILE).read_text())["global_step"]
     png = out / CURVES_FILE
     forms = json.loads((out / FORMS_FILE).read_text()) if (out / FORMS_FILE).is_file() else {}
+    clipped = [
+        row["completions/clipped_ratio"]
+        for row in (read_metrics(out / METRICS_FILE) if (out / METRICS_FILE).is_file() else [])
+        if row.get("completions/clipped_ratio") is not None
+    ]
+    values.setdefault("first_step", values["global_step"])  # a finished run: nothing trained by this call
     return TrainResult(
         answer_forms=forms,
+        max_steps=config.max_steps,
+        heldout_protocol=_read_json(out / SETTINGS_FILE).get("heldout") or {},
+        rollout_truncated_frac=sum(clipped) / len(clipped) if clipped else None,
         output_dir=out,
         train_seconds=values.pop("train_seconds", 0.0),
         heldout={k: held[k] for k in ("before", "after") if k in held},

@@ -600,6 +600,59 @@ def output_folder_problem(out: str | Path, resume: bool) -> str | None:
     return None
 
 
+RECORD_FILE = "settings.json"  # what a run folder records of its settings (pacs_rl.training.run writes it)
+FINISHED_FILE = "run_complete.json"  # written last by a run that finished
+
+
+def folder_state(out: str | Path) -> str:
+    """What a run folder holds, for the rule of a rerun into it: 'new' (nothing of a run), 'finished',
+    'checkpointed' (an unfinished run with a complete checkpoint), 'started' (a run stopped before its first
+    checkpoint), or 'unknown' (checkpoints but no record of their settings)."""
+    out = Path(out)
+    if not out.is_dir():
+        return "new"
+    recorded = (out / RECORD_FILE).is_file()
+    if recorded and (out / FINISHED_FILE).is_file():
+        return "finished"
+    if last_complete_checkpoint(out) is not None:
+        return "checkpointed" if recorded else "unknown"
+    if any(out.glob("checkpoint-*")):
+        return "unknown" if not recorded else "started"
+    return "started" if recorded else "new"
+
+
+def heldout_protocol(settings: RunSettings, max_new_tokens: int, seed: int, n: int) -> dict[str, Any] | None:
+    """How the run measures held-out accuracy, as `pacs-rl eval` takes it: the source (with the arithmetic task's
+    split, seed, ops and digits spelled out, so that it draws the same problems), how many, the sampling, the
+    grader and the prompt. None when the run has no held-out set (``n`` = 0)."""
+    if not n:
+        return None
+    limit = None
+    if settings.eval_dataset is None:  # the arithmetic task's held-out split (load_run_data)
+        task = parse_query(settings.dataset.partition("?")[2])
+        ops = task.get("ops", settings.arithmetic_ops)
+        digits = task.get("digits", settings.arithmetic_digits)
+        source = f"arithmetic?split=test&seed={HELDOUT_SEED}&n={n}&ops={ops}&digits={digits}"
+        fields: dict[str, Any] = {}
+    else:
+        source, limit = settings.eval_dataset, settings.eval_size
+        own = benchmark_name(source) is not None or is_procedural(source)
+        fields = {} if own else {k: v for k, v in _field_names(settings).items() if v is not None}
+    return {
+        "source": source,
+        "limit": limit,
+        "n": n,
+        "fields": fields,
+        "temperature": settings.eval_temperature,
+        "top_p": settings.eval_top_p if settings.eval_temperature > 0 else 1.0,
+        "max_new_tokens": settings.eval_max_new_tokens or max_new_tokens,
+        "grader": settings.resolved_grader(),
+        "seed": seed,
+        "instruction": settings.instruction,
+        "system_prompt": settings.system_prompt,
+    }
+
+
 def preflight(
     settings: RunSettings,
     cfg: Mapping[str, Any],
@@ -662,10 +715,14 @@ def _arithmetic_sets(settings: RunSettings, seed: int) -> tuple[list[Problem], d
     want = int(opts.get("n", settings.train_size or 2000))
     pool = arithmetic_pool_size(split="train", **task)
     if want > pool and "n" not in opts:  # train_size is a ceiling here; an explicit n= is a demand
-        log.info(
-            "training on all %d problems of arithmetic ops=%s digits=%s (train_size=%d is more)",
-            pool, task["ops"], task["digits"], want,
-        )  # fmt: skip
+        default = RunSettings.__dataclass_fields__["train_size"].default
+        if (
+            settings.train_size != default
+        ):  # a size the user asked for: say it is capped (the default is quiet)
+            log.info(
+                "training on all %d problems of arithmetic ops=%s digits=%s (train_size=%d is more)",
+                pool, task["ops"], task["digits"], want,
+            )  # fmt: skip
         want = pool
     return arithmetic_problems(want, seed=int(opts.get("seed", seed)), split="train", **task), task
 

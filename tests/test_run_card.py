@@ -1,0 +1,172 @@
+"""The hour after a run: its model card, its own evaluation with no flags, an interruption that says what it kept
+and a rerun that goes on from there, and the rule for rerunning a command into its own folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pacs_rl.cli import app
+from pacs_rl.training import callbacks, run
+from pacs_rl.training.card import card_text, command_line
+
+SETS = [
+    "per_device_train_batch_size=4",
+    "num_generations=2",
+    "max_completion_length=6",
+    "train_size=40",
+    "eval_batch_size=4",
+    "save_steps=10",  # no checkpoint before the interruption but the one it saves
+    "learning_rate=1e-3",
+]
+
+
+def _args(out: Path, *extra: str) -> list[str]:
+    args = [
+        "train",
+        "--model",
+        "tiny",
+        "--max-steps",
+        "4",
+        "--eval-size",
+        "4",
+        "-o",
+        str(out),
+        "--no-progress",
+    ]
+    return [*args, *(a for s in SETS for a in ("--set", s)), *extra]
+
+
+class _CtrlCAtStep1(callbacks.RichProgressCallback):
+    """The progress callback, plus a Ctrl-C (SIGINT to this process) at the end of step 1."""
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().on_step_end(args, state, control, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def interrupted_then_finished(tmp_path_factory):
+    """A tiny run stopped by Ctrl-C after step 1, then the same command again: (folder, both outputs)."""
+    out = tmp_path_factory.mktemp("card") / "run"
+    mp = pytest.MonkeyPatch()
+    mp.setattr(run, "RichProgressCallback", _CtrlCAtStep1)
+    stopped = CliRunner().invoke(app, _args(out))
+    mp.undo()
+    stopped.card = (out / "README.md").read_text()  # what the folder says between the two
+    stopped.finished = (out / "run_complete.json").is_file()
+    again = CliRunner().invoke(app, _args(out))
+    return out, stopped, again
+
+
+def test_ctrl_c_stops_at_the_step_end_keeps_a_checkpoint_and_says_how_to_go_on(interrupted_then_finished):
+    out, stopped, _ = interrupted_then_finished
+    assert stopped.exit_code == 130, stopped.output
+    line = [x for x in stopped.output.splitlines() if x.startswith("interrupted")]
+    assert len(line) == 1, stopped.output
+    step = int(re.search(r"at step (\d) of 4", line[0]).group(1))
+    assert step in (1, 2)  # the end of the step in progress when the signal came
+    assert (
+        f"kept {out / f'checkpoint-{step}'} (step {step})" in line[0]
+    )  # saved at the stop, not at save_steps
+    assert line[0].endswith(f"go on with: {command_line(_args(out))}")  # the same command
+    assert not stopped.finished
+    assert "**Unfinished.**" in stopped.card  # the card of a stopped run says so
+
+
+def test_the_same_command_goes_on_and_counts_only_its_own_steps(interrupted_then_finished):
+    out, stopped, again = interrupted_then_finished
+    step = int(re.search(r"at step (\d) of 4", stopped.output).group(1))
+    assert again.exit_code == 0, again.output
+    assert f"continuing it from {out / f'checkpoint-{step}'}" in again.output
+    assert f"training: steps {step + 1}-4 of 4" in again.output and f"({4 - step} steps" in again.output
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
+    assert f"evaluate it on its held-out task: pacs-rl eval --model {out / 'final'}" in again.output
+    assert f"model card: {out / 'README.md'}" in again.output
+
+
+def test_a_finished_run_rerun_is_named_finished_and_other_settings_are_refused(interrupted_then_finished):
+    out, _, _ = interrupted_then_finished
+    before = (out / "metrics.jsonl").read_text()
+    same = CliRunner().invoke(app, _args(out))
+    assert same.exit_code == 0, same.output
+    assert f"{out} is finished (step 4 of 4): nothing to train" in same.output
+    assert "training: 4 of 4 steps, none this session" in same.output
+    other = CliRunner().invoke(app, _args(out, "--set", "learning_rate=1e-2"))
+    assert other.exit_code == 2
+    assert "learning_rate: 0.001 there, 0.01 now" in other.output and "--resume" in other.output
+    dry = CliRunner().invoke(app, [*_args(out), "--dry-run"])
+    assert dry.exit_code == 0 and "already complete: nothing to train" in dry.output, dry.output
+    assert (out / "metrics.jsonl").read_text() == before  # nothing trained again
+
+
+def test_the_card_describes_the_run_truly(interrupted_then_finished):
+    out, _, _ = interrupted_then_finished
+    card = (out / "README.md").read_text()
+    assert (
+        "[None]" not in card and "DeepSeekMath" not in card and "time machine" not in card
+    )  # TRL's generic card
+    assert "**PACS**" in card and "https://arxiv.org/abs/2509.02522" in card
+    assert "tiny random model" in card and "base_model:" not in card  # no Hub id to claim
+    assert "`arithmetic_ops: +-`, `arithmetic_digits: 2,1`" in card and "40 training problems" in card
+    assert "`sound`" in card and "| `learning_rate` | `0.001` |" in card
+    held = json.loads((out / "heldout.json").read_text())
+    assert f"{held['after']['accuracy']:.1%} ({held['after']['correct']} of 4)" in card
+    assert "arithmetic?split=test&seed=10000&n=4&ops=+-&digits=2,1" in card and "greedy, at most 6" in card
+    assert f"pacs-rl eval --model {out / 'final'}" in card and f"pacs-rl audit {out}" in card
+    assert "answer_forms.json" in card
+    first = json.loads((out / "samples" / "heldout_before.jsonl").read_text().splitlines()[0])["problem"]
+    assert first in card  # the quick start asks a question of the run's own task
+    assert "**Unfinished.**" not in card and "The LoRA adapter" not in card
+    assert "model_dir = '.'" in (out / "final" / "README.md").read_text()
+
+
+def test_the_cards_quick_start_runs(interrupted_then_finished, monkeypatch, capsys):
+    out, _, _ = interrupted_then_finished
+    code = re.findall(r"```python\n(.*?)```", (out / "final" / "README.md").read_text(), flags=re.S)[0]
+    monkeypatch.chdir(out / "final")
+    exec(code, {})
+    assert capsys.readouterr().out.strip() is not None
+
+
+def test_eval_of_a_run_needs_no_flags(interrupted_then_finished):
+    """`pacs-rl eval --model RUN/final` draws the run's own held-out problems, with its protocol."""
+    out, _, _ = interrupted_then_finished
+    result = CliRunner().invoke(app, ["eval", "--model", str(out / "final"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    folder = out / "eval" / "greedy-n1-6tok"
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["n"] == 1 and metrics["grader"] == "sound" and metrics["sampling"]["temperature"] == 0
+    held = [json.loads(x) for x in (out / "samples" / "heldout_after.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (folder / "samples.jsonl").read_text().splitlines()]
+    assert sorted(r["problem_id"] for r in rows) == sorted(r["problem_id"] for r in held)
+    assert metrics["pass_at_k"]["1"] == pytest.approx(sum(r["score"] for r in held) / len(held))
+    # the run folder itself names the same model and protocol; a rerun resumes (nothing drawn again)
+    again = CliRunner().invoke(app, ["eval", "--model", str(out), "--dry-run"])
+    assert again.exit_code == 0 and f"-> {folder} (resumes (4 samples there))" in again.output, again.output
+
+
+def test_a_lora_card_says_how_to_load_and_merge_the_adapter(tmp_path):
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "x"}))
+    (tmp_path / "settings.json").write_text(
+        json.dumps(
+            {
+                "run": {"model": "smollm2-135m", "dataset": "arithmetic", "use_lora": True, "lora_r": 8},
+                "key_settings": {"loss_type": "grpo"},
+            }
+        )
+    )
+    card = card_text(tmp_path)
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "library_name: peft" in card
+    assert "**GRPO**" in card and "https://arxiv.org/abs/2402.03300" in card and "de-quantized" in card
+    assert "PeftModel.from_pretrained(base" in card and "merge_and_unload()" in card
+    assert "AutoPeftModelForCausalLM" in card and "**Unfinished.**" in card
