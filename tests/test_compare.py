@@ -103,8 +103,8 @@ def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
     (run_dir / "checkpoint-1" / "trainer_state.json").write_text("{}")
     seen = {}
 
-    def fake_run_training(run, config, resume=False):
-        seen.update(run=run, cfg=config, output_dir=config.output_dir, resume=resume)
+    def fake_run_training(run, config, resume=False, command=None, progress=True):
+        seen.update(run=run, cfg=config, output_dir=config.output_dir, resume=resume, command=command)
         (Path(config.output_dir) / "final").mkdir()
         (Path(config.output_dir) / "final" / "config.json").write_text("{}")
         return TrainResult(Path(config.output_dir), 2, 0.0, {}, "greedy", Path(), Path(), None)
@@ -112,6 +112,7 @@ def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(execute, "run_training", fake_run_training)
     assert train_run(settings, spec, run_dir, "base", "test") == "resumed"
     assert seen["resume"] is True and seen["output_dir"] == str(run_dir)
+    assert seen["command"] == f"pacs-rl train --config {run_dir / 'train_config.yaml'} --output-dir {run_dir}"
     assert seen["cfg"].seed == 0 and seen["cfg"].loss_type == "pacs"
     assert seen["cfg"].max_steps == settings["train"]["max_steps"]
     assert seen["run"].dataset == settings["train"]["dataset"] and seen["run"].eval_size == 0

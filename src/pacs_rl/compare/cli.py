@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from pacs_rl.command import end_dry_run, fail, note, show_library_notes
+from pacs_rl.command import end_dry_run, fail, note, show_library_notes, typed_command
 from pacs_rl.compare.plan import (
     PRESETS,
     build_plan,
@@ -100,6 +100,13 @@ def compare_command(
         help="Samples per problem in evaluation (eval.n): 32; math500=32,aime24=512; or paper.",
         metavar="N",
     ),
+    k: str = typer.Option(
+        None,
+        "--k",
+        help="k values of pass@k, comma-separated (eval.ks), each at most n. Default: from the settings, without "
+        "those above a --n given here; else powers of two up to n.",
+        metavar="K,...",
+    ),
     only: str = typer.Option(
         None,
         "--only",
@@ -115,6 +122,9 @@ def compare_command(
         "--dry-run",
         help="Check every setting and print the plan (methods, seeds, runs, budget, evaluation, what is done) "
         "without loading a model or writing anything.",
+    ),
+    no_progress: bool = typer.Option(
+        False, "--no-progress", help="No progress bars: one line per training step, none while evaluating."
     ),
 ) -> None:
     """Train several methods from one base model under one budget, evaluate all with one pass@k protocol,
@@ -137,20 +147,60 @@ def compare_command(
             "eval": {
                 **({"benchmarks": _split(benchmarks)} if benchmarks else {}),
                 **({"n": int(n) if n.strip().isdigit() else n} if n else {}),
+                **({"ks": _ks(k)} if k else {}),
             }
             or None,
         }
+        if n and not k:  # the settings' ks that a smaller n given here cannot have go
+            cli["eval"]["ks"] = _ks_within(preset, file_settings, cli["eval"]["n"])
         settings = resolve_settings(preset=preset, config=file_settings, cli=cli)
         if dry_run:
             _dry_run(settings, output)
             return
-        path = _compare(settings, output, _split(only), report_only, console)
+        path = _compare(settings, output, _split(only), report_only, console, not no_progress)
     except SettingsError as e:  # CompareError included
         fail(e)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what is kept and how to go on
+        kept = f" ({e.kept()})" if hasattr(e, "kept") else ""
+        typer.echo(
+            f"interrupted: the finished runs and evaluations are kept in {output}, a half-done training run goes on "
+            f"from its last checkpoint{kept}; go on with: {typed_command(str(output))}",
+            err=True,
+        )
+        raise typer.Exit(130) from None
     typer.echo(path.read_text())
 
 
-def _compare(settings: dict, output: Path, only, report_only: bool, console) -> Path:
+def _ks(text: str) -> list[int]:
+    try:
+        ks = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        fail(f"--k takes comma-separated whole numbers such as 1,2,4; got {text!r}")
+    if not ks:
+        fail(f"--k {text!r}: give at least one k")
+    return ks
+
+
+def _ks_within(preset: str | None, file_settings: dict | None, n) -> list[int] | None:
+    """The ks the preset or settings file sets, without those above ``n`` (--n given without --k); None (powers of
+    two up to n) when they set none or none is left."""
+    from pacs_rl.compare.plan import PRESETS
+    from pacs_rl.evaluation.runner import parse_samples
+
+    ks = ((file_settings or {}).get("eval") or {}).get("ks") or (
+        PRESETS.get(preset or "", {}).get("eval") or {}
+    ).get("ks")
+    if not ks:
+        return None
+    try:
+        default, by_bench = parse_samples(str(n), [])
+    except ValueError:
+        return ks  # resolve_settings names the mistake
+    smallest = min([default, *by_bench.values()])
+    return [k for k in ks if int(k) <= smallest] or None
+
+
+def _compare(settings: dict, output: Path, only, report_only: bool, console, progress: bool = True) -> Path:
     """Check what can be checked without torch, then run (or only report) the comparison; return the report's
     path."""
     from pacs_rl.models import model_problem
@@ -174,7 +224,14 @@ def _compare(settings: dict, output: Path, only, report_only: bool, console) -> 
     from pacs_rl.compare import execute  # torch, TRL
     from pacs_rl.data import DataError
     from pacs_rl.evaluation.runner import ResumeMismatch
+    from pacs_rl.training.quiet import quiet_libraries
 
+    quiet_libraries()  # as `pacs-rl train` does: no library bars or deprecation notes a user cannot act on
+    execute.PROGRESS = progress
+    if not progress:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     try:
         result = execute.run_comparison(settings, output, only=only, console=console)
     except (ResumeMismatch, DataError) as e:  # an eval folder drawn with other settings, bad data

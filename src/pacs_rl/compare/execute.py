@@ -35,6 +35,7 @@ from pacs_rl.compare.plan import (
 from pacs_rl.compare.report import write_comparison_report
 from pacs_rl.evaluation.runner import EvalConfig, parse_samples, run_eval, samples_per_benchmark
 from pacs_rl.settings import DATA_KEYS
+from pacs_rl.training.card import write_model_card
 from pacs_rl.training.run import (
     BASE_MODEL_DIR,
     CPU_DEFAULTS,
@@ -46,6 +47,8 @@ from pacs_rl.training.run import (
     tiny_model_folder,
 )
 from pacs_rl.training.trainer import last_complete_checkpoint
+
+PROGRESS = True  # progress bars (`pacs-rl compare --no-progress` sets False)
 
 
 def _env_offline() -> None:
@@ -127,7 +130,10 @@ def train_run(
     (run_dir / TRAIN_CONFIG_FILE).write_text(header + yaml.safe_dump(flat, sort_keys=False))
     ckpt = last_complete_checkpoint(run_dir)
     t0 = time.time()
-    result = run_training(run, build_config(cfg, run_dir), resume=ckpt is not None)
+    command = f"pacs-rl train --config {run_dir / TRAIN_CONFIG_FILE} --output-dir {run_dir}"
+    result = run_training(
+        run, build_config(cfg, run_dir), resume=ckpt is not None, command=command, progress=PROGRESS
+    )
     (run_dir / TRAIN_DONE_FILE).write_text(
         json.dumps(
             {
@@ -165,7 +171,7 @@ def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: P
         backend=str(ev.get("backend", "transformers")),
         dtype=str(ev.get("dtype", "float32")),
         label=label,
-        progress=True,
+        progress=PROGRESS,
         **eval_data_settings(settings),
     )
 
@@ -194,6 +200,22 @@ def eval_run(settings: dict[str, Any], model: str, benchmark: str, eval_dir: Pat
         config = dataclasses.replace(config, model=str(Path(model).resolve()))
     run_eval(config)
     return "evaluated"
+
+
+def card_with_evaluations(settings: dict[str, Any], out: Path, spec: RunSpec) -> None:
+    """Rewrite the model card of ``spec``'s run with the comparison's evaluations of its final model."""
+    run_dir = out / spec.folder
+    if not (run_dir / "settings.json").is_file():
+        return  # trained by a test double, or before runs recorded their settings
+    evaluations = []
+    for bench in settings["eval"]["benchmarks"]:
+        path = eval_dir_of(out, spec, bench) / "metrics.json"
+        if path.is_file():
+            try:
+                evaluations.append(json.loads(path.read_text()))
+            except json.JSONDecodeError:
+                continue
+    write_model_card(run_dir, evaluations=evaluations)
 
 
 # ----------------------------------------------------------------------------------------------- driver
@@ -335,6 +357,8 @@ def run_comparison(
             lock.release()
         if status[key] == "skipped":
             console.print("  already done: skipped")
+        if phase.kind == "eval" and s is not None and status[key] in ("evaluated", "skipped"):
+            card_with_evaluations(settings, out, s)
     report = write_comparison_report(out, settings, plan)
     console.print(f"[green]report: {report}[/green]  ({time.time() - t0:.0f}s)")
     return {"status": status, "report": str(report), "plan": [s.key for s in plan]}

@@ -173,6 +173,8 @@ def plot_passk_curves(
             ax.errorbar(kk, [m for m, _ in ms], yerr=[0 if math.isnan(s) else s for _, s in ms],
                         marker="o", capsize=3, label=label)  # fmt: skip
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ks[bench], [str(k) for k in ks[bench]])  # each k named, one or two of them too
+        ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_xlabel("k")
         ax.set_ylabel("pass@k (%)")
         ax.set_title(bench, fontsize=9)
@@ -210,6 +212,7 @@ def plot_dynamics(
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
     used: dict[str, str] = {}
     for ax, (name, keys) in zip(axes[0], panels, strict=True):
+        drawn: set[int] = set()
         for label, runs in by_variant.items():
             per_seed = []
             for rows in runs:
@@ -220,12 +223,20 @@ def plot_dynamics(
             if not per_seed:
                 continue
             steps = sorted(set().union(*per_seed))
+            drawn.update(steps)
             vals = np.array([[s.get(t, np.nan) for t in steps] for s in per_seed])
             mean = np.nanmean(vals, axis=0)
-            ax.plot(steps, mean, label=f"{label} ({len(per_seed)} seed{'s' if len(per_seed) > 1 else ''})")
+            few = len(steps) <= 3  # a line of one point draws nothing: mark the points
+            ax.plot(steps, mean, marker="o" if few else None,
+                    label=f"{label} ({len(per_seed)} seed{'s' if len(per_seed) > 1 else ''})")  # fmt: skip
             if len(per_seed) > 1:
                 ax.fill_between(steps, np.nanmin(vals, axis=0), np.nanmax(vals, axis=0), alpha=0.2)
         ax.set_title(name, fontsize=9)
+        if 0 < len(drawn) <= 3:
+            ax.set_xticks(sorted(drawn))  # each step named (a locator would split one step into fractions)
+        else:
+            ax.xaxis.set_major_locator(_integer_ticks())
+        ax.ticklabel_format(axis="y", useOffset=False)  # no "+1e-5" offset label over one value
         ax.set_xlabel("optimizer step")
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
@@ -235,6 +246,12 @@ def plot_dynamics(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path, used
+
+
+def _integer_ticks():
+    from matplotlib.ticker import MaxNLocator
+
+    return MaxNLocator(integer=True)
 
 
 def plot_calibration(by_variant: dict[str, list[list[dict[str, Any]]]], path: Path) -> Path | None:
@@ -304,6 +321,7 @@ def write_comparison_report(out: Path, settings: dict[str, Any], plan: list[RunS
     labels = {v: variant_label(v, m) for v, m in data["variants"].items()}
     ks_of = finished_ks(data)
     md = header_section(out, settings, plan)
+    md += warnings_section(out, plan, labels, data)
     tables, bench_rows = passk_section(data, labels, ks_of)
     md += tables
     if bench_rows:
@@ -351,6 +369,49 @@ def header_section(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> 
         md += [f"**Unfinished:** {len(missing)} of {len(plan)} training runs are not finished: "
                f"{', '.join(missing)}. Rows below use what is finished.", ""]  # fmt: skip
     return md
+
+
+def run_warnings(out: Path, plan: list[RunSpec], labels: dict[str, str], data: dict[str, Any]) -> list[str]:
+    """What makes a row of the tables mean less than it seems, one line each: a run that saw no learning signal (a
+    reward of 0 in every rollout, or no group holding both a right and a wrong answer: PACS and the group
+    baselines learn from mixed groups only), and a row whose every evaluation equals the base model's, problem by
+    problem."""
+    lines = []
+    for s in plan:
+        rows = read_run_metrics(out / s.folder)
+        rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None]
+        mixed = [float(r["groups/mixed_frac"]) for r in rows if r.get("groups/mixed_frac") is not None]
+        name = f"{labels[s.variant]} seed {s.seed}"
+        if rewards and max(rewards) == 0:
+            lines.append(f"{name} saw no learning signal: the reward was 0 in all {len(rewards)} logged rollouts "
+                         "(raise max_completion_length or the budget, or train on problems the base model "
+                         "sometimes solves)")  # fmt: skip
+        elif mixed and max(mixed) == 0:
+            lines.append(f"{name} saw no learning signal: no group held both a right and a wrong answer in "
+                         f"{len(mixed)} logged rollouts, and the losses learn from those only")  # fmt: skip
+    for v in data["variants"]:
+        same, compared = True, 0
+        for rows in data["benchmarks"].values():
+            base = rows["Base"].get(None)
+            for e in rows[v].values():
+                if base is None or e["ids"] != base["ids"] or e["n"] != base["n"]:
+                    continue
+                compared += 1
+                same = same and bool(np.array_equal(e["c"], base["c"]))
+        if compared and same:
+            lines.append(f"{labels[v]} ended equal to the base model: every evaluation of it has the base model's "
+                         "right answers on every problem, so its row measures no training")  # fmt: skip
+    return lines
+
+
+def warnings_section(
+    out: Path, plan: list[RunSpec], labels: dict[str, str], data: dict[str, Any]
+) -> list[str]:
+    """The run_warnings, as a section at the top of the report (nothing when there are none)."""
+    lines = run_warnings(out, plan, labels, data)
+    if not lines:
+        return []
+    return ["## Warnings", "", *(f"- **warning:** {line}" for line in lines), ""]
 
 
 def passk_section(

@@ -486,6 +486,15 @@ def _print_run_summary(run: dict, console: Console) -> None:
         f"harness overhead {'n/a' if frac is None else f'{100 * frac:.2f}%'} of generation time"
     )
     _print_forms(run, console)
+    reasons = run.get("finish_reasons") or {}
+    cut = reasons.get("length", 0) / max(sum(reasons.values()), 1)
+    if cut > CUT_OFF_WARN:
+        limit = (run.get("sampling") or {}).get("max_new_tokens", "the")
+        console.print(
+            f"warning: {cut:.0%} of {run['label']}'s samples were cut off at the {limit}-token limit, so its pass@k "
+            "measures the limit as much as the model: raise --max-new-tokens",
+            style="yellow", soft_wrap=True, markup=False, highlight=False,
+        )  # fmt: skip
 
 
 def _print_forms(run: dict, console: Console) -> None:
