@@ -170,3 +170,17 @@ def test_a_lora_card_says_how_to_load_and_merge_the_adapter(tmp_path):
     assert "**GRPO**" in card and "https://arxiv.org/abs/2402.03300" in card and "de-quantized" in card
     assert "PeftModel.from_pretrained(base" in card and "merge_and_unload()" in card
     assert "AutoPeftModelForCausalLM" in card and "**Unfinished.**" in card
+
+
+def test_a_training_run_keeps_its_skipped_rows(tmp_path):
+    """Bad rows are skipped and counted; the run records how many and their messages (settings.json's data)."""
+    rows = [{"problem": f"What is {i} + 1?", "answer": str(i + 1)} for i in range(6)]
+    lines = [json.dumps(r) for r in rows] + ["{not json", json.dumps({"problem": "no answer"})]
+    (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "held.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    settings = run.RunSettings(
+        dataset=str(tmp_path / "train.jsonl"), eval_dataset=str(tmp_path / "held.jsonl")
+    )
+    train, held = run.load_run_data(settings, seed=0)
+    assert len(train) == 5 and len(held) == 1  # the held-out problem left out of training
+    assert train.skipped == 2 and len(train.skip_messages) == 2 and "line 7" in train.skip_messages[0]

@@ -142,7 +142,9 @@ def _task_text(run: dict[str, Any], data: dict[str, Any]) -> str:
     fields = [
         f"`{k}: {run[k]}`" for k in ("split", "problem_field", "answer_field", "prompt_field") if run.get(k)
     ]
-    return f"`{run.get('dataset')}`: {count}" + (f" ({', '.join(fields)})" if fields else "")
+    skipped = data.get("skipped_rows")
+    bad = f"; {skipped} bad rows skipped (settings.json: data.skipped_examples)" if skipped else ""
+    return f"`{run.get('dataset')}`: {count}" + (f" ({', '.join(fields)})" if fields else "") + bad
 
 
 def _heldout_text(protocol: dict[str, Any]) -> str:

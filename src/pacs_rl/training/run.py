@@ -659,11 +659,15 @@ def _run_training(settings, config, resume, data, command, progress, stop) -> Tr
         trust_remote_code=init.get("trust_remote_code", config.trust_remote_code),
     )
     loaded = len(train_problems)
+    skipped_rows = getattr(train_problems, "skipped", 0)
+    skipped_examples = list(getattr(train_problems, "skip_messages", []))
     train_problems = filter_prompts(train_problems, tokenizer, settings, config)
     if state.is_main_process:
         recorded["data"] = {
             "training_prompts": len(train_problems),
             "dropped_long_prompts": loaded - len(train_problems),
+            "skipped_rows": skipped_rows,  # bad rows of the training data (skip_bad_rows), with their messages
+            "skipped_examples": skipped_examples[:20],
         }
         (out / SETTINGS_FILE).write_text(json.dumps(recorded, indent=2, default=str))
         (out / DONE_FILE).unlink(

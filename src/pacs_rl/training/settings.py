@@ -29,6 +29,7 @@ import yaml
 from pacs_rl.data import (
     DataError,
     Problem,
+    ProblemSet,
     arithmetic_pool_size,
     arithmetic_problems,
     benchmark_name,
@@ -736,10 +737,9 @@ def _field_names(settings: RunSettings) -> dict[str, str | None]:
 
 
 def _file_problems(settings: RunSettings) -> list[Problem]:
-    """The training problems of a file, Hub dataset or reasoning-gym task (skipped rows: the loader's note)."""
-    return list(
-        load_problems(settings.dataset, limit=settings.train_size or None, **settings.loader_kwargs())
-    )
+    """The training problems of a file, Hub dataset or reasoning-gym task: a ProblemSet, which counts the skipped
+    rows and keeps their first messages (the loader's note prints the first)."""
+    return load_problems(settings.dataset, limit=settings.train_size or None, **settings.loader_kwargs())
 
 
 def load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list[Problem]]:
@@ -773,7 +773,9 @@ def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], lis
             fields = {} if own_fields else _field_names(settings)
             held = list(load_problems(source, limit=settings.eval_size, on_error="skip", **fields))
     if held:
-        train, dropped = split_disjoint(train, held)
+        kept, dropped = split_disjoint(train, held)
+        skipped = (getattr(train, "skipped", 0), getattr(train, "skip_messages", []))
+        train = ProblemSet(kept, source=str(source), skipped=skipped[0], skip_messages=skipped[1])
         if dropped:
             log.info("dropped %d training problems that also appear in the held-out set", dropped)
     if not train:
