@@ -350,10 +350,68 @@ def test_a_run_drops_long_prompts_and_says_its_batch_is_not_the_planned_one(tmp_
 
 @pytest.mark.parametrize(
     ("model", "params"),
-    [("Qwen/Qwen2.5-1.5B-Instruct", 1_543_714_304), ("Qwen/Qwen2.5-0.5B-Instruct", 494_032_768)],
+    [
+        ("Qwen/Qwen2.5-1.5B-Instruct", 1_543_714_304),
+        ("Qwen/Qwen2.5-0.5B-Instruct", 494_032_768),
+        # Qwen3's model cards: 8.2 B, 4.0 B and 1.7 B parameters
+        ("Qwen/Qwen3-8B", 8_190_735_360),
+        ("Qwen/Qwen3-4B", 4_022_468_096),
+        ("Qwen/Qwen3-1.7B", 1_720_574_976),
+    ],
 )
 def test_the_published_configs_give_the_published_sizes(model, params):
     assert memory.shape_from_config(memory.PUBLISHED_CONFIGS[model]).params == params
+
+
+@pytest.mark.parametrize("model", [m for m in memory.PUBLISHED_CONFIGS if "Qwen3" in m])
+def test_qwen3_counts_are_the_real_architectures(model):
+    """Built on the meta device by transformers' own Qwen3 (q/k norms, head_dim apart from hidden / heads)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    published = memory.PUBLISHED_CONFIGS[model]
+    with torch.device("meta"):
+        real = AutoModelForCausalLM.from_config(AutoConfig.for_model(**published))
+    assert type(real).__name__ == "Qwen3ForCausalLM"
+    shape, source = model_shape(model)
+    assert shape.params == sum(p.numel() for p in real.parameters()) and "published config.json" in source
+    assert shape.q_dim == published["num_attention_heads"] * 128 and shape.kv_dim == 8 * 128
+
+
+QWEN3_PLANS = [
+    # config, processes, the memory line's end; each with its own process count, planned on a laptop
+    ("qwen3-8b_8gpu_vllm.yaml", 8, "8.19 B parameters", "15.3 training state + 31.6 vLLM", "69.7 GiB of 79.0 GiB: fits"),
+    ("qwen3-1.7b_1gpu.yaml", 1, "1.72 B parameters", "25.6 training state + 23.7 vLLM", "56.8 GiB of 79.0 GiB: fits"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "processes", "size", "parts", "verdict"), QWEN3_PLANS)
+def test_the_qwen3_configs_are_planned(
+    name, processes, size, parts, verdict, shared_data, monkeypatch, tmp_path
+):
+    _fake_cuda(monkeypatch, present=False)
+    engines_installed(monkeypatch)
+    monkeypatch.setenv("PACS_RL_DATA_DIR", str(shared_data))
+    monkeypatch.chdir(tmp_path)
+    args = [
+        "train",
+        "--config",
+        str(REPO / "configs" / name),
+        "--dataset",
+        str(shared_data / "train_deepscaler_subset.jsonl"),
+    ]
+    args += ["--dry-run", "--num-processes", str(processes), "--output-dir", str(tmp_path / "x")]
+    result = CliRunner().invoke(app, args)
+    out = result.output
+    assert result.exit_code == 0, out
+    assert f"{size} (Qwen/Qwen3-" in out and parts in out and verdict in out
+    assert "batch differs" not in out  # each config's batch is the one it is written for
+    if processes == 1:  # Qwen3-4B's training state alone nearly fills the GPU: refused, with what to change
+        result = CliRunner().invoke(app, [*args, "--set", "model=Qwen/Qwen3-4B"])
+        assert result.exit_code == 1 and "59.9 training state" in result.output
+        assert "train a LoRA adapter (use_lora=true)" in result.output
+    else:  # the paper's other Qwen3 on the same 8 GPUs
+        result = CliRunner().invoke(app, [*args, "--set", "model=Qwen/Qwen3-4B"])
+        assert result.exit_code == 0 and "4.02 B parameters" in result.output and "fits" in result.output
 
 
 # ---------------------------------------------------------------------------------------------------- another machine

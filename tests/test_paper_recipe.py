@@ -113,13 +113,22 @@ def test_compare_paper_7b_runs_each_method_as_the_authors_did(tmp_path):
                 _check(config, row, column, f"configs/compare_paper_7b.yaml, method {name}")
 
 
-def test_the_pacs_training_config_is_the_authors_pacs(tmp_path):
-    _, kwargs = cli.resolve_settings(str(REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"), {}, [])
-    raw = yaml.safe_load((REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml").read_text())
+@pytest.mark.parametrize("name", ["paper_qwen2.5-7b_8gpu_vllm.yaml", "qwen3-8b_8gpu_vllm.yaml"])
+def test_the_pacs_training_config_is_the_authors_pacs(name, tmp_path):
+    _, kwargs = cli.resolve_settings(str(REPO / "configs" / name), {}, [])
+    raw = yaml.safe_load((REPO / "configs" / name).read_text())
     assert raw["use_vllm"] and raw["vllm_importance_sampling_correction"] is False  # accepted with vLLM
     config = build_config({**kwargs, **ON_CPU}, tmp_path)
     for row in _tables()[0]:
-        _check(config, row, "PACS", "configs/paper_qwen2.5-7b_8gpu_vllm.yaml")
+        _check(config, row, "PACS", f"configs/{name}")
+
+
+def test_the_qwen3_8b_config_is_the_paper_config_with_another_model():
+    """The paper's second version trains Qwen3 with the same recipe: only the model (and comments) differ."""
+    paper = yaml.safe_load((REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml").read_text())
+    qwen3 = yaml.safe_load((REPO / "configs" / "qwen3-8b_8gpu_vllm.yaml").read_text())
+    differ = {k for k in paper.keys() | qwen3.keys() if paper.get(k) != qwen3.get(k)}
+    assert differ == {"model"} and qwen3["model"] == "Qwen/Qwen3-8B"
 
 
 @pytest.mark.parametrize("name", ["pacs_qwen2.5_7b_deepscaler.yaml", "pacs_qwen2.5_0.5b_single_gpu.yaml"])

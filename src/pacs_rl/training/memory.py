@@ -101,6 +101,50 @@ PUBLISHED_CONFIGS: dict[str, dict] = {
         "max_position_embeddings": 32768,
         "torch_dtype": "bfloat16",
     },
+    # The Qwen3 models the paper's second version (February 2026) trains, and the one-GPU config's: the fields of
+    # their config.json on the Hub that the size and shape depend on (configs/qwen3-8b_8gpu_vllm.yaml,
+    # configs/qwen3-1.7b_1gpu.yaml). Qwen3 sets head_dim (128) apart from hidden_size / heads, adds an RMSNorm
+    # on each head's queries and keys, and has no q/k/v bias. The -Base models have the same shapes
+    # (max_position_embeddings 32768).
+    "Qwen/Qwen3-8B": {
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": False,
+        "max_position_embeddings": 40960,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-4B": {
+        "model_type": "qwen3",
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 40960,
+        "torch_dtype": "bfloat16",
+    },
+    "Qwen/Qwen3-1.7B": {
+        "model_type": "qwen3",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 40960,
+        "torch_dtype": "bfloat16",
+    },
 }
 
 
