@@ -74,7 +74,7 @@ def test_two_process_cli_run_evaluates_once_writes_once_and_resumes(tmp_path):
     assert [r["step"] for r in rows if "loss" in r] == [1, 2]  # one row per step, not one per process
     again = _run([*train, "--resume"])
     assert again.returncode == 0, again.stderr[-3000:]
-    assert (again.stdout + again.stderr).count("is complete (step 2): nothing to train") == 1
+    assert (again.stdout + again.stderr).count("is finished (step 2 of 2): nothing to train") == 1
     more = [sys.executable, "-m", "pacs_rl", "train", "--output-dir", str(out), *TINY, "--eval-size", "5"]
     one = _run([*more, "--max-steps", "3", "--resume"])  # one process cannot continue a 2-process run
     assert one.returncode != 0 and "written by 2 processes and this run has 1" in one.stdout + one.stderr
