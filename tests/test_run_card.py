@@ -184,3 +184,16 @@ def test_a_training_run_keeps_its_skipped_rows(tmp_path):
     train, held = run.load_run_data(settings, seed=0)
     assert len(train) == 5 and len(held) == 1  # the held-out problem left out of training
     assert train.skipped == 2 and len(train.skip_messages) == 2 and "line 7" in train.skip_messages[0]
+
+
+def test_a_run_recorded_before_the_protocol_key_gets_it_rebuilt(interrupted_then_finished, tmp_path):
+    """Folders written before settings.json held `heldout` are evaluated and described with the same protocol."""
+    from pacs_rl.training.card import recorded_protocol
+
+    out, _, _ = interrupted_then_finished
+    recorded = json.loads((out / "settings.json").read_text())
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "heldout.json").write_text((out / "heldout.json").read_text())
+    (old / "settings.json").write_text(json.dumps({k: v for k, v in recorded.items() if k != "heldout"}))
+    assert recorded_protocol(old) == recorded["heldout"]

@@ -65,26 +65,11 @@ def run_folder(model: str) -> Path | None:
 
 
 def run_protocol(folder: Path) -> dict[str, Any] | None:
-    """How the run in ``folder`` measured its held-out accuracy (settings.json's ``heldout``; for a run recorded
-    before that key, rebuilt from its settings and heldout.json). None when it had no held-out set."""
-    recorded = json.loads((folder / "settings.json").read_text())
-    if "heldout" in recorded:
-        return recorded["heldout"]
-    from pacs_rl.training.settings import RunSettings, heldout_protocol
+    """How the run in ``folder`` measured its held-out accuracy (settings.json's ``heldout``, rebuilt for a run
+    recorded before that key); None when it had no held-out set."""
+    from pacs_rl.training.card import recorded_protocol
 
-    run, config = recorded.get("run", {}), recorded.get("config", {})
-    try:
-        settings = RunSettings(**{k: v for k, v in run.items() if k in RunSettings.__dataclass_fields__})
-    except (TypeError, ValueError):
-        return None
-    held = json.loads((folder / "heldout.json").read_text()) if (folder / "heldout.json").is_file() else {}
-    n = (held.get("before") or held.get("after") or {}).get("n", settings.eval_size)
-    tokens = config.get("max_completion_length")
-    if tokens is None:
-        from pacs_rl.training.config import PACSConfig  # the default it ran with
-
-        tokens = PACSConfig.__dataclass_fields__["max_completion_length"].default
-    return heldout_protocol(settings, int(tokens), int(config.get("seed", 42)), int(n))
+    return recorded_protocol(folder)
 
 
 def arithmetic_note(sources: list[str]) -> str | None:

@@ -295,8 +295,12 @@ def card_text(
     out = Path(out)
     recorded = _read_json(out / SETTINGS_FILE)
     run, data = recorded.get("run", {}), recorded.get("data", {})
-    key = recorded.get("key_settings") or {"loss_type": recorded.get("config", {}).get("loss_type", "pacs")}
-    protocol = recorded.get("heldout") or {}
+    config = recorded.get("config", {})  # a run recorded before key_settings: its non-default fields
+    key = recorded.get("key_settings") or {
+        "loss_type": "pacs",
+        **{k: config[k] for k in KEY_SETTINGS if k in config},
+    }
+    protocol = recorded_protocol(out) or {}
     held = _read_json(out / HELDOUT_FILE)
     forms = _read_json(out / FORMS_FILE)
     done = _read_json(out / DONE_FILE)
@@ -398,6 +402,32 @@ def _evaluation_lines(evaluations: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+def recorded_protocol(folder: str | Path) -> dict[str, Any] | None:
+    """How the run in ``folder`` measured its held-out accuracy: settings.json's ``heldout``; for a run recorded
+    before that key, rebuilt from its settings and heldout.json. None when it had no held-out set."""
+    folder = Path(folder)
+    recorded = _read_json(folder / SETTINGS_FILE)
+    if "heldout" in recorded:
+        return recorded["heldout"]
+    from pacs_rl.training.settings import RunSettings, heldout_protocol
+
+    run, config = recorded.get("run", {}), recorded.get("config", {})
+    try:
+        settings = RunSettings(**{k: v for k, v in run.items() if k in RunSettings.__dataclass_fields__})
+    except (TypeError, ValueError):
+        return None
+    held = _read_json(folder / HELDOUT_FILE)
+    n = (held.get("before") or held.get("after") or {}).get("n", settings.eval_size)
+    tokens = config.get("max_completion_length")
+    if tokens is None:
+        from pacs_rl.training.config import (
+            PACSConfig,  # the default it ran with (torch: only for such old runs)
+        )
+
+        tokens = PACSConfig.__dataclass_fields__["max_completion_length"].default
+    return heldout_protocol(settings, int(tokens), int(config.get("seed", 42)), int(n))
+
+
 def write_model_card(out: str | Path, evaluations: list[dict[str, Any]] | None = None) -> list[Path]:
     """Write the card into ``out``/README.md and, when the run has its final weights, ``out``/final/README.md.
     Returns the paths written."""
@@ -420,4 +450,12 @@ def command_line(argv: list[str]) -> str:
     return shlex.join(["pacs-rl", *args])
 
 
-__all__ = ["CARD_FILE", "LOSS_PAPERS", "base_model_text", "card_text", "command_line", "write_model_card"]
+__all__ = [
+    "CARD_FILE",
+    "LOSS_PAPERS",
+    "base_model_text",
+    "card_text",
+    "command_line",
+    "recorded_protocol",
+    "write_model_card",
+]

@@ -351,6 +351,9 @@ def train_command(
         return
     typer.echo("")
     if result.already_complete:
+        from pacs_rl.training.card import write_model_card
+
+        write_model_card(result.output_dir)  # a folder from before the run's own card gets it
         typer.echo(
             f"{result.output_dir} is finished (step {result.global_step} of {result.max_steps or result.global_step}): "
             "nothing to train; --resume with a larger --max-steps trains on"
