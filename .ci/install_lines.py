@@ -6,8 +6,8 @@ clone, and the resolution checked: TRL with the vLLM and DeepSpeed it declares i
     python .ci/install_lines.py --list     # only list the lines found (no network)
 
 A line that does not install this project itself (`pip install vllm`) is resolved beside it (`-e .` added): it
-would land in an environment that has pacs-rl. Lines with a placeholder (`torch==<the build you want>`) are
-listed and skipped. tests/test_extras.py imports the extraction (no network) and checks that the lines use the
+would land in an environment that has pacs-rl. Lines with a placeholder (`torch==<the build you want>`) and
+offline installs from a wheelhouse (`--no-index`, scripts/wheelhouse.py) are listed and skipped. tests/test_extras.py imports the extraction (no network) and checks that the lines use the
 project's extras; this script is the CI step that resolves them (.ci/install_lines.sh), so the next TRL or vLLM
 release cannot break an install line of the docs silently.
 """
@@ -58,6 +58,11 @@ class InstallLine:
     @property
     def placeholder(self) -> bool:
         return "<" in self.command
+
+    @property
+    def offline(self) -> bool:
+        """An install from a wheelhouse (scripts/wheelhouse.py builds it): nothing to resolve against an index."""
+        return "--no-index" in self.args
 
     @property
     def installs_project(self) -> bool:
@@ -170,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         if line.command in KNOWN:
             print(f"known, not checked: {line.command} ({line.where}): {KNOWN[line.command]}")
             continue
-        if line.placeholder:
-            print(f"skipped (a placeholder): {line.command} ({line.where})")
+        if line.placeholder or line.offline:
+            why = "a placeholder" if line.placeholder else "an offline install from a wheelhouse"
+            print(f"skipped ({why}): {line.command} ({line.where})")
             continue
         if line.command not in cache:
             try:

@@ -16,7 +16,14 @@ Where CUDA is present it runs, each as its own `pacs-rl` process:
    0.05 per step, where a weight sync that did not happen reads 0.3 on CPU), and the
    held-out evaluation through vLLM (`heldout.json`: engine `vllm-colocate`);
 6. where 2 GPUs are present: `accelerate launch --multi_gpu --num_processes 2` of run 1's command (DDP), with a
-   checkpoint holding both processes' rollout state and one held-out evaluation.
+   checkpoint holding both processes' rollout state and one held-out evaluation;
+7. the memory plan against the measured peak: random-initialised models built from the published config.json
+   the package ships (`pacs_rl.training.memory.PUBLISHED_CONFIGS`: Qwen2.5-1.5B-Instruct, a 1.5B-class model, and
+   Qwen3-1.7B; no download), each trained 2 optimizer steps with PACS and with GRPO on one GPU, bf16 autocast,
+   TRL's generation (no vLLM), each run in a process of its own; `torch.cuda.max_memory_allocated()` of that
+   process against what the dry run plans for the same settings (`pacs_rl.training.plan.memory_plan`) less its
+   2 GiB allowance (the CUDA context and the allocator's slack, which max_memory_allocated does not count). A
+   check fails where the two differ by more than 15%: then the plan is fixed, and the record says what.
 
 and checks each exit status, that training ran on CUDA, that every metrics.jsonl row has a finite loss, and the
 resume and eval outputs. It prints one line per check, and one per check it skipped with the reason (no vLLM,
@@ -24,10 +31,13 @@ one GPU, no bundled model), and exits 1 if any check failed. Without CUDA it pri
 and exits 0. `--json` records the device, the checks with their results and timings, and the skipped checks
 with their reasons, in every case.
 
-It needs no network and no model download: the tiny model is built in code, the data is the built-in
-arithmetic task; the vLLM check uses the bundled model (`scripts/install.sh` installs it) and is skipped without
-it. A bare GPU machine needs torch, transformers, accelerate and peft, plus pacs-rl and its pure-Python
-dependencies (trl, math-verify, ...) installed from wheels. Record the figures of a run in docs/SCALING.md.
+It needs no network and no model download: the tiny model is built in code, the memory check's models from the
+configs the package ships (their tokenizer is the tiny model's, character-level, padded to the model's
+vocabulary), the data is the built-in arithmetic task; the vLLM check uses the bundled model (`scripts/install.sh`
+installs it) and is skipped without it. A bare GPU machine needs torch, transformers, accelerate and peft, plus
+pacs-rl and what it needs beyond them from a wheelhouse (`python scripts/wheelhouse.py` where the package index
+is reachable, then `pip install --no-index --find-links wheelhouse pacs-rl` there). Record a run's JSON in
+docs/benchmarks/.
 """
 
 from __future__ import annotations
@@ -72,12 +82,28 @@ VLLM_TRAIN = [
 # weight sync switched off, one step at lr 1e-4 later: 0.30.
 LOGP_MEAN_BOUND = 0.05
 
+# The memory check: models built from the published configs the package ships, trained on one GPU without vLLM.
+MEMORY_MODELS = ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen3-1.7B")
+MEMORY_LOSSES = ("pacs", "grpo")
+MEMORY_TOLERANCE = 0.15  # measured against planned (less the allowance): a larger difference fails the check
+MEMORY_RUN = {  # one GPU, bf16 autocast, TRL's generate: the one-GPU configs' micro-batch, one short rollout
+    "use_cpu": False, "bf16": True, "use_vllm": False, "fast_sampler": False, "old_logprobs_from_sampler": False,
+    "update_token_budget": None, "gradient_checkpointing": True, "num_generations": 8,
+    "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1, "mini_batches_per_rollout": 2,
+    "max_completion_length": 512, "max_steps": 2, "learning_rate": 1e-6, "train_size": 64, "eval_size": 0,
+    "save_strategy": "no", "report_to": "none", "plot": False, "seed": 0,
+}  # fmt: skip
+MEMORY_CHECKS = [
+    f"memory plan vs measured: {loss}, {model}" for model in MEMORY_MODELS for loss in MEMORY_LOSSES
+]
+
 CORE_CHECKS = [
     "train pacs, bf16, fast sampler",
     "train grpo, bf16, TRL generate",
     "resume pacs to 6 steps",
     "resume a finished run: no-op",
     "pacs-rl eval of the trained model",
+    *MEMORY_CHECKS,
 ]
 VLLM_CHECKS = ["train pacs, vLLM colocate", "train grpo, vLLM colocate, IS correction"]
 DDP_CHECKS = ["train pacs, DDP on 2 GPUs"]
@@ -131,9 +157,158 @@ def bundled_model_installed() -> bool:
         return False
 
 
+# ---------------------------------------------------------------------------------------------------- memory
+def padded_tokenizer(vocab_size: int):
+    """The tiny model's character-level tokenizer (ChatML template) padded with ``<extra_i>`` tokens to
+    ``vocab_size``, so that a model of a published shape samples only ids the tokenizer knows."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    from pacs_rl.models import CHAT_TEMPLATE
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
+    tokens = specials + [chr(c) for c in range(32, 127)] + ["\n"]
+    tokens += [f"<extra_{i}>" for i in range(vocab_size - len(tokens))]
+    backend = Tokenizer(WordLevel(vocab={t: i for i, t in enumerate(tokens)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=None, eos_token="<|im_end|>",
+                                  pad_token="<|endoftext|>", unk_token="<unk>",
+                                  additional_special_tokens=["<|im_start|>"], padding_side="left")  # fmt: skip
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_model_folder(published: dict, folder: Path, device: str = "cpu") -> Path:
+    """A random-initialised model of the shape ``published`` (a config.json as a dict), saved in bf16 with
+    :func:`padded_tokenizer` in ``folder``: a local model for `pacs-rl train`, built without the network."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tok = padded_tokenizer(published["vocab_size"])
+    ids = {"eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id, "bos_token_id": None}
+    config = AutoConfig.for_model(**{**published, **ids})
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = (
+        ids["eos_token_id"],
+        ids["pad_token_id"],
+    )
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    del model
+    return folder
+
+
+def memory_values(folder: Path, loss: str) -> dict:
+    """The memory check's flat settings for the model in ``folder``: `MEMORY_RUN`, the loss, and the longest
+    training prompt as max_prompt_tokens (nothing is dropped, and the plan's prompt bound is the real one)."""
+    from transformers import AutoTokenizer
+
+    from pacs_rl.training import run
+
+    values = {**MEMORY_RUN, "model": str(folder), "loss_type": loss}
+    settings = run.RunSettings(train_size=values["train_size"], eval_size=0)
+    problems, _ = run.load_run_data(settings, seed=values["seed"])
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    values["max_prompt_tokens"] = max(run.prompt_lengths(problems, tokenizer, settings.prompt_kwargs()))
+    return values
+
+
+def measure_in_process(values: dict, out: Path, peak_bytes) -> dict:
+    """Train ``values`` into ``out`` in this process; (peak_bytes() after it, in a dict). The measured process is
+    the one the check starts for each run (`--measure`), so nothing else's tensors count."""
+    from pacs_rl.training import run
+
+    settings, cfg = run.split_settings(values)
+    run.run_training(settings, run.build_config(cfg, out))
+    return peak_bytes()
+
+
+def compare(planned, measured: dict) -> dict:
+    """The record of one memory check: the plan's parts and peak, the measured peak, their ratio (measured over
+    the plan less its allowance) and whether it is within `MEMORY_TOLERANCE`."""
+    from pacs_rl.training.memory import ALLOWANCE, GIB
+
+    expected = planned.peak - ALLOWANCE
+    ratio = measured["max_allocated"] / expected
+    return {
+        "planned_gib": round(planned.peak / GIB, 2),
+        "planned_parts_gib": {what: round(b / GIB, 2) for what, b in planned.parts},
+        "planned_line": planned.line(),
+        "planned_without_allowance_gib": round(expected / GIB, 2),
+        "measured_max_allocated_gib": round(measured["max_allocated"] / GIB, 2),
+        "measured_max_reserved_gib": round(measured.get("max_reserved", 0) / GIB, 2),
+        "ratio": round(ratio, 3),
+        "within_tolerance": abs(ratio - 1) <= MEMORY_TOLERANCE,
+    }
+
+
+def _cuda_peak() -> dict:
+    import torch
+
+    return {
+        "max_allocated": torch.cuda.max_memory_allocated(),
+        "max_reserved": torch.cuda.max_memory_reserved(),
+    }
+
+
 def metrics_rows(run: Path) -> list[dict]:
     path = run / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def memory_check(out: Path, records: list[dict], check, gpu_gib: float) -> None:
+    """Check 7: for each model and loss, the planned peak against the measured one (`compare`)."""
+    import shutil
+
+    import torch
+
+    from pacs_rl.training.memory import PUBLISHED_CONFIGS
+    from pacs_rl.training.plan import memory_plan
+
+    for model in MEMORY_MODELS:
+        t0 = time.time()
+        folder = build_model_folder(
+            PUBLISHED_CONFIGS[model], out / "models" / model.split("/")[-1], device="cuda"
+        )
+        torch.cuda.empty_cache()
+        built = time.time() - t0
+        for loss in MEMORY_LOSSES:
+            name = f"memory plan vs measured: {loss}, {model}"
+            values = memory_values(folder, loss)
+            planned = memory_plan(values, 1, gpu_gib)
+            run_dir = out / "memory" / f"{model.split('/')[-1]}-{loss}"
+            spec = run_dir.with_suffix(".json")
+            spec.parent.mkdir(parents=True, exist_ok=True)
+            spec.write_text(json.dumps({"values": values, "out": str(run_dir)}))
+            t1 = time.time()
+            env = {
+                **os.environ,
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "HF_HUB_DISABLE_TELEMETRY": "1",
+            }
+            proc = subprocess.run([sys.executable, __file__, "--measure", str(spec)], capture_output=True,
+                                  text=True, env=env)  # fmt: skip
+            measured_file = spec.with_suffix(".measured.json")
+            if proc.returncode != 0 or not measured_file.is_file() or planned is None:
+                check(
+                    name,
+                    False,
+                    time.time() - t1,
+                    f"exit {proc.returncode}\n{(proc.stdout + proc.stderr)[-3000:]}",
+                )
+                continue
+            result = compare(planned, json.loads(measured_file.read_text()))
+            records.append({"model": model, "loss": loss, "model_built_s": round(built, 1), **result})
+            detail = (f"planned {result['planned_without_allowance_gib']} GiB + 2 allowance, measured "
+                      f"{result['measured_max_allocated_gib']} GiB allocated: ratio {result['ratio']}")  # fmt: skip
+            check(name, result["within_tolerance"], time.time() - t1, detail)
+            shutil.rmtree(run_dir, ignore_errors=True)  # final/ of a 1.5B model: 6 GB
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def main() -> int:
@@ -142,7 +317,13 @@ def main() -> int:
     parser.add_argument(
         "--json", default=None, help="Write what was checked and skipped, and timings, as JSON."
     )
+    parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # a memory run's spec (internal)
     args = parser.parse_args()
+    if args.measure:  # the process of one memory run: train, then write the peak beside the spec
+        spec = json.loads(Path(args.measure).read_text())
+        peak = measure_in_process(spec["values"], Path(spec["out"]), _cuda_peak)
+        Path(args.measure).with_suffix(".measured.json").write_text(json.dumps(peak))
+        return 0
 
     import torch
 
@@ -218,6 +399,9 @@ def main() -> int:
                                "--n", "4", "--max-new-tokens", "16", "--output", str(evaluation))  # fmt: skip
     metrics = evaluation / "metrics.json"
     check(CORE_CHECKS[4], code == 0 and metrics.is_file(), secs, f"exit {code}")
+
+    record["memory"] = []
+    memory_check(out, record["memory"], check, torch.cuda.get_device_properties(0).total_memory / 1024**3)
 
     if VLLM_CHECKS[0] in to_run:
         for name, run, extra in (

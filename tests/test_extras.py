@@ -131,8 +131,8 @@ def test_every_printed_line_installs_engines_through_the_projects_extras():
     lines = install_lines.printed_install_lines()
     wrong = []
     for line in lines:
-        if line.command in install_lines.KNOWN or line.placeholder:
-            continue
+        if line.command in install_lines.KNOWN or line.placeholder or line.offline:
+            continue  # an offline line installs the wheelhouse scripts/wheelhouse.py built from the extras
         named = {
             e for a in line.args for m in re.finditer(r"^\.\[([^\]]*)\]$", a) for e in m.group(1).split(",")
         }

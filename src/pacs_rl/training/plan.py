@@ -570,6 +570,27 @@ def _memory_lines(
     return lines, plan.problems
 
 
+def memory_plan(
+    values: Mapping[str, Any],
+    num_processes: int = 1,
+    gpu_memory_gib: float = PLANNING_GPU_GIB,
+    output_dir: str | Path = "unused",
+) -> memory.MemoryPlan | None:
+    """The memory plan per GPU of the flat settings ``values`` as the dry run makes it (the prompt bound:
+    max_prompt_tokens, else an assumed 1,024 tokens); None when the model's shape is not known here.
+    benchmarks/gpu_check.py compares it with the peak a run measures."""
+    settings = _unchecked_run_settings(values)
+    run_keys = run.run_fields()
+    cfg = {k: run.coerce_setting(k, v) for k, v in values.items() if k not in run_keys}
+    config = run.build_config({**cfg, **HARDWARE_FIELDS}, output_dir)
+    shape, _source = model_shape(settings.model)
+    if shape is None or not shape.has_dims:
+        return None
+    prompt_tokens = settings.max_prompt_tokens or ASSUMED_PROMPT_TOKENS
+    step = _memory_step(settings, cfg, config, num_processes, prompt_tokens)
+    return memory.gpu_memory_plan(shape, step, gpu_memory_gib)
+
+
 def _with(config, cfg: Mapping[str, Any]):
     """The planning config with the user's hardware switches put back (for the engine and dtype decisions)."""
     return _Proxy(config, {k: cfg[k] for k in HARDWARE_FIELDS if k in cfg})
