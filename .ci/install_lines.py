@@ -34,10 +34,7 @@ TRL_ENGINES = ("vllm", "deepspeed")
 # Printed install lines this check knows break the rule, each with why it is left (the owner of the file that
 # prints it is asked to fix it); tests/test_extras.py fails once a line here is no longer printed, so the entry
 # goes with the fix.
-KNOWN: dict[str, str] = {
-    "pip install vllm": "docs/EVALUATION.md quotes the error of pacs_rl.sampling.vllm_backend, which names bare "
-    'vLLM; the message should name pip install -e ".[vllm]"',
-}
+KNOWN: dict[str, str] = {}
 
 # Printed as lines that do not resolve (docs/VERL.md says why): checked to fail still, so the docs change with them.
 UNRESOLVABLE: dict[str, str] = {

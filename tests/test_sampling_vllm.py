@@ -120,5 +120,5 @@ def test_vllm_refuses_in_memory_model(fake_vllm, tiny_model, tiny_tokenizer):
 
 def test_missing_vllm_names_the_install_command(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
-    with pytest.raises(ImportError, match="pip install vllm"):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[vllm\]"'):
         get_sampler("vllm", str(tmp_path), None)
