@@ -683,13 +683,17 @@ def _save(fig, out: Path) -> Path:
 
 
 def plot_comparison(record: dict, out: Path) -> Path:
-    """Greedy accuracy per seed at each evaluated step, pass@k, entropy and length per step, by method."""
+    """Greedy accuracy per seed at each evaluated step, pass@k (when the protocol has it), entropy and length per
+    step, by method."""
     from pacs_rl.compare.report import _plt
 
     plt = _plt()
     methods = [m for m in record["protocol"]["methods"] if any(r["method"] == m for r in record["runs"])]
     colors = {m: plt.cm.tab10(i) for i, m in enumerate(methods)}
-    fig, axes = plt.subplots(1, 4, figsize=(20, 4.5))
+    with_passk = bool(record["protocol"]["ks"])
+    fig, axes = plt.subplots(1, 4 if with_passk else 3, figsize=(20 if with_passk else 15, 4.5))
+    if not with_passk:  # greedy only: no pass@k panel (an empty one reads as a result)
+        axes = [axes[0], None, axes[1], axes[2]]
     steps = [*record["protocol"].get("greedy_at", []), record["protocol"]["train"].get("max_steps", 24)]
     for i, m in enumerate(methods):
         runs = [r for r in record["runs"] if r["method"] == m]
@@ -720,12 +724,13 @@ def plot_comparison(record: dict, out: Path) -> Path:
             )
     axes[0].set(xticks=range(len(steps)), xticklabels=[f"step {s}" for s in steps], ylabel="held-out accuracy",
                 title="greedy, whole held-out split (dots: seeds)")  # fmt: skip
-    axes[1].set(xscale="log", xlabel="k", ylabel="pass@k", title="pass@k, T = 0.6, top-p 0.95, n = 64")
+    if with_passk:
+        axes[1].set(xscale="log", xlabel="k", ylabel="pass@k", title="pass@k, T = 0.6, top-p 0.95, n = 64")
     axes[2].set(
         xlabel="optimizer step", ylabel="entropy (nats/token)", title="policy entropy (mean over seeds)"
     )
     axes[3].set(xlabel="optimizer step", ylabel="tokens", title="completion length (mean over seeds)")
-    for ax in axes:
+    for ax in [a for a in axes if a is not None]:
         ax.legend(
             fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
         )  # beside the axes: the bins stay visible
