@@ -415,7 +415,8 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
     folder = work / slug(method) / f"seed{seed}"
     t0 = time.time()
     if not (folder / DONE_FILE).is_file():
-        values = {**default_settings(), **train, **proto["methods"][method], "seed": seed}
+        # fp32 whatever the CPU: the record began before the CPU default chose bf16 where the CPU computes it
+        values = {**default_settings(), "bf16": False, **train, **proto["methods"][method], "seed": seed}
         settings, cfg = split_settings(values)
         run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
     result = {

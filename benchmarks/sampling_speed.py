@@ -87,6 +87,7 @@ def main() -> None:
     ap.add_argument(
         "--no-torch-gemm", action="store_true", help="skip the fp32 sampler line without the oneDNN LM head"
     )
+    ap.add_argument("--bf16-weights", action="store_true", help="also time the sampler on a bf16 copy of the weights")
     ap.add_argument("--generate-bf16", action="store_true", help="also time generate() under bf16 autocast")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--baseline", default=None, help="also time the fp32 sampler as of this git commit")
@@ -142,6 +143,12 @@ def main() -> None:
         samplers["sampler_bf16"] = TransformersSampler(
             model, tok, dtype="bfloat16", batch_size=args.batch_size
         )
+        if args.bf16_weights:  # a bf16 copy of the weights: no per-call cast of fp32 weights under autocast
+            import copy
+
+            samplers["sampler_bf16_weights"] = TransformersSampler(
+                copy.deepcopy(model).to(torch.bfloat16), tok, batch_size=args.batch_size
+            )
 
     if args.baseline:
         samplers[f"sampler_fp32_{args.baseline}"] = sampler_class_at(args.baseline)(
@@ -165,6 +172,8 @@ def main() -> None:
         methods[name] = lambda s, m=None, name=name: run_sampler(name, s, m)
     if not args.no_bf16:
         methods["sampler_bf16"] = lambda s, m=None: run_sampler("sampler_bf16", s, m)
+        if args.bf16_weights:
+            methods["sampler_bf16_weights"] = lambda s, m=None: run_sampler("sampler_bf16_weights", s, m)
     if args.generate_bf16:
         methods["generate_bf16"] = lambda s, m=None: run_generate(True, s, m)
 

@@ -16,7 +16,8 @@ from typer.testing import CliRunner
 from pacs_rl.cli import app
 from pacs_rl.training import cli, memory, run
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.device import CPU_ONLY, CudaInfo, choose_device
+from pacs_rl.training import device as device_module
+from pacs_rl.training.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
 from pacs_rl.training.plan import dry_run, model_shape
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,8 +31,10 @@ class _Props:
     name, total_memory = "Faked GPU", 80 * 1024**3
 
 
-def _fake_cuda(monkeypatch, present: bool, bf16: bool = True) -> None:
-    """torch.cuda as a machine with (or without) one GPU would answer; nothing else of CUDA is used."""
+def _fake_cuda(monkeypatch, present: bool, bf16: bool = True, cpu_bf16: bool = False) -> None:
+    """torch.cuda as a machine with (or without) one GPU would answer, nothing else of CUDA is used; and whether
+    its CPU computes bf16 natively (default: not, whatever this host's CPU does)."""
+    monkeypatch.setattr(device_module, "cpu_bf16_native", lambda: cpu_bf16)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: _Props())
@@ -40,8 +43,9 @@ def _fake_cuda(monkeypatch, present: bool, bf16: bool = True) -> None:
 
 # ---------------------------------------------------------------------------------------------------- device
 def test_the_device_follows_the_hardware_unless_the_user_says_otherwise():
-    cpu = choose_device({}, NO_CUDA)
+    cpu = choose_device({}, NO_CUDA, cpu_bf16=False)
     assert (cpu.device, cpu.bf16, cpu.settings) == ("cpu", False, {}) and "no CUDA device" in cpu.why
+    assert "this CPU has no bf16 instructions" in cpu.line()
     gpu = choose_device({}, H100)
     assert gpu.device == "cuda" and gpu.bf16
     assert gpu.settings == {"use_cpu": False, "bf16": True, **CPU_ONLY}
@@ -50,7 +54,7 @@ def test_the_device_follows_the_hardware_unless_the_user_says_otherwise():
     assert old.device == "cuda" and old.settings["bf16"] is False and "fp32" in old.line()
     # the user's use_cpu and bf16 always win; so do the CPU-only settings they set themselves
     assert choose_device({"use_cpu": True}, H100).device == "cpu"
-    assert choose_device({"use_cpu": "true"}, H100).settings == {}  # text from a command line
+    assert choose_device({"use_cpu": "true"}, H100, cpu_bf16=False).settings == {}  # text from a command line
     mine = choose_device({"bf16": False, "fast_sampler": True}, H100)
     assert mine.device == "cuda" and not mine.bf16 and "bf16" not in mine.settings
     assert "fast_sampler" not in mine.settings and "fast_sampler" not in mine.turned_off
@@ -58,6 +62,40 @@ def test_the_device_follows_the_hardware_unless_the_user_says_otherwise():
     # a GPU config planned on a machine without one: CUDA, bf16 assumed
     planned = choose_device({"use_cpu": False}, NO_CUDA)
     assert planned.device == "cuda" and planned.bf16 and "no CUDA device here" in planned.why
+
+
+def test_the_cpu_precision_follows_the_cpu_unless_the_user_says_otherwise():
+    """A CPU that computes bf16 natively trains under bf16 autocast with the sampler on a bf16 copy and the old
+    log-probs from the trainer's own forward; the user's bf16/fp16 and their own sampler settings win."""
+    cpu = choose_device({}, NO_CUDA, cpu_bf16=True)
+    assert (cpu.device, cpu.bf16) == ("cpu", True)
+    assert cpu.settings == {"bf16": True, **CPU_BF16}
+    assert cpu.settings["old_logprobs_from_sampler"] is False  # the bf16 sampler's log-probs are not the update's
+    assert "CPU, bf16 autocast: no CUDA device" in cpu.line() and "set bf16: false for fp32" in cpu.line()
+    forced = choose_device({"use_cpu": True}, H100, cpu_bf16=True)  # the CPU asked for beside a GPU
+    assert forced.device == "cpu" and forced.bf16
+    for user in ({"bf16": False}, {"bf16": "false"}, {"fp16": True}):
+        mine = choose_device(user, NO_CUDA, cpu_bf16=True)
+        assert (mine.bf16, mine.settings) == (False, {}), user
+        assert "in your settings" in mine.line()
+    kept = choose_device({"fast_sampler_dtype": None}, NO_CUDA, cpu_bf16=True)
+    assert kept.bf16 and "fast_sampler_dtype" not in kept.settings  # the user's own value stays
+    asked = choose_device({"bf16": True}, NO_CUDA, cpu_bf16=False)  # asked on a CPU that emulates bf16
+    assert asked.bf16 and asked.settings == {} and "bf16: true in your settings" in asked.line()
+
+
+def test_a_plain_train_on_a_bf16_cpu_trains_in_bf16(monkeypatch, tmp_path):
+    _fake_cuda(monkeypatch, present=False, cpu_bf16=True)
+    values, device = cli.merge_with_device(None, {}, [])
+    assert device.device == "cpu" and device.bf16
+    assert values == run.default_settings() | {"bf16": True, **CPU_BF16}
+    assert cli.merge_with_device(None, {}, ["bf16=false"])[0]["bf16"] is False
+    out = CliRunner().invoke(app, ["train", "--dry-run", "-o", str(tmp_path / "x")])
+    assert out.exit_code == 0, out.output
+    assert "device: CPU, bf16 autocast: no CUDA device on this machine" in out.output
+    assert "this CPU computes bf16" in out.output
+    info = CliRunner().invoke(app, ["info"]).output
+    assert "pacs-rl train runs on: CPU, bf16 autocast" in info
 
 
 def test_the_cpu_only_settings_go_back_to_the_config_defaults_on_cuda():
@@ -98,6 +136,7 @@ def test_info_says_which_device_train_uses(monkeypatch):
     _fake_cuda(monkeypatch, present=False)
     out = CliRunner().invoke(app, ["info"]).output
     assert "pacs-rl train runs on: CPU, fp32: no CUDA device on this machine" in out
+    assert "this CPU has no bf16 instructions" in out
     _fake_cuda(monkeypatch, present=True, bf16=False)
     out = CliRunner().invoke(app, ["info"]).output
     assert "CUDA: Faked GPU, 80.0 GiB" in out

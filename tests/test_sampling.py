@@ -216,12 +216,24 @@ def test_model_under_training_is_used_in_place(model, tiny_tokenizer):
     assert sampler.generate(PROMPTS[:2], params) != first
 
 
-def test_bf16_autocast_option_runs(model, tiny_tokenizer):
-    """bf16 is an opt-in speed option (different numerics); it must still return well-formed groups."""
+def test_bf16_option_decodes_on_a_bf16_copy_that_follows_the_model(model, tiny_tokenizer):
+    """bf16 is a speed option (different numerics): on a CPU it decodes with a bf16 copy of the weights, which
+    must return well-formed groups, leave the model as it was, and follow the model when it steps."""
     sampler = TransformersSampler(model, tiny_tokenizer, dtype="bfloat16")
-    groups = sampler.generate(PROMPTS[:2], SamplingParams(n=3, max_new_tokens=5, seed=0, stop_token_ids=[]))
+    params = SamplingParams(n=3, max_new_tokens=5, seed=0, stop_token_ids=[])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    groups = sampler.generate(PROMPTS[:2], params)
     assert [[len(s.token_ids) for s in g] for g in groups] == [[5, 5, 5], [5, 5, 5]]
-    assert next(model.parameters()).dtype == torch.float32  # weights were not converted
+    assert all(torch.equal(before[k], v) and v.dtype == before[k].dtype for k, v in model.state_dict().items())
+    copy = sampler._bf16_copy
+    assert copy is not None and {p.dtype for p in copy.parameters()} == {torch.bfloat16}
+    assert all(b.dtype == m.dtype for b, m in zip(copy.buffers(), model.buffers(), strict=True))  # buffers kept
+    assert sampler.generate(PROMPTS[:2], params) == groups  # same seed, same weights: same samples
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1)  # a drastic "optimizer step"
+    assert sampler.generate(PROMPTS[:2], params) != groups
+    assert sampler._bf16_copy is copy  # refreshed in place, not copied again
+    assert torch.equal(copy.lm_head.weight, model.lm_head.weight.to(torch.bfloat16))
 
 
 def test_errors_name_the_bad_value(model, tiny_tokenizer):

@@ -15,9 +15,12 @@ differs is the work done per token:
   to the longest sample;
 - in fp32 on a CPU, the LM head runs through oneDNN instead of MKL's sgemm (``onednn.py``: faster on a
   decode step's few rows, same results to float32 rounding; ``onednn=False`` turns it off);
-- optional bf16 autocast (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX); it
-  changes numerics, so the same-distribution statement holds for fp32 only. A CPU without them emulates
-  bf16 matmuls, several times slower than fp32 (``cpu_has_native_bf16``; a warning says so).
+- optional bf16 (``dtype="bfloat16"``) for CPUs with bf16 matmul instructions (AVX512-BF16, AMX): on a CPU the
+  sampler decodes with a bf16 copy of the fp32 weights, refreshed from the model at every call (autocast would
+  cast every weight again at every decode step: measured slower than fp32 there; the copy, faster), on a GPU
+  under autocast. It changes numerics, so the same-distribution statement holds for fp32 only. A CPU without
+  those instructions emulates bf16 matmuls, several times slower than fp32 (``cpu_has_native_bf16``; a warning
+  says so).
 
 Determinism: with the same seed, model weights, prompts, ``SamplingParams``, ``batch_size``, dtype,
 ``onednn``, device and torch thread count, the samples are identical. Changing the batch composition (other
@@ -28,6 +31,7 @@ samples differ while their distribution does not.
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -186,7 +190,9 @@ class TransformersSampler:
     model: any causal LM whose forward takes ``past_key_values``/``position_ids`` (Llama, Qwen, ...,
     also a PEFT wrapper). It is used in place, never copied: a model under training can be sampled
     between optimizer steps; its train/eval mode is restored afterwards.
-    dtype: None/"float32" runs as the model is; "bfloat16" runs under CPU/GPU autocast.
+    dtype: None/"float32" runs as the model is; "bfloat16" decodes in bf16: on a CPU with a bf16 copy of fp32
+    weights (kept here, refreshed from the model at each call: the model itself is never changed), else (a GPU,
+    or weights already in another dtype) under autocast.
     batch_size: sequences (prompts × samples) decoded together; bounds memory.
     onednn: in fp32 on a CPU, run the model's LM head through oneDNN while sampling (faster than the
     default GEMM there; no effect under bf16 or on a GPU).
@@ -228,6 +234,8 @@ class TransformersSampler:
         self._cache_kw = cache_keyword(model)  # "cache" from transformers 5.24, "past_key_values" before
         # Test hook: called as hook(step, row_ids, logits) with the (rows, V) logits of every step.
         self._step_hook: Callable[[int, torch.Tensor, torch.Tensor], None] | None = None
+        self._bf16_copy: torch.nn.Module | None = None  # dtype="bfloat16" on a CPU: the weights in bf16
+        self._run = model  # what decodes during a call: the model or its bf16 copy
 
     # ------------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Sample]]:
@@ -257,11 +265,12 @@ class TransformersSampler:
 
         was_training = self.model.training
         self.model.eval()
+        self._run = self._decoder(device)
         try:
             with (
                 torch.inference_mode(),
                 self._autocast(device),
-                onednn_lm_head(self.model, self.onednn),  # a no-op on GPU; bf16 calls fall back
+                onednn_lm_head(self._run, self.onednn),  # a no-op on GPU and in bf16
                 _progress(self.progress, chunks) as bar,
             ):
                 for chunk in chunks:
@@ -271,11 +280,43 @@ class TransformersSampler:
                     bar(sum(c for _, _, c in chunk))
         finally:
             self.model.train(was_training)
+            self._run = self.model
         return results  # type: ignore[return-value]
 
     # ------------------------------------------------------------------------------------------
+    def _decoder(self, device: torch.device):
+        """The module that decodes this call: with dtype="bfloat16" on a CPU and fp32 weights, a bf16 copy of the
+        model's current weights (made once, then refreshed in place: the model may have stepped since); else the
+        model. Only parameters are cast: buffers (rotary frequencies) stay as they are."""
+        params = list(self.model.parameters())
+        if (
+            self.autocast_dtype is None
+            or device.type != "cpu"
+            or not params
+            or any(p.dtype != torch.float32 for p in params)
+        ):
+            return self.model
+        with torch.no_grad():
+            if self._bf16_copy is None:
+                grads = [p.grad for p in params]
+                for p in params:  # a copy without the gradients
+                    p.grad = None
+                try:
+                    self._bf16_copy = copy.deepcopy(self.model)
+                finally:
+                    for p, g in zip(params, grads, strict=True):
+                        p.grad = g
+                for p in self._bf16_copy.parameters():
+                    p.requires_grad_(False)
+                    p.data = p.data.to(torch.bfloat16)
+            else:
+                for mine, theirs in zip(self._bf16_copy.parameters(), params, strict=True):
+                    mine.copy_(theirs)
+        self._bf16_copy.eval()
+        return self._bf16_copy
+
     def _autocast(self, device: torch.device):
-        if self.autocast_dtype is None:
+        if self.autocast_dtype is None or self._run is not self.model:
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
 
@@ -284,12 +325,12 @@ class TransformersSampler:
         model supports ``logits_to_keep`` (saves the LM head over the whole prompt at prefill)."""
         if self._logits_to_keep_ok:
             try:
-                return self.model(**kw, logits_to_keep=1).logits[:, -1].float()
+                return self._run(**kw, logits_to_keep=1).logits[:, -1].float()
             except TypeError as e:
                 if "logits_to_keep" not in str(e):
                     raise
                 self._logits_to_keep_ok = False
-        return self.model(**kw).logits[:, -1].float()
+        return self._run(**kw).logits[:, -1].float()
 
     def _generate_chunk(
         self,

@@ -8,7 +8,14 @@ above it (the --config file, the options, --set). The rules, in order:
 
 1. ``use_cpu: true`` from the user: the CPU, with the CPU default's settings.
 2. ``use_cpu: false`` from the user, or no ``use_cpu`` and a CUDA device present: CUDA.
-3. Otherwise (no CUDA device): the CPU, exactly the CPU default (nothing changes).
+3. Otherwise (no CUDA device): the CPU with the CPU default's settings.
+
+On the CPU (rules 1 and 3) the precision is the hardware's too unless the user set ``bf16`` (or ``fp16``): where
+the CPU computes bf16 natively (AVX512-BF16 or AMX) the choice sets ``bf16: true`` (autocast: the matmuls in
+bf16, the weights, the optimizer state, the log-softmax, the log-probability ratio and the loss in fp32), samples
+on a bf16 copy of the weights (`CPU_BF16`; measured faster than fp32 there, docs/benchmarks/cpu_bf16.md) and
+has the trainer compute the old log-probs itself, in the precision of its update; elsewhere fp32, where bf16
+matmuls are emulated and several times slower.
 
 On CUDA the choice sets ``use_cpu: false``, ``bf16`` (true where the GPU has bf16, Ampere and newer; false
 before, fp32) unless the user set ``bf16`` (or ``fp16``), and turns off the CPU default's CPU-only conveniences
@@ -32,6 +39,15 @@ CPU_ONLY: dict[str, Any] = {
     "fast_sampler": False,
     "old_logprobs_from_sampler": False,
     "update_token_budget": None,
+}
+
+
+# What the CPU default changes where the CPU computes bf16 natively and the user left `bf16` unset: the fast
+# sampler runs on a bf16 copy of the weights, so its log-probs are not the update's (which computes under
+# autocast from the fp32 weights): the trainer computes the old log-probs with its own forward.
+CPU_BF16: dict[str, Any] = {
+    "fast_sampler_dtype": "bfloat16",
+    "old_logprobs_from_sampler": False,
 }
 
 
@@ -76,7 +92,7 @@ class DeviceChoice:
 
     device: str  # "cuda" or "cpu"
     bf16: bool
-    settings: dict[str, Any] = field(default_factory=dict)  # above the CPU default layer ({} on the CPU path)
+    settings: dict[str, Any] = field(default_factory=dict)  # above the CPU default layer ({} on an fp32 CPU)
     why: str = ""  # why this device, one clause
     precision_why: str = ""  # why this precision, one clause
     turned_off: tuple[str, ...] = ()  # CPU_ONLY settings this choice turned off
@@ -112,18 +128,44 @@ def _describe(cuda: CudaInfo) -> str:
     return ", ".join(parts)
 
 
-def choose_device(user: Mapping[str, Any], cuda: CudaInfo) -> DeviceChoice:
-    """The device and precision of a run from the settings the user gave above the CPU default and this machine's
-    CUDA (pure: tests pass a CudaInfo)."""
+def cpu_bf16_native() -> bool:
+    """Whether this CPU computes bf16 matmuls natively (AVX512-BF16 or AMX); imports torch."""
+    from pacs_rl.sampling.transformers_backend import cpu_has_native_bf16
+
+    return cpu_has_native_bf16()
+
+
+def _cpu_choice(user: Mapping[str, Any], why: str, cpu_bf16: bool | None) -> DeviceChoice:
+    """The CPU's precision: the user's bf16/fp16, else bf16 autocast where the CPU computes bf16 natively."""
+    bf16, fp16 = _flag(user.get("bf16")), _flag(user.get("fp16"))
+    if bf16 is not None:
+        return DeviceChoice("cpu", bf16, why=why, precision_why=f"bf16: {str(bf16).lower()} in your settings")
+    if fp16:
+        return DeviceChoice("cpu", False, why=why, precision_why="fp16: true in your settings")
+    if not (cpu_bf16_native() if cpu_bf16 is None else cpu_bf16):
+        return DeviceChoice(
+            "cpu", False, why=why, precision_why="this CPU has no bf16 instructions (AVX512-BF16, AMX)"
+        )
+    settings: dict[str, Any] = {"bf16": True, **{k: v for k, v in CPU_BF16.items() if k not in user}}
+    precision_why = (
+        "this CPU computes bf16 (AVX512-BF16 or AMX): bf16 matmuls, fp32 weights, optimizer state and loss; "
+        "set bf16: false for fp32"
+    )
+    return DeviceChoice("cpu", True, settings, why, precision_why)
+
+
+def choose_device(user: Mapping[str, Any], cuda: CudaInfo, cpu_bf16: bool | None = None) -> DeviceChoice:
+    """The device and precision of a run from the settings the user gave above the CPU default, this machine's
+    CUDA and whether its CPU computes bf16 natively (None: ask torch; tests pass both)."""
     use_cpu, bf16, fp16 = _flag(user.get("use_cpu")), _flag(user.get("bf16")), _flag(user.get("fp16"))
     if use_cpu:
         why = "use_cpu: true in your settings"
         if cuda.available:
             why += f" (a CUDA device is present, {_describe(cuda)}: set use_cpu: false to train on it)"
-        return DeviceChoice("cpu", bool(bf16), why=why)
+        return _cpu_choice(user, why, cpu_bf16)
     if use_cpu is None and not cuda.available:
         build = " (this torch is a CPU build)" if cuda.torch_cuda is None else ""
-        return DeviceChoice("cpu", bool(bf16), why=f"no CUDA device on this machine{build}")
+        return _cpu_choice(user, f"no CUDA device on this machine{build}", cpu_bf16)
     if use_cpu is False:
         why = "use_cpu: false in your settings"
         if not cuda.available:
