@@ -166,7 +166,11 @@ def main() -> None:
     phases.wrap(PACSTrainer, "_save_checkpoint", "checkpoints")
     phases.wrap(PACSTrainer, "save_model", "final save")
 
-    values = {**run_module.default_settings(), **run_module.parse_assignments(a.sets)}
+    from pacs_rl.training.cli import with_device
+
+    # the device and precision `pacs-rl train` would choose here (bf16 where the CPU computes it)
+    values, device = with_device(run_module.parse_assignments(a.sets))
+    print(f"device: {device.line()}", flush=True)
     settings, config_kwargs = run_module.split_settings(values)
     out_dir = a.output_dir or tempfile.mkdtemp(prefix="first-run-profile-")
     config = run_module.build_config(config_kwargs, out_dir)
@@ -188,6 +192,7 @@ def main() -> None:
         "label": a.label,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "settings": a.sets,
+        "device": device.line(),
         "torch_threads": torch.get_num_threads(),
         "cpu_capability": cpu_capability(),
         "loadavg_start": load_start,

@@ -37,6 +37,9 @@ import sys
 import time
 from pathlib import Path
 
+from pacs_rl.compare import stats
+from pacs_rl.compare.stats import t_quantile  # noqa: F401 (the record's tests read it here)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -89,54 +92,9 @@ TARGET = 0.05  # half-width of the 95% interval, in accuracy (5 percentage point
 
 
 # ----------------------------------------------------------------------------------------------- statistics
-def t_quantile(p: float, df: int) -> float:
-    """The p-quantile of Student's t with ``df`` degrees of freedom (p in (0.5, 1)), by bisection on the exact
-    CDF of integer df (Abramowitz & Stegun 26.7.3-4: A(t|ν) = P(|T| < t) as a finite series in θ = atan(t/√ν));
-    no scipy needed."""
-
-    def two_sided(x: float) -> float:  # A(x | df)
-        theta = math.atan(x / math.sqrt(df))
-        s, c2 = math.sin(theta), math.cos(theta) ** 2
-        if df % 2:  # odd: (2/π)(θ + sinθ cosθ (1 + 2/3 cos²θ + 2·4/(3·5) cos⁴θ + ...)), ν − 3 terms after 1
-            term, total = 1.0, 1.0 if df > 1 else 0.0
-            for k in range(1, (df - 1) // 2):
-                term *= c2 * (2 * k) / (2 * k + 1)
-                total += term
-            return 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
-        term, total = 1.0, 1.0  # even: sinθ (1 + 1/2 cos²θ + 1·3/(2·4) cos⁴θ + ...)
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        return s * total
-
-    target = 2 * p - 1
-    lo, hi = 0.0, 1.0
-    while two_sided(hi) < target:
-        hi *= 2
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if two_sided(mid) < target else (lo, mid)
-    return (lo + hi) / 2
-
-
 def paired_interval(diffs: list[float], target: float | None = TARGET) -> dict:
-    """Mean of paired differences, its 95% Student-t interval and half-width, and the pairs (at this SD) a
-    half-width of ``target`` needs (not computed when ``target`` is None: a metric not in [0, 1])."""
-    n = len(diffs)
-    out: dict = {"pairs": n, "mean": sum(diffs) / n if n else None}
-    if n < 2:
-        return out
-    mean = out["mean"]
-    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
-    out.update(sd=sd, half_width=half, ci95=[mean - half, mean + half])
-    if target is not None:
-        # the normal quantile's answer is a lower bound (t > z); step up from it to the first n that reaches it
-        needed = max(2, math.ceil((1.959964 * sd / target) ** 2))
-        while t_quantile(0.975, needed - 1) * sd / math.sqrt(needed) > target:
-            needed += 1
-        out["pairs_needed"] = needed
-    return out
+    """pacs_rl.compare.stats.paired_interval with this record's target half-width."""
+    return stats.paired_interval(diffs, target)
 
 
 # ----------------------------------------------------------------------------------------------- the record

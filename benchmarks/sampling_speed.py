@@ -87,7 +87,9 @@ def main() -> None:
     ap.add_argument(
         "--no-torch-gemm", action="store_true", help="skip the fp32 sampler line without the oneDNN LM head"
     )
-    ap.add_argument("--bf16-weights", action="store_true", help="also time the sampler on a bf16 copy of the weights")
+    ap.add_argument(
+        "--bf16-weights", action="store_true", help="also time the sampler on a bf16 copy of the weights"
+    )
     ap.add_argument("--generate-bf16", action="store_true", help="also time generate() under bf16 autocast")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--baseline", default=None, help="also time the fp32 sampler as of this git commit")

@@ -21,10 +21,25 @@ from pacs_rl.compare.plan import (
     write_or_check_manifest,
 )
 from pacs_rl.compare.report import passk_table
-from pacs_rl.compare.stats import mean_se, sign_flip_test
+from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test, t_quantile
 
 
 # ---------------------------------------------------------------- statistics
+@pytest.mark.parametrize(
+    ("df", "expected"),
+    [(1, 12.7062), (2, 4.3027), (4, 2.7764), (3, 3.1824), (9, 2.2622), (30, 2.0423), (100, 1.9840)],
+)
+def test_t_quantile_matches_the_table(df, expected):
+    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
+    assert t_quantile(0.95, 10) == pytest.approx(1.8125, abs=1e-4)
+
+
+def test_paired_interval_states_the_pairs_a_target_needs_only_when_asked():
+    diffs = [0.10, -0.05, 0.20, 0.05]
+    assert "pairs_needed" not in paired_interval(diffs)
+    assert paired_interval(diffs, 0.10)["pairs_needed"] < paired_interval(diffs, 0.05)["pairs_needed"]
+
+
 def test_mean_se_by_hand():
     m, se = mean_se([10.0, 20.0])
     assert m == 15.0

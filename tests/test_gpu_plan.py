@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from pacs_rl.cli import app
 from pacs_rl.training import cli, memory, run
-from pacs_rl.training.config import PACSConfig
 from pacs_rl.training import device as device_module
+from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
 from pacs_rl.training.plan import dry_run, model_shape
 
@@ -70,7 +70,9 @@ def test_the_cpu_precision_follows_the_cpu_unless_the_user_says_otherwise():
     cpu = choose_device({}, NO_CUDA, cpu_bf16=True)
     assert (cpu.device, cpu.bf16) == ("cpu", True)
     assert cpu.settings == {"bf16": True, **CPU_BF16}
-    assert cpu.settings["old_logprobs_from_sampler"] is False  # the bf16 sampler's log-probs are not the update's
+    assert (
+        cpu.settings["old_logprobs_from_sampler"] is False
+    )  # the bf16 sampler's log-probs are not the update's
     assert "CPU, bf16 autocast: no CUDA device" in cpu.line() and "set bf16: false for fp32" in cpu.line()
     forced = choose_device({"use_cpu": True}, H100, cpu_bf16=True)  # the CPU asked for beside a GPU
     assert forced.device == "cpu" and forced.bf16
@@ -81,7 +83,7 @@ def test_the_cpu_precision_follows_the_cpu_unless_the_user_says_otherwise():
     kept = choose_device({"fast_sampler_dtype": None}, NO_CUDA, cpu_bf16=True)
     assert kept.bf16 and "fast_sampler_dtype" not in kept.settings  # the user's own value stays
     asked = choose_device({"bf16": True}, NO_CUDA, cpu_bf16=False)  # asked on a CPU that emulates bf16
-    assert asked.bf16 and asked.settings == {} and "bf16: true in your settings" in asked.line()
+    assert asked.bf16 and asked.settings == CPU_BF16 and "bf16: true in your settings" in asked.line()
 
 
 def test_a_plain_train_on_a_bf16_cpu_trains_in_bf16(monkeypatch, tmp_path):

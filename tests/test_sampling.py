@@ -224,10 +224,14 @@ def test_bf16_option_decodes_on_a_bf16_copy_that_follows_the_model(model, tiny_t
     before = {k: v.clone() for k, v in model.state_dict().items()}
     groups = sampler.generate(PROMPTS[:2], params)
     assert [[len(s.token_ids) for s in g] for g in groups] == [[5, 5, 5], [5, 5, 5]]
-    assert all(torch.equal(before[k], v) and v.dtype == before[k].dtype for k, v in model.state_dict().items())
+    assert all(
+        torch.equal(before[k], v) and v.dtype == before[k].dtype for k, v in model.state_dict().items()
+    )
     copy = sampler._bf16_copy
     assert copy is not None and {p.dtype for p in copy.parameters()} == {torch.bfloat16}
-    assert all(b.dtype == m.dtype for b, m in zip(copy.buffers(), model.buffers(), strict=True))  # buffers kept
+    assert all(
+        b.dtype == m.dtype for b, m in zip(copy.buffers(), model.buffers(), strict=True)
+    )  # buffers kept
     assert sampler.generate(PROMPTS[:2], params) == groups  # same seed, same weights: same samples
     with torch.no_grad():
         model.lm_head.weight.mul_(-1)  # a drastic "optimizer step"

@@ -298,17 +298,14 @@ class TransformersSampler:
             return self.model
         with torch.no_grad():
             if self._bf16_copy is None:
-                grads = [p.grad for p in params]
-                for p in params:  # a copy without the gradients
-                    p.grad = None
-                try:
-                    self._bf16_copy = copy.deepcopy(self.model)
-                finally:
-                    for p, g in zip(params, grads, strict=True):
-                        p.grad = g
-                for p in self._bf16_copy.parameters():
-                    p.requires_grad_(False)
-                    p.data = p.data.to(torch.bfloat16)
+                # each parameter enters the copy already in bf16 (no fp32 copy of the model on the way), without
+                # its gradient
+                memo = {id(p): torch.nn.Parameter(p.to(torch.bfloat16), requires_grad=False) for p in params}
+                self._bf16_copy = copy.deepcopy(self.model, memo)
+                for module in self._bf16_copy.modules():
+                    # a forward wrapped per instance (accelerate's mixed precision: autocast and fp32 outputs)
+                    # would run the bf16 weights under autocast again: the class's forward instead
+                    module.__dict__.pop("forward", None)
             else:
                 for mine, theirs in zip(self._bf16_copy.parameters(), params, strict=True):
                     mine.copy_(theirs)
