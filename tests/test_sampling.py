@@ -240,6 +240,27 @@ def test_bf16_option_decodes_on_a_bf16_copy_that_follows_the_model(model, tiny_t
     assert torch.equal(copy.lm_head.weight, model.lm_head.weight.to(torch.bfloat16))
 
 
+def test_bf16_copy_runs_the_class_forward_not_a_wrapped_one(model, tiny_tokenizer):
+    """accelerate's mixed precision wraps a model's forward per instance (autocast, outputs to fp32); the bf16
+    copy must not inherit that wrapper (it would run bf16 weights under autocast again, measured slower)."""
+    calls = []
+    plain = model.forward
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        return plain(*args, **kwargs)
+
+    model.forward = wrapped
+    try:
+        sampler = TransformersSampler(model, tiny_tokenizer, dtype="bfloat16")
+        sampler.generate(PROMPTS[:1], SamplingParams(n=2, max_new_tokens=3, seed=0, stop_token_ids=[]))
+        assert calls == [] and "forward" not in vars(sampler._bf16_copy)
+        TransformersSampler(model, tiny_tokenizer).generate(PROMPTS[:1], SamplingParams(n=1, max_new_tokens=2))
+        assert calls  # the fp32 sampler runs the model as it is, wrapper included
+    finally:
+        del model.forward
+
+
 def test_errors_name_the_bad_value(model, tiny_tokenizer):
     sampler = TransformersSampler(model, tiny_tokenizer)
     with pytest.raises(ValueError, match=r"top_p=1\.5"):
