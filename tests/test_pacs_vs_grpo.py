@@ -3,7 +3,6 @@ record and refusing to mix protocols. Training itself is covered by the trainer'
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -11,15 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from train_helpers import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def driver():
-    spec = importlib.util.spec_from_file_location("pacs_vs_grpo", REPO / "benchmarks" / "pacs_vs_grpo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/pacs_vs_grpo.py")
 
 
 def test_paired_interval_hand_computed(driver):
@@ -168,9 +166,7 @@ def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_pat
 
 
 def test_repeatability_finds_the_first_differing_step():
-    spec = importlib.util.spec_from_file_location("repeatability", REPO / "benchmarks" / "repeatability.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("benchmarks/repeatability.py")
     a = [{"step": 1, "loss": 0.69, "time": 1.0}, {"step": 2, "loss": 0.5, "grad_norm": 66.40255737}]
     b = [{"step": 1, "loss": 0.69, "time": 2.0}, {"step": 2, "loss": 0.5, "grad_norm": 66.40256500}]
     assert module.first_difference(a, a) is None

@@ -19,6 +19,7 @@ from pacs_rl.settings import missing_packages
 from pacs_rl.training import cli, run
 from pacs_rl.training.plan import deepspeed_problems, dry_run, parameter_count, training_state_bytes
 from pacs_rl.training.run import RunSettings, SettingsError, build_config, run_training
+from train_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"
@@ -357,12 +358,7 @@ class _SecondOfTwo:
 
 # ---------------------------------------------------------------------------------------------------- GPU check
 def _gpu_check_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu_check.py")
 
 
 def test_gpu_check_skips_without_cuda(tmp_path):

@@ -1,14 +1,27 @@
-"""Shared pieces of the trainer tests (tests/test_train.py, tests/test_ppo.py): a deterministic 0/1 reward
-and the tiny-run settings every trainer test starts from."""
+"""Shared pieces of the tests: a deterministic 0/1 reward and the tiny-run settings every trainer test starts from
+(tests/test_train.py, tests/test_ppo.py), and a script of the repository loaded as a module."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import time
+from pathlib import Path
+from types import ModuleType
 
 G = 4  # group size of the tiny runs
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str) -> ModuleType:
+    """A script of the repository (``benchmarks/cpu_bf16.py``) loaded as a module, to test its functions."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def parity_reward(completions, **kwargs):
