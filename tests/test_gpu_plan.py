@@ -64,40 +64,48 @@ def test_the_device_follows_the_hardware_unless_the_user_says_otherwise():
     assert planned.device == "cuda" and planned.bf16 and "no CUDA device here" in planned.why
 
 
-def test_the_cpu_precision_follows_the_cpu_unless_the_user_says_otherwise():
-    """A CPU that computes bf16 natively trains under bf16 autocast with the sampler on a bf16 copy and the old
-    log-probs from the trainer's own forward; the user's bf16/fp16 and their own sampler settings win."""
+def test_a_bf16_cpu_stays_fp32_until_bf16_learns_as_well_and_says_why():
+    """bf16 learned less than fp32 in the paired check so far: a CPU that computes bf16 trains in fp32 unless told,
+    and says why; `bf16: true` brings the CPU's bf16 settings (the user's own values win)."""
+    assert device_module.CPU_BF16_DEFAULT is False
     cpu = choose_device({}, NO_CUDA, cpu_bf16=True)
-    assert (cpu.device, cpu.bf16) == ("cpu", True)
-    assert cpu.settings == {"bf16": True, **CPU_BF16}
+    assert (cpu.device, cpu.bf16, cpu.settings) == ("cpu", False, {})
     assert (
-        cpu.settings["old_logprobs_from_sampler"] is False
+        "this CPU computes bf16" in cpu.line() and "cpu_bf16.md" in cpu.line() and "bf16: true" in cpu.line()
+    )
+    asked = choose_device({"bf16": True}, NO_CUDA, cpu_bf16=True)
+    assert asked.bf16 and asked.settings == CPU_BF16 and "bf16: true in your settings" in asked.line()
+    assert (
+        asked.settings["old_logprobs_from_sampler"] is False
     )  # the bf16 sampler's log-probs are not the update's
-    assert "CPU, bf16 autocast: no CUDA device" in cpu.line() and "set bf16: false for fp32" in cpu.line()
-    forced = choose_device({"use_cpu": True}, H100, cpu_bf16=True)  # the CPU asked for beside a GPU
-    assert forced.device == "cpu" and forced.bf16
+    kept = choose_device({"bf16": "true", "fast_sampler_dtype": None}, NO_CUDA, cpu_bf16=True)
+    assert kept.bf16 and "fast_sampler_dtype" not in kept.settings  # the user's own value stays
+    emulated = choose_device(
+        {"bf16": True}, NO_CUDA, cpu_bf16=False
+    )  # asked where bf16 is emulated: still theirs
+    assert emulated.bf16 and emulated.settings == CPU_BF16
     for user in ({"bf16": False}, {"bf16": "false"}, {"fp16": True}):
         mine = choose_device(user, NO_CUDA, cpu_bf16=True)
         assert (mine.bf16, mine.settings) == (False, {}), user
         assert "in your settings" in mine.line()
-    kept = choose_device({"fast_sampler_dtype": None}, NO_CUDA, cpu_bf16=True)
-    assert kept.bf16 and "fast_sampler_dtype" not in kept.settings  # the user's own value stays
-    asked = choose_device({"bf16": True}, NO_CUDA, cpu_bf16=False)  # asked on a CPU that emulates bf16
-    assert asked.bf16 and asked.settings == CPU_BF16 and "bf16: true in your settings" in asked.line()
 
 
-def test_a_plain_train_on_a_bf16_cpu_trains_in_bf16(monkeypatch, tmp_path):
+def test_with_bf16_as_the_default_a_bf16_cpu_trains_in_bf16(monkeypatch, tmp_path):
+    """The switch the record waits for: the hardware's choice, the dry run and `pacs-rl info` on a bf16 CPU."""
+    monkeypatch.setattr(device_module, "CPU_BF16_DEFAULT", True)
+    cpu = choose_device({}, NO_CUDA, cpu_bf16=True)
+    assert (cpu.device, cpu.bf16, cpu.settings) == ("cpu", True, {"bf16": True, **CPU_BF16})
+    assert "CPU, bf16 autocast: no CUDA device" in cpu.line() and "set bf16: false for fp32" in cpu.line()
+    assert choose_device({"use_cpu": True}, H100, cpu_bf16=True).bf16  # the CPU asked for beside a GPU
+    assert not choose_device({}, NO_CUDA, cpu_bf16=False).bf16  # emulated bf16: fp32 still
     _fake_cuda(monkeypatch, present=False, cpu_bf16=True)
     values, device = cli.merge_with_device(None, {}, [])
-    assert device.device == "cpu" and device.bf16
-    assert values == run.default_settings() | {"bf16": True, **CPU_BF16}
+    assert device.bf16 and values == run.default_settings() | {"bf16": True, **CPU_BF16}
     assert cli.merge_with_device(None, {}, ["bf16=false"])[0]["bf16"] is False
     out = CliRunner().invoke(app, ["train", "--dry-run", "-o", str(tmp_path / "x")])
     assert out.exit_code == 0, out.output
     assert "device: CPU, bf16 autocast: no CUDA device on this machine" in out.output
-    assert "this CPU computes bf16" in out.output
-    info = CliRunner().invoke(app, ["info"]).output
-    assert "pacs-rl train runs on: CPU, bf16 autocast" in info
+    assert "pacs-rl train runs on: CPU, bf16 autocast" in CliRunner().invoke(app, ["info"]).output
 
 
 def test_the_cpu_only_settings_go_back_to_the_config_defaults_on_cuda():

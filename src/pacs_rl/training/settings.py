@@ -338,7 +338,7 @@ class RunSettings(DataSettings):
 # keeps them equal). Why each value: docs/TRAINING.md, "The first run".
 CPU_DEFAULTS: dict[str, Any] = {
     "use_cpu": True,
-    "bf16": None,  # the hardware's: bf16 autocast where the CPU computes bf16 natively, else fp32 (device.py)
+    "bf16": None,  # unset: fp32 on a CPU (bf16 learned less there so far: device.CPU_BF16_DEFAULT), bf16 on GPUs
     "loss_type": "pacs",
     "num_generations": 8,
     "per_device_train_batch_size": 8,  # one group per forward/backward: half the activation memory
@@ -353,7 +353,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "top_p": 1.0,
     "max_completion_length": 96,  # much shorter and most completions are cut off before their answer
     "fast_sampler": True,  # pacs_rl.sampling: one prefill per prompt shared by its 8 samples
-    "fast_sampler_dtype": None,  # the model's fp32; bfloat16 with bf16 from the hardware (device.CPU_BF16)
+    "fast_sampler_dtype": None,  # the model's fp32; bfloat16 with bf16 on a CPU (device.CPU_BF16)
     "old_logprobs_from_sampler": True,  # the fp32 sampler's log-probs are the old ones: no second forward
     "update_token_budget": 128,  # the backward in pieces of <= 128 completion tokens: peak memory, padding
     "logging_steps": 1,
