@@ -3,7 +3,7 @@ PACS's ratio, and whether learning does.
 
     python benchmarks/cpu_bf16.py ratio                     # r̂ under bf16 against fp32 on the same samples
     python benchmarks/cpu_bf16.py pairs --seeds 0-7         # paired seeds of `pacs-rl train`, fp32 and bf16
-    python benchmarks/cpu_bf16.py summary                   # the record so far
+    python benchmarks/cpu_bf16.py summary [--markdown]      # the record so far
 
 ``ratio``: one rollout of the CPU default (4 prompts × 8 completions, T = 0.7, at most 96 tokens), one AdamW step
 at the default learning rate on a PACS loss, then r̂ = log π_new − log π_old of every completion computed twice:
@@ -39,7 +39,10 @@ def load(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def save(path: Path, record: dict) -> None:
+def save(path: Path, part: dict) -> None:
+    """Write ``part``'s keys into the record at ``path``, keeping the keys another probe wrote there."""
+    record = {**load(path), **part}
+    record.update({k: v for k, v in host().items() if k in ("cpu_capability", "date")})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
 
@@ -175,6 +178,32 @@ def summarize(record: dict) -> dict:
     return summary
 
 
+def markdown(record: dict) -> str:
+    """The paired seeds as a markdown table, then the interval (what docs/benchmarks/cpu_bf16.md quotes)."""
+    runs, summary = record.get("runs", {}), summarize(record)
+    lines = [
+        "| seed | fp32: held-out after | bf16: held-out after | bf16 − fp32 | training s, fp32 / bf16 |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for s in summary["seeds"]:
+        f, b = runs["fp32"][str(s)], runs["bf16"][str(s)]
+        diff = 100 * (b["heldout_after"] - f["heldout_after"])
+        lines.append(
+            f"| {s} | {100 * f['heldout_after']:.1f}% | {100 * b['heldout_after']:.1f}% | {diff:+.1f} pp "
+            f"| {f['train_seconds']:.0f} / {b['train_seconds']:.0f} |"
+        )
+    interval = summary["bf16_minus_fp32"]
+    if "ci95" in interval:
+        lo, hi = (100 * x for x in interval["ci95"])
+        lines += [
+            "",
+            f"bf16 − fp32 over {interval['pairs']} pairs: {100 * interval['mean']:+.1f} pp, 95% interval "
+            f"[{lo:+.1f}, {hi:+.1f}] pp (paired SD {100 * interval['sd']:.1f} pp; ±10 pp needs "
+            f"{interval['pairs_needed']} pairs at this SD).",
+        ]
+    return "\n".join(lines)
+
+
 def pairs(a) -> None:
     record = load(a.out)
     record.setdefault("runs", {p: {} for p in PRECISIONS})
@@ -191,7 +220,7 @@ def pairs(a) -> None:
             record["runs"][precision][str(seed)] = result
             record["pairs_host"] = host()
             record["pairs_summary"] = summarize(record)
-            save(a.out, record)
+            save(a.out, {k: record[k] for k in ("runs", "pairs_protocol", "pairs_host", "pairs_summary")})
             print(f"{precision} seed {seed}: held-out after {result['heldout_after']:.3f}, "
                   f"{result['train_seconds'] or 0:.0f} s training | {json.dumps(record['pairs_summary'])}", flush=True)  # fmt: skip
         return result is not None
@@ -227,13 +256,16 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2, help="pairs: runs at a time (one thread each)")
     p.add_argument("--work", type=Path, default=WORK, help="pairs: where the runs go")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument(
+        "--markdown", action="store_true", help="summary: the table docs/benchmarks/cpu_bf16.md quotes"
+    )
     a = p.parse_args()
     if a.probe == "ratio":
-        record = load(a.out)
-        record["ratio"] = {**ratio(a), "host": host(), "command": " ".join(["python", *sys.argv])}
-        save(a.out, record)
+        save(a.out, {"ratio": {**ratio(a), "host": host(), "command": " ".join(["python", *sys.argv])}})
     elif a.probe == "pairs":
         pairs(a)
+    elif a.markdown:
+        print(markdown(load(a.out)))
     else:
         print(json.dumps(summarize(load(a.out)), indent=1))
 

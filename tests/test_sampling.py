@@ -255,7 +255,9 @@ def test_bf16_copy_runs_the_class_forward_not_a_wrapped_one(model, tiny_tokenize
         sampler = TransformersSampler(model, tiny_tokenizer, dtype="bfloat16")
         sampler.generate(PROMPTS[:1], SamplingParams(n=2, max_new_tokens=3, seed=0, stop_token_ids=[]))
         assert calls == [] and "forward" not in vars(sampler._bf16_copy)
-        TransformersSampler(model, tiny_tokenizer).generate(PROMPTS[:1], SamplingParams(n=1, max_new_tokens=2))
+        TransformersSampler(model, tiny_tokenizer).generate(
+            PROMPTS[:1], SamplingParams(n=1, max_new_tokens=2)
+        )
         assert calls  # the fp32 sampler runs the model as it is, wrapper included
     finally:
         del model.forward
