@@ -1,0 +1,52 @@
+"""The bf16-against-fp32 record (benchmarks/cpu_bf16.py): its seed lists, its paired summary, and the note that
+quotes it agree with the numbers in the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from train_helpers import load_script
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD = REPO / "docs" / "benchmarks" / "cpu_bf16.json"
+NOTE = REPO / "docs" / "benchmarks" / "cpu_bf16.md"
+
+
+@pytest.fixture(scope="module")
+def probe():
+    return load_script("benchmarks/cpu_bf16.py")
+
+
+def test_seed_lists(probe):
+    assert probe.parse_seeds("0-2,5") == [0, 1, 2, 5]
+    assert probe.parse_seeds("3") == [3]
+
+
+def test_summary_pairs_only_seeds_with_both_precisions(probe):
+    run = lambda acc, t: {"heldout_before": 0.065, "heldout_after": acc, "train_seconds": t}  # noqa: E731
+    record = {"runs": {"fp32": {"0": run(0.10, 600), "1": run(0.20, 620), "2": run(0.3, 610)},
+                       "bf16": {"0": run(0.15, 300), "1": run(0.10, 310)}}}  # fmt: skip
+    summary = probe.summarize(record)
+    assert summary["seeds"] == [0, 1]
+    assert summary["bf16_minus_fp32"]["mean"] == pytest.approx(-0.025)
+    assert summary["heldout_after_mean"] == pytest.approx({"fp32": 0.15, "bf16": 0.125})
+    assert summary["train_seconds_median"] == {"fp32": 620, "bf16": 310}
+    table = probe.markdown(record)
+    assert "| 1 | 20.0% | 10.0% | -10.0 pp | 620 / 310 |" in table
+    assert "over 2 pairs: -2.5 pp" in table
+
+
+def test_the_note_quotes_the_record(probe):
+    record = json.loads(RECORD.read_text())
+    if record.get("runs"):
+        assert record["pairs_summary"] == json.loads(json.dumps(probe.summarize(record)))
+        assert probe.markdown(record) in NOTE.read_text()
+    first = record["first_run"]
+    text = NOTE.read_text()
+    for precision in ("bf16", "fp32"):
+        assert f"({first[precision]['train_seconds']} s)" in text
+        assert f"{first[precision]['max_rss_kib']:,} KiB" in text
+    assert f"**{first['fp32_over_bf16']['step_seconds_per_completion_token']:.2f}**" in text
