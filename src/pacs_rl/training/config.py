@@ -24,8 +24,8 @@ import torch
 from trl import GRPOConfig
 
 from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names, policy_loss_options
+from pacs_rl.training.batch import group_split_problem
 from pacs_rl.training.fields import KL_OPTION_FIELDS, PACS_OPTION_FIELDS, refused_fields
-from pacs_rl.training.settings import group_split_problem
 from pacs_rl.training.vllm_colocate import engine_kwargs_problems
 
 REFERENCES = ("old", "frozen")

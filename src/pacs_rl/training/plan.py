@@ -37,12 +37,12 @@ from pacs_rl.settings import install_line, missing_requirements
 from pacs_rl.training import fields as grpo_fields
 from pacs_rl.training import memory, run
 from pacs_rl.training import settings as schema
+from pacs_rl.training.batch import PAPER_BATCH, batch_note
 from pacs_rl.training.device import DeviceChoice, choose_device, cuda_info
 from pacs_rl.training.memory import DTYPE_BYTES, GIB, training_state_bytes
 from pacs_rl.training.pieces import pieces_problems
 
 PLANNING_GPU_GIB = 79.0  # an 80 GB A100 / H100 as torch reports it (79.2-79.4 GiB)
-PAPER_BATCH = (8, 256, 1024)  # Appendix B.2: G, prompts per optimizer step, prompts per rollout batch
 HARDWARE_FIELDS = {
     "use_cpu": True,
     "bf16": False,
@@ -163,35 +163,6 @@ def _local_source(source: str | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------- the plan
-def batch_note(settings, config, n_proc: int) -> str | None:
-    """How the batch on ``n_proc`` processes differs from the one the settings are written for
-    (``mini_batch_prompts``), and which gradient_accumulation_steps gives it back; None when it does not differ."""
-    want = settings.mini_batch_prompts
-    G, per_device, mini_batches = (
-        config.num_generations,
-        config.per_device_train_batch_size,
-        config.mini_batches_per_rollout,
-    )
-    here = per_device * config.gradient_accumulation_steps * n_proc / G
-    if not want or here == want:
-        return None
-    ga = want * G / (per_device * n_proc)
-    fix = (
-        f"--set gradient_accumulation_steps={int(ga)} gives it on {n_proc}"
-        if ga == int(ga)
-        else f"no whole gradient_accumulation_steps gives it with {per_device} sequences per device on {n_proc} "
-        f"processes (it would take {ga:g})"
-    )
-    whose = (
-        "the paper's (Appendix B.2)" if (G, want, want * mini_batches) == PAPER_BATCH else "the planned one"
-    )
-    return (
-        f"batch differs from {whose}: {here:g} prompts per optimizer step and {here * mini_batches:g} per rollout "
-        f"batch on {n_proc} processes, {here / want:g}x the {want} and {want * mini_batches} these settings are "
-        f"written for (mini_batch_prompts); {fix}"
-    )
-
-
 def _prompt_counts(settings, config, train) -> tuple[list[int] | None, str]:
     """(the training prompts' token counts, or None with why not) when the tokenizer is on this machine."""
     if train is None:

@@ -43,6 +43,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from pacs_rl.data import Problem, build_messages, encode_prompts
 from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
 from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
+from pacs_rl.training.batch import batch_note
 from pacs_rl.training.callbacks import (
     METRICS_FILE,
     MetricsJsonlCallback,
@@ -612,8 +613,6 @@ def _run_training(settings, config, resume, data, command, progress, stop) -> Tr
             "CUDA is available but use_cpu=True: training on the CPU; set use_cpu=false to train on CUDA"
         )
     if state.is_main_process:
-        from pacs_rl.training.plan import batch_note  # the plan imports this module
-
         note = batch_note(settings, config, state.num_processes)
         if note:
             log.warning(note)

@@ -50,6 +50,7 @@ from pacs_rl.settings import (
     rename_keys,
     unknown_name,
 )
+from pacs_rl.training.batch import group_split_problem
 
 if TYPE_CHECKING:
     from pacs_rl.training.config import PACSConfig
@@ -488,30 +489,6 @@ def parse_assignments(
 
 
 # ---------------------------------------------------------------------------------------------------- checks
-def group_split_problem(per_device: Any, num_generations: Any, generation_batch_size: Any) -> str | None:
-    """Why a batch would split a group of ``num_generations`` completions (None when none would): the
-    micro-batch and the rollout batch must hold whole groups (PACSConfig refuses the same)."""
-    G = num_generations
-    if not isinstance(G, int) or G < 2 or not isinstance(per_device, int):
-        return None  # TRL's own message: at least 2 generations per prompt
-    if per_device % G != 0:
-        divisors = [d for d in range(2, per_device + 1) if per_device % d == 0]
-        return (
-            f"per_device_train_batch_size={per_device} is not a multiple of num_generations={G}: a group of "
-            f"{G} completions would be split across micro-batches (or processes), and PACS/RLOO/GRPO need a "
-            f"whole group to form its score. Set per_device_train_batch_size to a multiple of {G} (e.g. "
-            f"{G * max(1, per_device // G)}), or num_generations to one of {divisors or 'its divisors'}."
-        )
-    gen = generation_batch_size
-    if isinstance(gen, int) and gen % G != 0:
-        return (
-            f"generation_batch_size={gen} is not a multiple of num_generations={G}: a rollout batch must hold "
-            f"whole groups of {G} completions. Set generation_batch_size to a multiple of {G} (e.g. "
-            f"{G * max(1, gen // G)}), or leave it unset and choose mini_batches_per_rollout."
-        )
-    return None
-
-
 def rollout_prompts(cfg: Mapping[str, Any], num_processes: int) -> int | None:
     """Prompts per rollout batch (TRL's generation_batch_size / num_generations) as PACSConfig derives it from
     the flat config values; None when a value it needs is not given (the config then decides)."""
