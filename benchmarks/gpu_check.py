@@ -147,6 +147,22 @@ def vllm_version() -> tuple[str | None, str]:
     return None, lines[-1] if lines else f"exit {proc.returncode}"
 
 
+PACKAGES = ("transformers", "trl", "accelerate", "peft", "datasets", "pyarrow", "math-verify")
+
+
+def package_versions(names=PACKAGES) -> dict[str, str | None]:
+    """The installed version of each of ``names`` (None where it is not installed), for the record."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in names:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
+
+
 def bundled_model_installed() -> bool:
     try:
         from pacs_rl.models import resolve_model
@@ -331,11 +347,14 @@ def main() -> int:
     vllm, vllm_error = vllm_version() if cuda_devices else (None, "not tried: no CUDA device")
     to_run, skipped = plan(cuda_devices, vllm, vllm_error, cuda_devices > 0 and bundled_model_installed())
     record = {
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "device": torch.cuda.get_device_name(0) if cuda_devices else None,
         "cuda_devices": cuda_devices,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "vllm": vllm or vllm_error,
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
         "checks": [],
         "skipped": skipped,
     }
@@ -366,6 +385,8 @@ def main() -> int:
     def check(name: str, ok: bool, seconds: float, detail: str = "") -> None:
         checks.append({"check": name, "ok": bool(ok), "seconds": round(seconds, 1), "detail": detail})
         print(f"{'PASS' if ok else 'FAIL'}  {name}  ({seconds:.1f} s){'  ' + detail if detail else ''}")
+        if args.json:  # after every check: a run stopped at a time limit still leaves what it checked
+            Path(args.json).write_text(json.dumps(record, indent=2))
 
     def train_check(name: str, run: Path, steps: int, *extra: str, base=TRAIN, launch=None) -> list[dict]:
         code, text, secs = pacs_rl("train", "--output-dir", str(run), *base, *extra, launch=launch)

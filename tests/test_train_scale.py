@@ -379,6 +379,21 @@ def test_gpu_check_skips_without_cuda(tmp_path):
     every = gpu_check.CORE_CHECKS + gpu_check.VLLM_CHECKS + gpu_check.DDP_CHECKS
     assert [c["check"] for c in written["skipped"]] == every
     assert {c["why"] for c in written["skipped"]} == {"no CUDA device"}
+    from importlib.metadata import version
+
+    assert written["packages"]["trl"] == version("trl") and written["python"] == sys.version.split()[0]
+
+
+def test_the_recorded_gpu_check_passed_what_the_docs_say_it_passed():
+    """docs/benchmarks/gpu_check.json is the one run on a GPU; SCALING.md quotes its memory ratios."""
+    record = json.loads((REPO / "docs" / "benchmarks" / "gpu_check.json").read_text())
+    gpu_check = _gpu_check_module()
+    assert record["cuda_devices"] >= 1 and all(c["ok"] for c in record["checks"])
+    assert [c["check"] for c in record["checks"]] == gpu_check.CORE_CHECKS
+    scaling = (REPO / "docs" / "SCALING.md").read_text()
+    for run in record["memory"]:
+        assert abs(run["ratio"] - 1) <= gpu_check.MEMORY_TOLERANCE
+        assert f"{run['ratio']:.3f}" in scaling, run
 
 
 def test_gpu_check_plans_vllm_and_ddp_by_what_the_machine_has():
