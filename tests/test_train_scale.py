@@ -391,9 +391,9 @@ def test_the_recorded_gpu_check_passed_what_the_docs_say_it_passed():
     assert record["cuda_devices"] >= 1 and all(c["ok"] for c in record["checks"])
     assert [c["check"] for c in record["checks"]] == gpu_check.CORE_CHECKS
     scaling = (REPO / "docs" / "SCALING.md").read_text()
-    for run in record["memory"]:
-        assert abs(run["ratio"] - 1) <= gpu_check.MEMORY_TOLERANCE
-        assert f"{run['ratio']:.3f}" in scaling, run
+    for measured in record["memory"]:
+        assert abs(measured["ratio"] - 1) <= gpu_check.MEMORY_TOLERANCE
+        assert f"{measured['ratio']:.3f}" in scaling, measured
 
 
 def test_gpu_check_plans_vllm_and_ddp_by_what_the_machine_has():
