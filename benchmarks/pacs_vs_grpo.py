@@ -148,6 +148,7 @@ def load_record(
 
 def save_record(path: Path, record: dict) -> None:
     record["summary"] = summarize(record)
+    record["cost"] = cost(record)
     hosts = [r.get("host", {}) for r in [*record["runs"], record.get("base") or {}]]
     levels = sorted({h["cpu_capability"] for h in hosts if h.get("cpu_capability")})
     record["cpu_capability"] = "; ".join(levels) or None  # where its runs ran (each run says its own)
@@ -226,6 +227,56 @@ def summarize(record: dict) -> dict:
                 entry["pacs_minus_this"][name] = paired_interval(diffs, TARGET if accuracy else None)
         out[method] = entry
     return out
+
+
+def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
+    """Where a run's time went, per method (medians over its runs, seconds at the record's threads): training (the
+    steps' own times, whatever stops and resumes the run had) and evaluation with start-up (the run process's wall
+    time less its training, from runs trained in one go only: a resumed run's wall time leaves out the training
+    before the stop); and one pair of ``methods``, the sum of their medians."""
+
+    def median(values: list[float]) -> float | None:
+        values = sorted(values)
+        n = len(values)
+        return None if not n else (values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2)
+
+    out: dict = {"per_method": {}}
+    for method in record["protocol"]["methods"]:
+        runs = [
+            r for r in record["runs"] if r["method"] == method and r["dynamics"].get("train_seconds") is not None
+        ]
+        if not runs:
+            continue
+        train = [r["dynamics"]["train_seconds"] for r in runs]
+        whole = [r for r in runs if r.get("host", {}).get("wall_seconds", 0) >= r["dynamics"]["train_seconds"]]
+        evaluation = [r["host"]["wall_seconds"] - r["dynamics"]["train_seconds"] for r in whole]
+        out["per_method"][method] = {
+            "runs": len(runs),
+            "train_seconds_median": median(train),
+            "eval_seconds_median": median(evaluation),
+            "eval_runs": len(evaluation),
+        }
+    parts = [out["per_method"].get(m) for m in methods]
+    if all(p and p["eval_seconds_median"] is not None for p in parts):
+        out["pair_seconds"] = round(sum(p["train_seconds_median"] + p["eval_seconds_median"] for p in parts))
+        out["pair_eval_seconds"] = round(sum(p["eval_seconds_median"] for p in parts))
+    return out
+
+
+def cost_line(record: dict) -> str:
+    c = cost(record)
+    if "pair_seconds" not in c:
+        return "cost per pair: not enough runs trained in one go"
+    per = "; ".join(
+        f"{m} {p['train_seconds_median']:.0f} s training + {p['eval_seconds_median']:.0f} s evaluation"
+        for m, p in c["per_method"].items()
+        if m in ("pacs", PRIMARY) and p["eval_seconds_median"] is not None
+    )
+    passk = "with" if record["protocol"].get("passk") else "without"
+    return (
+        f"cost per pair ({passk} pass@k; medians, one thread each): {c['pair_seconds']} s, "
+        f"{c['pair_eval_seconds']} s of it evaluation and start-up ({per})"
+    )
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:
@@ -827,6 +878,9 @@ def main() -> None:
     s = sub.add_parser("summary", help="print the record's table")
     s.add_argument("--record", type=Path, default=RECORD)
     s.add_argument("--markdown", action="store_true", help="the tables of docs/RESULTS.md")
+    s.add_argument(
+        "--write", action="store_true", help="write the record back with its summary and cost recomputed"
+    )
     f = sub.add_parser("plot", help="figures of a record (and of implicit-critic records)")
     f.add_argument("--record", type=Path, default=RECORD)
     f.add_argument(
@@ -858,10 +912,13 @@ def main() -> None:
         save_record(a.record, record)
         print(json.dumps(record["regraded"]["runs"], indent=1))
     elif a.command == "summary":
-        record = json.loads(a.record.read_text())  # reading only: whatever its protocol
+        record = json.loads(a.record.read_text())  # whatever its protocol
         print(markdown_tables(record) if a.markdown else "", end="\n" if a.markdown else "")
         if not a.markdown:
             print_summary(record)
+        print(cost_line(record))
+        if a.write:
+            save_record(a.record, record)
     else:
         job(a.method, a.seed, a.work, a.threads, a.protocol)
 

@@ -117,6 +117,28 @@ def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(dri
         driver.load_record(path)
 
 
+def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(driver):
+    def timed(method, seed, train, wall):
+        run = _run(method, seed, 0.5)
+        return {**run, "dynamics": {**run["dynamics"], "train_seconds": train}, "host": {"wall_seconds": wall}}
+
+    record = {
+        "protocol": driver.protocol(methods=["pacs", "grpo"], passk=False),
+        "runs": [
+            timed("pacs", 0, 1000, 1300), timed("pacs", 1, 1200, 1400), timed("pacs", 2, 800, 1200),
+            timed("grpo", 0, 900, 1100), timed("grpo", 1, 700, 100),  # resumed: its wall leaves training out
+        ],
+    }  # fmt: skip
+    c = driver.cost(record)
+    assert c["per_method"]["pacs"] == {"runs": 3, "train_seconds_median": 1000, "eval_seconds_median": 300,
+                                       "eval_runs": 3}  # fmt: skip
+    assert c["per_method"]["grpo"] == {"runs": 2, "train_seconds_median": 800.0, "eval_seconds_median": 200,
+                                       "eval_runs": 1}  # fmt: skip
+    assert c["pair_seconds"] == 1000 + 300 + 800 + 200 and c["pair_eval_seconds"] == 500
+    assert "without pass@k" in driver.cost_line(record) and "2300 s" in driver.cost_line(record)
+    assert "pair_seconds" not in driver.cost({**record, "runs": record["runs"][:3]})  # no GRPO run yet
+
+
 def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path):
     rows = [{"step": s, "loss": 0.6, "reward": 0.1 * s, "entropy": 1.0 - 0.1 * s, "completions/mean_length": 50 - s,
              "step_time": 10.4} for s in range(1, 7)]  # fmt: skip
