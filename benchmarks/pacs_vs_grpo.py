@@ -243,12 +243,16 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
     out: dict = {"per_method": {}}
     for method in record["protocol"]["methods"]:
         runs = [
-            r for r in record["runs"] if r["method"] == method and r["dynamics"].get("train_seconds") is not None
+            r
+            for r in record["runs"]
+            if r["method"] == method and r["dynamics"].get("train_seconds") is not None
         ]
         if not runs:
             continue
         train = [r["dynamics"]["train_seconds"] for r in runs]
-        whole = [r for r in runs if r.get("host", {}).get("wall_seconds", 0) >= r["dynamics"]["train_seconds"]]
+        whole = [
+            r for r in runs if r.get("host", {}).get("wall_seconds", 0) >= r["dynamics"]["train_seconds"]
+        ]
         evaluation = [r["host"]["wall_seconds"] - r["dynamics"]["train_seconds"] for r in whole]
         out["per_method"][method] = {
             "runs": len(runs),

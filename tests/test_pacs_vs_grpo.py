@@ -120,7 +120,11 @@ def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(dri
 def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(driver):
     def timed(method, seed, train, wall):
         run = _run(method, seed, 0.5)
-        return {**run, "dynamics": {**run["dynamics"], "train_seconds": train}, "host": {"wall_seconds": wall}}
+        return {
+            **run,
+            "dynamics": {**run["dynamics"], "train_seconds": train},
+            "host": {"wall_seconds": wall},
+        }
 
     record = {
         "protocol": driver.protocol(methods=["pacs", "grpo"], passk=False),
