@@ -1,15 +1,21 @@
-"""The PACS-vs-GRPO experiment driver (benchmarks/pacs_vs_grpo.py): its statistics, its job order, resuming a
-record and refusing to mix protocols. Training itself is covered by the trainer's tests."""
+"""The paired-seed engine behind `pacs-rl compare --preset pacs-vs-grpo` (pacs_rl.compare.paired, its figures and
+its command-line checks): its statistics, its job order, its cost per pair, resuming a record and refusing to mix
+protocols. Training itself is covered by the trainer's tests."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import math
+import types
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from pacs_rl.cli import app
+from pacs_rl.compare import paired, paired_figures
+from pacs_rl.compare.plan import CompareError
 from train_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,7 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def driver():
-    return load_script("benchmarks/pacs_vs_grpo.py")
+    """The engine and its figures as one namespace."""
+    return types.SimpleNamespace(**{**vars(paired_figures), **vars(paired)})
 
 
 def test_paired_interval_hand_computed(driver):
@@ -31,8 +38,8 @@ def test_paired_interval_hand_computed(driver):
     assert out["ci95"] == pytest.approx([0.075 - half, 0.075 + half], rel=1e-4)
     # at this SD a ±5 pp interval needs n with t(n-1) * sd / sqrt(n) <= 0.05, and n - 1 does not reach it
     n = out["pairs_needed"]
-    assert driver.t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= 0.05
-    assert driver.t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > 0.05
+    assert driver.stats.t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= 0.05
+    assert driver.stats.t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > 0.05
     assert driver.paired_interval([0.3]) == {"pairs": 1, "mean": 0.3}  # no interval from one pair
 
 
@@ -113,7 +120,7 @@ def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(dri
     assert driver.load_record(path)["runs"] == saved["runs"]  # the same protocol continues
     saved["protocol"]["methods"]["pacs"]["max_grad_norm"] = 1.0
     path.write_text(json.dumps(saved))
-    with pytest.raises(SystemExit, match="another protocol"):
+    with pytest.raises(CompareError, match="another protocol"):
         driver.load_record(path)
 
 
@@ -169,7 +176,7 @@ def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_pat
         "pacs_beta": 0.25,
     }
     for bad in ("nosuch", "pacs[reference=frozen", "pacs[reference]"):
-        with pytest.raises(SystemExit, match="--methods"):
+        with pytest.raises(CompareError, match="--methods"):
             driver.parse_method(bad)
     path = tmp_path / "critic.json"
     variants = ["pacs[reference=frozen]", "pacs[reference=frozen,ref_reset_steps=8]"]
@@ -186,7 +193,7 @@ def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_pat
     assert summary[variants[0]]["mean"]["greedy_accuracy"] == pytest.approx(0.4)
     assert "pacs_minus_this" not in summary[variants[0]]  # no plain PACS in this record to pair with
     assert "pass@64" not in summary[variants[0]]["mean"]
-    with pytest.raises(SystemExit, match="another protocol"):
+    with pytest.raises(CompareError, match="another protocol"):
         driver.load_record(path, {"max_steps": 8}, None, passk=False)
     assert driver.slug(variants[1]) == "pacs__reference=frozen__ref_reset_steps=8"
 
@@ -296,3 +303,76 @@ def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
     assert (f["paid_recorded"], f["paid_now"], f["paid_to_refused"]["count"]) == (2, 1, 1)
     assert f["examples"]["paid_to_refused"][0]["completion"] == "The answer is 92 + 5."
     assert driver.regrade(tmp_path / "nothing") == {}
+
+
+def test_methods_split_outside_brackets():
+    from pacs_rl.compare.paired_cli import split_methods
+
+    assert split_methods("pacs, grpo") == ["pacs", "grpo"]
+    assert split_methods("pacs[reference=frozen,ref_reset_steps=8],grpo") == [
+        "pacs[reference=frozen,ref_reset_steps=8]",
+        "grpo",
+    ]
+    assert split_methods(None) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "pacs-vs-grpo", "--seed", "1"], "sets its own --seed"),
+        (["--preset", "pacs-vs-grpo", "--model", "tiny", "--k", "1,2"], "sets its own --model, --k"),
+        (["--workers", "3"], "--workers: only with --preset pacs-vs-grpo"),
+        (["--preset", "smoke", "--record", "r.json"], "--record: only with --preset pacs-vs-grpo"),
+        (["--preset", "pacs-vs-grpo", "--n", "32"], "samples n = 64"),
+        (["--preset", "pacs-vs-grpo", "--workers", "0"], "--workers 0"),
+        (["--preset", "pacs-vs-grpo", "--target", "0"], "--target 0"),
+        (["--preset", "pacs-vs-grpo", "--methods", "pacs,foo"], "--methods 'foo'"),
+    ],
+)
+def test_paired_options_are_checked_before_anything_runs(args, message, tmp_path):
+    result = CliRunner().invoke(app, ["compare", *args, "--output-dir", str(tmp_path / "out")])
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
+    record = tmp_path / "record.json"
+    record.write_text((REPO / "docs" / "benchmarks" / "pacs_vs_grpo.json").read_text())
+    saved = json.loads(record.read_text())
+    args = [
+        "compare",
+        "--preset",
+        "pacs-vs-grpo",
+        "--record",
+        str(record),
+        "--output-dir",
+        str(tmp_path / "w"),
+    ]
+    result = CliRunner().invoke(app, [*args, "--dry-run"])
+    assert result.exit_code == 0, result.output
+    gap = paired.summarize(saved)["grpo"]["pacs_minus_this"]["greedy_accuracy"]
+    assert f"over {gap['pairs']} pairs" in result.output and f"{100 * gap['mean']:+.1f} pp" in result.output
+    first = next(paired.next_jobs(saved, list(saved["protocol"]["methods"]), 0))
+    assert f"next runs: {first[0]} seed {first[1]}" in result.output
+    assert json.loads(record.read_text()) == saved  # a dry run writes nothing
+    # the same record with another protocol (pass@k on) is refused, and the dry run says so
+    refused = CliRunner().invoke(app, [*args, "--dry-run", "--n", "64"])
+    assert refused.exit_code == 1 and "another protocol" in refused.output
+
+
+def test_a_paired_record_runs_end_to_end_in_run_processes(tmp_path):
+    """Two methods and the base model, one seed, on the tiny model: each run its own `python -m
+    pacs_rl.compare.paired job` process, the record written as runs finish, and read back on a second call."""
+    opts = paired.Options(record=tmp_path / "record.json", work=tmp_path / "work", workers=2, max_seeds=1,
+                          methods=["pacs", "grpo"], no_passk=True,
+                          overrides={"model": "tiny", "max_steps": 2, "max_completion_length": 8})  # fmt: skip
+    paired.run(opts)
+    record = json.loads(opts.record.read_text())
+    assert record["base"]["greedy"]["n"] == len(paired.heldout_problems())
+    assert sorted((r["method"], r["seed"]) for r in record["runs"]) == [("grpo", 0), ("pacs", 0)]
+    assert all(r["dynamics"]["steps"] == 2 for r in record["runs"])
+    assert record["summary"]["grpo"]["pacs_minus_this"]["greedy_accuracy"]["pairs"] == 1
+    assert not list(opts.work.glob("*/seed0/checkpoint-*"))  # weights go once evaluated
+    before = opts.record.read_text()
+    paired.run(opts)  # complete: nothing runs again
+    assert json.loads(opts.record.read_text())["runs"] == json.loads(before)["runs"]

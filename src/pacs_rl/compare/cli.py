@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from pacs_rl.command import end_dry_run, fail, note, show_library_notes, typed_command
+from pacs_rl.compare.paired_cli import PAIRED_PRESET, paired_command, paired_options
 from pacs_rl.compare.plan import (
     PRESETS,
     build_plan,
@@ -56,7 +57,11 @@ def compare_command(
         metavar="FILE",
     ),
     preset: str = typer.Option(
-        None, "--preset", help=f"Named settings: {', '.join(PRESETS)}.", metavar="NAME"
+        None,
+        "--preset",
+        help=f"Named settings: {', '.join(PRESETS)}; or {PAIRED_PRESET}: PACS against GRPO seed pair after seed "
+        "pair into one record, until the paired interval is within --target (docs/RESULTS.md).",
+        metavar="NAME",
     ),
     sweep: list[str] = typer.Option(
         None,
@@ -126,12 +131,68 @@ def compare_command(
     no_progress: bool = typer.Option(
         False, "--no-progress", help="No progress bars: one line per training step, none while evaluating."
     ),
+    record: str = typer.Option(
+        None,
+        "--record",
+        help=f"{PAIRED_PRESET}: the record file [default: OUTPUT_DIR/record.json].",
+        metavar="FILE",
+    ),
+    workers: int = typer.Option(
+        None, "--workers", help=f"{PAIRED_PRESET}: runs at once [default: 2].", metavar="N"
+    ),
+    threads: int = typer.Option(
+        None, "--threads", help=f"{PAIRED_PRESET}: torch threads per run [default: 1].", metavar="N"
+    ),
+    hours: float = typer.Option(
+        None,
+        "--hours",
+        help=f"{PAIRED_PRESET}: start no run after this many hours [default: 8].",
+        metavar="H",
+    ),
+    target: float = typer.Option(
+        None,
+        "--target",
+        help=f"{PAIRED_PRESET}: stop once PACS - GRPO's 95% interval is within ± this many percentage points "
+        "[default: 5].",
+        metavar="PP",
+    ),
+    max_pairs: int = typer.Option(
+        None, "--max-pairs", help=f"{PAIRED_PRESET}: stop after this many complete seeds.", metavar="N"
+    ),
+    full_seeds: int = typer.Option(
+        None,
+        "--full-seeds",
+        help=f"{PAIRED_PRESET}: every method of the record on seeds below this, only PACS and GRPO above "
+        "[default: 0].",
+        metavar="SEED",
+    ),
 ) -> None:
     """Train several methods from one base model under one budget, evaluate all with one pass@k protocol,
     and write report.md + PNGs into --output-dir. Rerun the same command to resume after an interruption.
     Older spellings still work: --output, --steps, --seeds N (seeds 0..N-1)."""
     console = Console(stderr=True)
     output = Path(output_dir)
+    paired_values = {"--record": record, "--workers": workers, "--threads": threads, "--hours": hours,
+                     "--target": target, "--max-pairs": max_pairs, "--full-seeds": full_seeds}  # fmt: skip
+    if preset == PAIRED_PRESET:
+        given = {"--seed": seed, "--config": config, "--sweep": sweep, "--model": model, "--dataset": dataset,
+                 "--benchmarks": benchmarks, "--k": k, "--only": only}  # fmt: skip
+        extra = [name for name, value in given.items() if value]
+        if extra:
+            fail(f"--preset {PAIRED_PRESET} sets its own {', '.join(extra)}: leave {'them' if len(extra) > 1 else 'it'} "
+                 "out (its protocol: docs/RESULTS.md)")  # fmt: skip
+        try:
+            opts = paired_options(output=output, record=record, methods=methods, max_steps=max_steps, n=n,
+                                  workers=2 if workers is None else workers, threads=1 if threads is None else threads,
+                                  hours=8.0 if hours is None else hours, target=5.0 if target is None else target,
+                                  max_pairs=max_pairs, full_seeds=0 if full_seeds is None else full_seeds)  # fmt: skip
+            paired_command(opts, report_only, dry_run)
+        except SettingsError as e:  # CompareError: another protocol, an unknown method
+            fail(e)
+        return
+    stray = [name for name, value in paired_values.items() if value is not None]
+    if stray:
+        fail(f"{', '.join(stray)}: only with --preset {PAIRED_PRESET} (a paired-seed record)")
     try:
         notes: list[str] = []
         file_settings = load_settings_file(config, notes) if config else None

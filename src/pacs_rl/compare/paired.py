@@ -1,0 +1,734 @@
+"""Paired-seed records: PACS against its baselines, seed pair after seed pair, until the paired interval is narrow.
+
+``pacs-rl compare --preset pacs-vs-grpo`` runs this engine. Every method trains the bundled
+SmolLM2-135M-Instruct with the `pacs-rl train` CPU default (two-digit ± one-digit arithmetic, 16 sequences per
+optimizer step, lr 2e-5 constant, T = 0.7, 96 tokens), run to 48 steps instead of 24, on the same seeds, the same
+training problems in the same order and the same held-out set; the methods differ only in their loss and its
+gradient clip (METHODS). Each run is evaluated greedy on the whole held-out split of the task at step 24 (its
+checkpoint: the `pacs-rl train` default's budget) and at step 48, and, where the protocol has pass@k, with
+unbiased pass@k at T = 0.6, top-p 0.95, n = 64 on the first PROTOCOL["passk"]["problems"] of those problems at
+step 48 (the paper's exploration claim). The runs of one seed are paired; the record (one JSON file) holds every
+run and, for each method, the paired difference PACS − method over the seeds both have, with its 95% interval
+(Student t over seeds, :mod:`pacs_rl.compare.stats`) and the pairs a ±5 pp interval would need at that spread.
+
+Stopped (Ctrl-C, end of session) and started again, it goes on: a run in the record is done, a run folder left
+half-way resumes from its last checkpoint. Each run is its own process (``python -m pacs_rl.compare.paired
+job``) with ``threads`` torch threads (default 1: two single-threaded runs use 2 cores better than one
+two-threaded run, and a run at one thread repeats itself). Only the record is kept: run folders lose their
+weights once evaluated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pacs_rl.compare import stats
+from pacs_rl.compare.lock import PhaseLock
+from pacs_rl.compare.plan import CompareError
+
+WHAT = "PACS against GRPO in miniature, powered: seed after seed of every method, added to one record."
+RESULT_FILE = "result.json"
+PRESET = "pacs-vs-grpo"  # the name `pacs-rl compare --preset` runs this engine under
+
+# What every run shares, on top of `pacs-rl train`'s CPU default (training/run.py: RunSettings, CPU_DEFAULTS).
+# A record made with another protocol is refused (start a new record instead of mixing two).
+PROTOCOL = {
+    # version 2: trained and graded by the sound grader (version 1, pacs_vs_grpo_restatement_rule.json, was
+    # trained on paper+restatement, which pays restated questions in other spellings: closed)
+    "version": 2,
+    # 48 steps, checkpoints every 24: the first 24 steps of a run are the `pacs-rl train` default's 24 (constant
+    # lr), so one run measures both budgets; evaluated below, on the whole held-out split
+    "train": {"eval_size": 0, "plot": False, "max_steps": 48, "save_steps": 24, "save_total_limit": 2},
+    "greedy_at": [24],  # earlier checkpoints evaluated greedy too (the final model is the `greedy` figure)
+    "heldout": {"ops": "+-", "digits": "2,1", "split": "test"},  # all of it, in the order of HELDOUT_SEED
+    "greedy": {"temperature": 0.0, "max_new_tokens": 96},
+    "passk": {"problems": 32, "n": 64, "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 96},
+    "grader": "sound",  # the training grader (`pacs-rl train`'s default), for the evaluations too
+}
+KS = [1, 2, 4, 8, 16, 32, 64]
+
+# name -> (config overrides, what it is). The PACS authors' PACS actor never clips the gradient; their GRPO ran
+# on stock verl: clip 1.0, token losses summed and divided by the response budget, dual clip 3.
+METHODS: dict[str, tuple[dict, str]] = {
+    "pacs": ({"loss_type": "pacs", "max_grad_norm": None}, "PACS as the authors ran it: no gradient clip"),
+    "grpo": (
+        {
+            "loss_type": "grpo",
+            "max_grad_norm": 1.0,
+            "loss_options": {"loss_agg_mode": "seq-mean-token-sum-norm", "clip_ratio_c": 3.0},
+        },
+        "GRPO as the PACS authors ran it (verl): clip 1.0, seq-mean-token-sum-norm, dual clip 3",
+    ),
+    "pacs_clip": ({"loss_type": "pacs", "max_grad_norm": 1.0}, "PACS with gradient clip 1.0"),
+    "grpo_trl": (
+        {"loss_type": "grpo", "max_grad_norm": 1.0, "loss_options": {"loss_agg_mode": "token-mean"}},
+        "GRPO as TRL 1.16 runs it by default: clip 1.0, token-level mean (its 'dapo' aggregation), ε = 0.2",
+    ),
+    "pacs_no_weight": (
+        {"loss_type": "pacs", "max_grad_norm": None, "pacs_weighted": False},
+        "PACS without the class-imbalance weight (no clip)",
+    ),
+}
+PRIMARY = "grpo"  # the stopping rule is on PACS − this method
+TARGET = 0.05  # half-width of the 95% interval, in accuracy (5 percentage points)
+
+
+@dataclasses.dataclass
+class Options:
+    """How :func:`run` adds to a record: where it and the run folders are, how many runs at once with how many
+    threads each, when to stop (hours, the target half-width of PACS − PRIMARY, a number of complete seeds), from
+    which seed on only PACS and PRIMARY run (``full_seeds``), and the protocol of a new record (methods, train
+    overrides, pass@k)."""
+
+    record: Path
+    work: Path
+    workers: int = 2
+    threads: int = 1
+    hours: float = 8.0
+    target: float = TARGET
+    max_seeds: int | None = None
+    full_seeds: int | None = None
+    methods: list[str] | None = None
+    overrides: dict | None = None
+    no_passk: bool = False
+
+
+# ----------------------------------------------------------------------------------------------- statistics
+def paired_interval(diffs: list[float], target: float | None = TARGET) -> dict:
+    """pacs_rl.compare.stats.paired_interval with this record's target half-width."""
+    return stats.paired_interval(diffs, target)
+
+
+# ----------------------------------------------------------------------------------------------- the record
+def parse_method(spec: str) -> dict:
+    """The config overrides of a method: a name of METHODS, or a variant ``name[key=value,...]`` of one
+    (``pacs[reference=frozen,ref_reset_steps=8]``; values read as YAML)."""
+    import yaml
+
+    name, _, rest = spec.partition("[")
+    if name not in METHODS or (rest and not rest.endswith("]")):
+        raise CompareError(
+            f"--methods {spec!r}: give one of {', '.join(METHODS)}, or a variant like pacs[pacs_beta=0.5]"
+        )
+    overrides = dict(METHODS[name][0])
+    for item in filter(None, rest[:-1].split(",")):
+        key, eq, value = item.partition("=")
+        if not eq:
+            raise CompareError(f"--methods {spec!r}: {item!r} is not key=value")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return overrides
+
+
+def protocol(overrides: dict | None = None, methods: list[str] | None = None, passk: bool = True) -> dict:
+    """What every run of a record shares: PROTOCOL, ``overrides`` (--set) in its train part, the methods with
+    their config overrides, and the ks (none when pass@k is off)."""
+    out = {**PROTOCOL, "train": {**PROTOCOL["train"], **(overrides or {})}}
+    out["methods"] = {m: parse_method(m) for m in (methods or list(METHODS))}
+    if not passk:
+        out["passk"] = None
+    out["ks"] = KS if passk else []
+    return out
+
+
+def new_record(overrides: dict | None = None, methods: list[str] | None = None, passk=True) -> dict:
+    """An empty record of this protocol."""
+    return {"what": WHAT, "protocol": protocol(overrides, methods, passk), "runs": [], "base": None}
+
+
+def load_record(
+    path: Path, overrides: dict | None = None, methods: list[str] | None = None, passk=True
+) -> dict:
+    """The record at ``path`` (a new one if absent). An existing record continues with its own methods when
+    ``methods`` is None; another protocol is refused."""
+    if not path.is_file():
+        return new_record(overrides, methods, passk)
+    record = json.loads(path.read_text())
+    methods = methods or list(record.get("protocol", {}).get("methods", {}))
+    if record.get("protocol") != protocol(overrides, methods, passk):
+        raise CompareError(
+            f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to "
+            "start another record, or the same --methods/--max-steps/--n as it was made with to continue."
+        )
+    return record
+
+
+def save_record(path: Path, record: dict) -> None:
+    record["summary"] = summarize(record)
+    record["cost"] = cost(record)
+    hosts = [r.get("host", {}) for r in [*record["runs"], record.get("base") or {}]]
+    levels = sorted({h["cpu_capability"] for h in hosts if h.get("cpu_capability")})
+    record["cpu_capability"] = "; ".join(levels) or None  # where its runs ran (each run says its own)
+    record["date"] = max((h["date"] for h in hosts if h.get("date")), default=None)  # the latest run's
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def tail_mean(values: list, last: int | None = None) -> float | None:
+    """Mean of the logged (finite) values of a per-step curve, or of its ``last`` logged ones; None if none."""
+    logged = [v for v in values if v is not None and math.isfinite(v)]
+    logged = logged[-last:] if last else logged
+    return sum(logged) / len(logged) if logged else None
+
+
+def metric_readers(record: dict) -> dict:
+    """name -> how to read it from a run's result (accuracies in [0, 1], then the dynamics)."""
+    readers = {"greedy_accuracy": lambda r: r["greedy"]["accuracy"]}
+    at = record["protocol"].get("greedy_at", [])
+    readers.update(  # None where a run stops before that step (a record with --set max_steps=24)
+        {
+            f"greedy_accuracy@{s}": (lambda r, s=s: r.get("greedy_at", {}).get(str(s), {}).get("accuracy"))
+            for s in at
+        }
+    )
+    readers.update(
+        {f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in record["protocol"]["ks"]}
+    )
+    readers.update(
+        {
+            "entropy_last": lambda r: tail_mean(r["dynamics"]["curves"]["entropy"], 3),
+            "length_last": lambda r: tail_mean(r["dynamics"]["curves"]["length"], 3),
+            "greedy_length": lambda r: r["greedy"]["mean_length"],
+            # reference = the rollout policy: ψ ≡ 0 on a rollout's first mini-batch (odd steps), so only the
+            # second mini-batch's AUC can differ from chance
+            "critic_auc_second_minibatch": lambda r: tail_mean(
+                r["dynamics"]["curves"].get("critic_auc", [])[1::2]
+            ),
+        }
+    )
+    return readers
+
+
+def summarize(record: dict) -> dict:
+    """Per method: the mean over its runs and, when the record has PACS, the paired difference PACS − method on
+    the seeds both have. A metric a run lacks (no mixed group, no PACS critic) is left out of that mean."""
+    runs = {(r["method"], r["seed"]): r for r in record["runs"]}
+    readers = metric_readers(record)
+
+    def read(name, method, seed):
+        value = readers[name](runs[method, seed])
+        return value if value is not None and math.isfinite(value) else None
+
+    out = {}
+    for method in record["protocol"]["methods"]:
+        seeds = sorted(s for m, s in runs if m == method)
+        if not seeds:
+            continue
+        entry: dict = {"seeds": seeds, "mean": {}, "sd": {}}
+        for name in readers:
+            values = [v for s in seeds if (v := read(name, method, s)) is not None]
+            entry["mean"][name] = sum(values) / len(values) if values else None
+            entry["sd"][name] = (  # the spread of one run's outcome over seeds
+                math.sqrt(sum((v - entry["mean"][name]) ** 2 for v in values) / (len(values) - 1))
+                if len(values) > 1
+                else None
+            )
+        if method != "pacs" and "pacs" in record["protocol"]["methods"]:
+            entry["pacs_minus_this"] = {}
+            for name in readers:
+                pairs = [(read(name, "pacs", s), read(name, method, s)) for s in seeds if ("pacs", s) in runs]
+                diffs = [a - b for a, b in pairs if a is not None and b is not None]
+                accuracy = name.startswith(("greedy_accuracy", "pass@"))  # the ±5 pp target is for these
+                entry["pacs_minus_this"][name] = paired_interval(diffs, TARGET if accuracy else None)
+        out[method] = entry
+    return out
+
+
+def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
+    """Where a run's time went, per method (medians over its runs, seconds at the record's threads): training (the
+    steps' own times, whatever stops and resumes the run had) and evaluation with start-up (the run process's wall
+    time less its training, from runs trained in one go only: a resumed run's wall time leaves out the training
+    before the stop); and one pair of ``methods``, the sum of their medians."""
+
+    def median(values: list[float]) -> float | None:
+        values = sorted(values)
+        n = len(values)
+        return None if not n else (values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2)
+
+    out: dict = {"per_method": {}}
+    for method in record["protocol"]["methods"]:
+        runs = [
+            r
+            for r in record["runs"]
+            if r["method"] == method and r["dynamics"].get("train_seconds") is not None
+        ]
+        if not runs:
+            continue
+        train = [r["dynamics"]["train_seconds"] for r in runs]
+        whole = [
+            r for r in runs if r.get("host", {}).get("wall_seconds", 0) >= r["dynamics"]["train_seconds"]
+        ]
+        evaluation = [r["host"]["wall_seconds"] - r["dynamics"]["train_seconds"] for r in whole]
+        out["per_method"][method] = {
+            "runs": len(runs),
+            "train_seconds_median": median(train),
+            "eval_seconds_median": median(evaluation),
+            "eval_runs": len(evaluation),
+        }
+    parts = [out["per_method"].get(m) for m in methods]
+    if all(p and p["eval_seconds_median"] is not None for p in parts):
+        out["pair_seconds"] = round(sum(p["train_seconds_median"] + p["eval_seconds_median"] for p in parts))
+        out["pair_eval_seconds"] = round(sum(p["eval_seconds_median"] for p in parts))
+    return out
+
+
+def cost_line(record: dict) -> str:
+    c = cost(record)
+    if "pair_seconds" not in c:
+        return "cost per pair: not enough runs trained in one go"
+    per = "; ".join(
+        f"{m} {p['train_seconds_median']:.0f} s training + {p['eval_seconds_median']:.0f} s evaluation"
+        for m, p in c["per_method"].items()
+        if m in ("pacs", PRIMARY) and p["eval_seconds_median"] is not None
+    )
+    passk = "with" if record["protocol"].get("passk") else "without"
+    return (
+        f"cost per pair ({passk} pass@k; medians, one thread each): {c['pair_seconds']} s, "
+        f"{c['pair_eval_seconds']} s of it evaluation and start-up ({per})"
+    )
+
+
+def complete_seeds(record: dict, methods: list[str]) -> list[int]:
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    seeds = sorted({s for _, s in have})
+    return [s for s in seeds if all((m, s) in have for m in methods)]
+
+
+def target_reached(record: dict, target: float = TARGET) -> bool:
+    gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+    return gap.get("pairs", 0) >= 3 and gap.get("half_width", 1.0) <= target
+
+
+# ----------------------------------------------------------------------------------------------- one run
+def heldout_problems():
+    from pacs_rl.data import arithmetic_pool_size, arithmetic_problems
+    from pacs_rl.training.run import HELDOUT_SEED
+
+    h = PROTOCOL["heldout"]
+    n = arithmetic_pool_size(ops=h["ops"], digits=h["digits"], split=h["split"])
+    return arithmetic_problems(n, seed=HELDOUT_SEED, ops=h["ops"], digits=h["digits"], split=h["split"])
+
+
+def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
+    """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable)."""
+    from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval
+
+    problems = heldout_problems()
+    g, pk = PROTOCOL["greedy"], PROTOCOL["passk"]
+    base = {
+        "model": model,
+        "benchmark": "arithmetic-heldout",
+        "grader": PROTOCOL["grader"],
+        "dtype": "float32",
+        "device": "cpu",
+        "num_threads": threads,
+        "verify_workers": 0,
+        "progress": False,
+    }
+    greedy = EvalConfig(
+        **base,
+        output_dir=str(out / "greedy"),
+        n=1,
+        ks=[1],
+        top_p=1.0,
+        batch_size=64,
+        temperature=g["temperature"],
+        max_new_tokens=g["max_new_tokens"],
+    )
+    passk_config = EvalConfig(
+        **base,
+        output_dir=str(out / "passk"),
+        n=pk["n"],
+        ks=KS,
+        temperature=pk["temperature"],
+        top_p=pk["top_p"],
+        max_new_tokens=pk["max_new_tokens"],
+        batch_size=256,
+    )
+    load = functools.cache(functools.partial(build_sampler, greedy))  # only when something is left to sample
+    gm = run_eval(greedy, load=load, problems=problems)
+    result = {
+        "greedy": {
+            "accuracy": gm["pass_at_k"]["1"],
+            "n": gm["num_problems"],
+            "mean_length": gm["mean_completion_tokens"],
+        }
+    }
+    if passk:
+        pm = run_eval(passk_config, load=load, problems=problems[: pk["problems"]])
+        result["passk"] = {
+            "pass_at_k": pm["pass_at_k"],
+            "n": pk["n"],
+            "problems": pm["num_problems"],
+            "mean_length": pm["mean_completion_tokens"],
+        }
+    return result
+
+
+def dynamics(metrics_file: Path) -> dict:
+    """Per-step curves and first/last summaries from a run's metrics.jsonl."""
+    rows = [json.loads(x) for x in metrics_file.read_text().splitlines() if x.strip()]
+    rows = [r for r in rows if "step" in r and "loss" in r]
+    curves = {}
+    for key, name in (
+        ("reward", "reward"),
+        ("entropy", "entropy"),
+        ("completions/mean_length", "length"),
+        ("groups/mixed_frac", "mixed_groups"),
+        ("grad_norm", "grad_norm"),
+        ("pacs/critic_auc", "critic_auc"),
+    ):
+        curves[name] = [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
+
+    logged = {k: [v for v in c if v is not None] for k, c in curves.items()}
+    return {
+        "steps": len(rows),
+        "entropy_first_3": tail_mean(logged["entropy"][:3]),
+        "entropy_last_3": tail_mean(logged["entropy"], 3),
+        "length_first_3": tail_mean(logged["length"][:3]),  # logged at rollout steps only
+        "length_last_3": tail_mean(logged["length"], 3),
+        "reward_last_3": tail_mean(logged["reward"], 3),
+        "critic_auc_second_minibatch": tail_mean(curves["critic_auc"][1::2]),
+        # the steps' own times, summed: the training time whatever stops and resumes the run had
+        "train_seconds": round(sum(float(r.get("step_time") or 0.0) for r in rows)),
+        "curves": curves,
+    }
+
+
+def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
+    """Train (or resume) one run of ``proto`` (a record's protocol) and evaluate it; ``method`` None evaluates
+    the base model."""
+    import warnings
+
+    import torch
+
+    from pacs_rl.models import resolve_model
+    from pacs_rl.sampling.transformers_backend import cpu_capability
+    from pacs_rl.training.run import (
+        DONE_FILE,
+        TINY_MODEL,
+        build_config,
+        default_settings,
+        run_training,
+        split_settings,
+        tiny_model_folder,
+    )
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
+    torch.set_num_threads(threads)
+    train, passk = proto["train"], proto["passk"] is not None
+    host = {
+        "cpu_capability": cpu_capability(),
+        "threads": threads,
+        "commit": _commit(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if method is None:
+        folder = work / "base"
+        model = train.get("model", default_settings()["model"])
+        model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
+        result = {"method": "base", **evaluate(model, folder / "eval", threads, passk)}
+        (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
+        return
+    folder = work / slug(method) / f"seed{seed}"
+    t0 = time.time()
+    if not (folder / DONE_FILE).is_file():
+        # fp32 whatever the CPU: the record began before the CPU default chose bf16 where the CPU computes it
+        values = {**default_settings(), "bf16": False, **train, **proto["methods"][method], "seed": seed}
+        settings, cfg = split_settings(values)
+        run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
+    result = {
+        "method": method,
+        "seed": seed,
+        **evaluate(str(folder / "final"), folder / "eval", threads, passk),
+    }
+    result["greedy_at"] = {}
+    for step in proto["greedy_at"]:
+        if step >= train["max_steps"]:
+            continue
+        checkpoint = folder / f"checkpoint-{step}"
+        if not (checkpoint / "config.json").is_file():
+            raise SystemExit(f"{checkpoint} is missing: greedy_at {step} needs save_steps to divide it")
+        at = evaluate(str(checkpoint), folder / f"eval-{step}", threads, passk=False)
+        result["greedy_at"][str(step)] = at["greedy"]
+    result["dynamics"] = dynamics(folder / "metrics.jsonl")
+    # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
+    result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
+    (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    for checkpoint in folder.glob("checkpoint-*"):  # ~1.6 GB each; the record keeps what matters
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    for weights in (folder / "final").glob("*.safetensors"):
+        weights.unlink()
+
+
+def regrade(work: Path) -> dict:
+    """Every evaluation's samples under ``work`` (the run folders) scored again with the protocol's grader by
+    ``pacs-rl audit``'s code (pacs_rl.evaluation.audit): the share right as recorded and now, and pass@k now. For a
+    record whose grader has since been fixed; `pacs-rl audit <work>` prints the same with examples of each change."""
+    from pacs_rl.evaluation.audit import audit
+
+    folders = sorted(p.parent for p in work.glob("*/seed*/eval*/*/samples.jsonl"))
+    if not folders:
+        return {}
+    questions = {p.id: p.problem for p in heldout_problems()}  # the run.json names no loadable benchmark
+    result = audit(folders, PROTOCOL["grader"], questions, root=work)
+    return {
+        str(Path(f["run_dir"])): {
+            "samples": f["rows"],
+            "correct_as_recorded": round(f["paid_recorded"] / f["rows"], 4),
+            "correct_now": round(f["paid_now"] / f["rows"], 4),
+            "pass_at_k_now": {k: round(v, 4) for k, v in f.get("pass_at_k", {}).get("now", {}).items()},
+        }
+        for f in result["files"]
+        if f["rows"]
+    }
+
+
+def slug(method: str) -> str:
+    """A folder name for a method or variant: pacs[reference=frozen] -> pacs__reference=frozen."""
+    return method.replace("[", "__").replace("]", "").replace(",", "__")
+
+
+# a run process works offline (the bundled model, the built-in task) and quietly
+JOB_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _commit() -> str:
+    try:
+        here = Path(__file__).resolve().parent
+        return (
+            subprocess.run(
+                ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or "unknown"
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+# ----------------------------------------------------------------------------------------------- the driver
+def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None):
+    """(method, seed) in order: the base model, then seed after seed, every method of a seed together. From seed
+    ``full_seeds`` on, only PACS and PRIMARY (the pair the stopping rule is on) when the record has both."""
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    if record.get("base") is None:
+        yield None, None
+    pair = [m for m in methods if m in ("pacs", PRIMARY)]
+    seed = 0
+    while True:
+        later = full_seeds is not None and seed >= full_seeds and len(pair) == 2
+        for method in pair if later else methods:
+            if (method, seed) not in have:
+                yield method, seed
+        seed += 1
+
+
+def run(args: Options) -> None:
+    """Add runs to the record ``args.record`` until its stopping rule (:class:`Options`), ``args.workers`` at a
+    time, each a process of its own; prints a line per finished run and the summary at the end."""
+    lock = PhaseLock(args.work / args.record.name)  # in the run folders: the record may sit among the docs
+    if not lock.acquire():
+        raise CompareError(
+            f"{args.record} is being added to by another process (pid in {lock.path}); let it finish or stop it"
+        )
+    try:
+        _run(args)
+    finally:
+        lock.release()
+
+
+def _run(args: Options) -> None:
+    record = load_record(args.record, args.overrides, args.methods, not args.no_passk)
+    methods = list(record["protocol"]["methods"])
+    deadline = time.time() + args.hours * 3600
+    jobs = next_jobs(record, methods, args.full_seeds)
+    running: dict[subprocess.Popen, tuple] = {}
+    failures: dict[tuple, int] = {}
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    def folder_of(method, seed) -> Path:
+        return args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
+
+    def collect(method, seed, result) -> None:
+        if method is None:
+            record["base"] = result
+        else:
+            record["runs"].append(result)
+        save_record(args.record, record)
+        print(_line(record, method, seed, result), flush=True)
+
+    def stop_children(*_):
+        for proc in running:
+            proc.terminate()
+        raise SystemExit(130)
+
+    signal.signal(signal.SIGTERM, stop_children)
+    pending: list[tuple] = []
+    try:
+        while True:
+            for proc in [p for p in running if p.poll() is not None]:
+                method, seed = running.pop(proc)
+                folder = folder_of(method, seed)
+                if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
+                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
+                else:
+                    failures[method, seed] = failures.get((method, seed), 0) + 1
+                    print(
+                        f"FAILED {method} seed {seed} (exit {proc.returncode}; log {folder}.log)", flush=True
+                    )
+                    if failures[method, seed] < 2:
+                        pending.append((method, seed))  # one retry: it resumes from its checkpoint
+            # with --full-seeds, a seed counts once PACS and PRIMARY have it (the others stop there)
+            pair = [m for m in methods if m in ("pacs", PRIMARY)]
+            counted = pair if args.full_seeds is not None and len(pair) == 2 else methods
+            done = len(complete_seeds(record, counted))
+            stop = (
+                time.time() > deadline
+                or target_reached(record, args.target)
+                or (args.max_seeds is not None and done >= args.max_seeds)
+            )
+            while not stop and len(running) < args.workers:
+                method, seed = pending.pop(0) if pending else next(jobs)
+                if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
+                    break
+                folder = folder_of(method, seed)
+                if (folder / RESULT_FILE).is_file():  # finished before the driver could record it (a crash)
+                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
+                    continue
+                folder.parent.mkdir(parents=True, exist_ok=True)
+                cmd = [sys.executable, "-m", "pacs_rl.compare.paired", "job", "--work", str(args.work), "--threads", str(args.threads),
+                       "--protocol", json.dumps(record["protocol"])]  # fmt: skip
+                cmd += [] if method is None else ["--method", method, "--seed", str(seed)]
+                env = {
+                    **JOB_ENV,
+                    **os.environ,
+                    "OMP_NUM_THREADS": str(args.threads),
+                    "MKL_NUM_THREADS": str(args.threads),
+                }
+                log = open(f"{folder}.log", "a")  # noqa: SIM115 (closed with the process)
+                running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)] = (method, seed)
+                print(f"started {method or 'base'} seed {seed}", flush=True)
+            if not running:
+                break
+            time.sleep(5)
+    except KeyboardInterrupt:
+        for proc in running:
+            proc.terminate()
+        raise
+    print(summary_text(record))
+    print(cost_line(record))
+
+
+def _fmt(value, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _line(record: dict, method, seed, result) -> str:
+    pass64 = (result.get("passk") or {}).get("pass_at_k", {}).get("64")
+    if method is None:
+        return f"base: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}"
+    gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+    text = (
+        f"{method} seed {seed}: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}, "
+        f"{result['host']['wall_seconds']} s"
+    )
+    if gap.get("half_width") is not None:
+        text += f" | PACS - {PRIMARY}: {gap['mean']:+.3f} ± {gap['half_width']:.3f} ({gap['pairs']} pairs)"
+    return text
+
+
+def summary_text(record: dict) -> str:
+    """The record as a plain table: per method its seeds, mean greedy accuracy and pass@1/64, and PACS − method
+    (greedy) with its 95% interval and the pairs ±5 pp would need."""
+    lines = [
+        f"{'method':40} {'seeds':>5} {'greedy':>7} {'pass@1':>7} {'pass@64':>8}   PACS − method (greedy), 95% CI"
+    ]
+    for method, entry in summarize(record).items():
+        m = entry["mean"]
+        gap = entry.get("pacs_minus_this", {}).get("greedy_accuracy", {})
+        ci = (
+            f"{gap['mean']:+.3f} [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}], {gap['pairs']} pairs, "
+            f"±5 pp needs {gap['pairs_needed']}"
+            if gap.get("ci95")
+            else ""
+        )
+        lines.append(
+            f"{method:40} {len(entry['seeds']):>5} {_fmt(m['greedy_accuracy']):>7} {_fmt(m.get('pass@1')):>7} "
+            f"{_fmt(m.get('pass@64')):>8}   {ci}"
+        )
+    return "\n".join(lines)
+
+
+def markdown_tables(record: dict) -> str:
+    """The record as two markdown tables: each method's mean (and per-run SD over seeds), and PACS − method paired
+    by seed with its 95% interval and the pairs a ±5 pp interval would need. Accuracies in percent."""
+    summary = summarize(record)
+    at = [f"greedy_accuracy@{s}" for s in record["protocol"].get("greedy_at", [])]
+    ks = [k for k in (1, 8, 64) if k in record["protocol"]["ks"]]
+    cols = [*at, "greedy_accuracy", *[f"pass@{k}" for k in ks]]
+    steps = record["protocol"]["train"].get("max_steps", 24)
+    names = {**{c: f"greedy @{c.rsplit('@', 1)[1]}" for c in at}, "greedy_accuracy": f"greedy @{steps}"}
+    head = [names.get(c, c) for c in cols]
+
+    def pct(x):
+        return "–" if x is None else f"{round(100 * x, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
+
+    lines = ["| method | seeds | " + " | ".join(f"{h} (SD)" for h in head) + " | entropy, length (last) |",
+             "|---|---:|" + "---:|" * len(cols) + "---|"]  # fmt: skip
+    for method, e in summary.items():
+        cells = [f"{pct(e['mean'][c])} ({pct(e['sd'][c])})" for c in cols]
+        dyn = f"{e['mean']['entropy_last'] or 0:.2f}, {e['mean']['length_last'] or 0:.0f}"
+        lines.append(f"| {method} | {len(e['seeds'])} | " + " | ".join(cells) + f" | {dyn} |")
+    lines += ["", "| PACS − method | pairs | " + " | ".join(head) + " | ±5 pp needs |",
+              "|---|---:|" + "---:|" * len(cols) + "---:|"]  # fmt: skip
+    for method, e in summary.items():
+        gaps = e.get("pacs_minus_this")
+        if not gaps:
+            continue
+        cells = []
+        for c in cols:
+            g = gaps[c]
+            if g.get("ci95"):
+                cells.append(f"{pct(g['mean'])} [{pct(g['ci95'][0])}, {pct(g['ci95'][1])}]")
+            else:  # one pair: its difference, no interval
+                cells.append(f"{pct(g.get('mean'))} [–]")
+        need = gaps["greedy_accuracy"].get("pairs_needed", "–")
+        lines.append(
+            f"| {method} | {gaps['greedy_accuracy']['pairs']} | " + " | ".join(cells) + f" | {need} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m pacs_rl.compare.paired job ...``: one run of a record, the process :func:`run` starts."""
+    p = argparse.ArgumentParser(prog="python -m pacs_rl.compare.paired")
+    sub = p.add_subparsers(dest="command", required=True)
+    j = sub.add_parser("job", help="train (or resume) and evaluate one run of a record's protocol")
+    j.add_argument("--method", default=None)
+    j.add_argument("--seed", type=int, default=None)
+    j.add_argument("--work", type=Path, required=True)
+    j.add_argument("--threads", type=int, default=1)
+    j.add_argument("--protocol", type=json.loads, required=True)
+    a = p.parse_args(argv)
+    for key, value in JOB_ENV.items():
+        os.environ.setdefault(key, value)
+    job(a.method, a.seed, a.work, a.threads, a.protocol)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""``pacs-rl compare --preset pacs-vs-grpo``: the options of a paired-seed record, checked before torch loads,
+then :func:`pacs_rl.compare.paired.run` (or its report, or its dry run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pacs_rl.command import end_dry_run, fail
+
+PAIRED_PRESET = "pacs-vs-grpo"  # pacs_rl.compare.paired.PRESET, named here without importing the engine
+
+
+def split_methods(text: str | None) -> list[str] | None:
+    """Comma-separated methods, where a variant's own commas (``pacs[reference=frozen,ref_reset_steps=8]``) stay
+    inside its brackets."""
+    if not text:
+        return None
+    out, depth, part = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(part.strip())
+            part = ""
+        else:
+            part += ch
+    out.append(part.strip())
+    return [m for m in out if m]
+
+
+def paired_options(
+    *,
+    output: Path,
+    record: str | None,
+    methods: str | None,
+    max_steps: int | None,
+    n: str | None,
+    workers: int,
+    threads: int,
+    hours: float,
+    target: float,
+    max_pairs: int | None,
+    full_seeds: int,
+):
+    """The :class:`pacs_rl.compare.paired.Options` of these command-line values; a one-line error names a value
+    the paired protocol cannot take."""
+    from pacs_rl.compare.paired import KS, PROTOCOL, Options, parse_method
+
+    if n is not None and n.strip() != str(PROTOCOL["passk"]["n"]):
+        fail(f"--n {n}: the paired protocol samples n = {PROTOCOL['passk']['n']} for pass@k ({KS}); give "
+             f"--n {PROTOCOL['passk']['n']} for pass@k, or leave --n out for greedy accuracy only")  # fmt: skip
+    for name, value, low in (
+        ("--workers", workers, 1),
+        ("--threads", threads, 1),
+        ("--max-pairs", max_pairs, 1),
+    ):
+        if value is not None and value < low:
+            fail(f"{name} {value}: give a whole number of at least {low}")
+    if not 0 < target < 100:
+        fail(f"--target {target}: the half-width of the 95% interval in percentage points, e.g. 5")
+    if hours <= 0:
+        fail(f"--hours {hours}: give the hours after which no run starts, e.g. 8")
+    chosen = split_methods(methods)
+    for spec in chosen or []:
+        parse_method(spec)  # CompareError names a method it does not know
+    return Options(
+        record=Path(record) if record else output / "record.json",
+        work=output,
+        workers=workers,
+        threads=threads,
+        hours=hours,
+        target=target / 100,
+        max_seeds=max_pairs,
+        full_seeds=full_seeds,
+        methods=chosen,
+        overrides={"max_steps": max_steps} if max_steps else None,
+        no_passk=n is None,
+    )
+
+
+def paired_command(opts, report_only: bool, dry_run: bool) -> None:
+    """Run, report or dry-run the paired record ``opts`` describes."""
+    from pacs_rl.compare import paired
+    from pacs_rl.settings import output_dir_problem
+
+    if dry_run:
+        _dry_run(opts)
+        return
+    if report_only:
+        import json
+
+        if not opts.record.is_file():
+            fail(f"--record {opts.record}: no such record yet (run without --report-only to start it)")
+        record = json.loads(opts.record.read_text())
+        typer.echo(paired.markdown_tables(record))
+        typer.echo(paired.cost_line(record))
+        from pacs_rl.compare.paired_figures import plot_comparison
+
+        if record["runs"]:
+            typer.echo(f"figure: {plot_comparison(record, opts.work / 'comparison.png')}")
+        return
+    problem = output_dir_problem(opts.work)
+    if problem:
+        fail(problem)
+    paired.load_record(
+        opts.record, opts.overrides, opts.methods, not opts.no_passk
+    )  # another protocol: refused
+    paired.run(opts)
+
+
+def _dry_run(opts) -> None:
+    """What the record holds, the interval so far, and the runs that come next; nothing is loaded or run."""
+    import itertools
+
+    from pacs_rl.compare import paired
+
+    refusals = []
+    try:
+        record = paired.load_record(opts.record, opts.overrides, opts.methods, not opts.no_passk)
+    except paired.CompareError as e:
+        refusals.append(str(e))
+        record = paired.new_record(opts.overrides, opts.methods, not opts.no_passk)
+    proto = record["protocol"]
+    gap = (
+        paired.summarize(record).get(paired.PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+    )
+    typer.echo("dry run: nothing is loaded or run")
+    typer.echo(
+        f"  record: {opts.record} ({len(record['runs'])} runs{', base evaluated' if record.get('base') else ''})"
+    )
+    order = (f"every method on seeds below {opts.full_seeds}, then only pacs and {paired.PRIMARY}"
+             if opts.full_seeds else f"only pacs and {paired.PRIMARY} run")  # fmt: skip
+    typer.echo(f"  methods: {', '.join(proto['methods'])}; {order}")
+    typer.echo(f"  every run: the pacs-rl train CPU default with {proto['train']}; greedy at steps "
+               f"{[*proto['greedy_at'], proto['train']['max_steps']]}; pass@k {'n = 64' if proto['passk'] else 'off'}")  # fmt: skip
+    if gap.get("ci95"):
+        typer.echo(f"  PACS - {paired.PRIMARY} so far: {100 * gap['mean']:+.1f} pp "
+                   f"[{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}] over {gap['pairs']} pairs; "
+                   f"±5 pp needs about {gap['pairs_needed']}")  # fmt: skip
+    jobs = itertools.islice(paired.next_jobs(record, list(proto["methods"]), opts.full_seeds), 4)
+    typer.echo("  next runs: " + ", ".join("base" if m is None else f"{m} seed {s}" for m, s in jobs))
+    typer.echo(f"  {paired.cost_line(record)}")
+    typer.echo(
+        f"  {opts.workers} at a time, {opts.threads} thread(s) each, for at most {opts.hours:g} h, in {opts.work}"
+    )
+    end_dry_run(refusals)

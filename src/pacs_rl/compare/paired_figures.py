@@ -1,0 +1,175 @@
+"""Figures and tables of paired-seed records (:mod:`pacs_rl.compare.paired`): greedy accuracy per seed and step,
+pass@k, entropy and length per step by method; the implicit critic's within-group AUC by steps since π_ref was
+last set to the policy, pooled over records of PACS variants."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from pacs_rl.compare.paired import tail_mean
+
+
+def steps_since_reset(method_overrides: dict, step: int, mini_batches: int = 2) -> int:
+    """Optimizer steps since π_ref last equalled the policy, at (1-based) ``step``: 0 means ψ ≡ 0.
+
+    reference 'old': reset at every rollout (every ``mini_batches`` steps); 'frozen': at the start and every
+    ref_reset_steps (0 = never)."""
+    if method_overrides.get("reference", "old") == "old":
+        return (step - 1) % mini_batches
+    every = int(method_overrides.get("ref_reset_steps") or 0)
+    return step - 1 if every == 0 else (step - 1) % every
+
+
+def _save(fig, out: Path) -> Path:
+    from pacs_rl.compare.report import _plt
+
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    _plt().close(fig)
+    return out
+
+
+def plot_comparison(record: dict, out: Path) -> Path:
+    """Greedy accuracy per seed at each evaluated step, pass@k (when the protocol has it), entropy and length per
+    step, by method."""
+    from pacs_rl.compare.report import _plt
+
+    plt = _plt()
+    methods = [m for m in record["protocol"]["methods"] if any(r["method"] == m for r in record["runs"])]
+    colors = {m: plt.cm.tab10(i) for i, m in enumerate(methods)}
+    with_passk = bool(record["protocol"]["ks"])
+    fig, axes = plt.subplots(1, 4 if with_passk else 3, figsize=(20 if with_passk else 15, 4.5))
+    if not with_passk:  # greedy only: no pass@k panel (an empty one reads as a result)
+        axes = [axes[0], None, axes[1], axes[2]]
+    steps = [*record["protocol"].get("greedy_at", []), record["protocol"]["train"].get("max_steps", 24)]
+    for i, m in enumerate(methods):
+        runs = [r for r in record["runs"] if r["method"] == m]
+        for j, step in enumerate(steps):
+            values = [r["greedy"]["accuracy"] if j == len(steps) - 1 else r["greedy_at"][str(step)]["accuracy"]
+                      for r in runs]  # fmt: skip
+            x = j + (i - (len(methods) - 1) / 2) * 0.12
+            axes[0].scatter([x] * len(values), values, color=colors[m], s=12, alpha=0.6)
+            axes[0].errorbar(x, sum(values) / len(values), fmt="_", color=colors[m], markersize=14,
+                             label=f"{m} ({len(runs)} seeds)" if j == 0 else None)  # fmt: skip
+        ks = record["protocol"]["ks"]
+        if ks and all("passk" in r for r in runs):
+            mean = [sum(r["passk"]["pass_at_k"][str(k)] for r in runs) / len(runs) for k in ks]
+            axes[1].plot(ks, mean, marker="o", color=colors[m], label=m)
+        for ax, key in ((axes[2], "entropy"), (axes[3], "length")):
+            curves = [r["dynamics"]["curves"][key] for r in runs]
+            n = min(len(c) for c in curves)
+            points = [(s + 1, tail_mean([c[s] for c in curves])) for s in range(n)]
+            points = [(s, v) for s, v in points if v is not None]  # length: logged at rollout steps only
+            ax.plot([s for s, _ in points], [v for _, v in points], color=colors[m], label=m)
+    base = record.get("base") or {}
+    if base:
+        axes[0].axhline(base["greedy"]["accuracy"], color="grey", ls=":", label="base model")
+        if base.get("passk"):
+            ks = record["protocol"]["ks"]
+            axes[1].plot(
+                ks, [base["passk"]["pass_at_k"][str(k)] for k in ks], color="grey", ls=":", label="base"
+            )
+    axes[0].set(xticks=range(len(steps)), xticklabels=[f"step {s}" for s in steps], ylabel="held-out accuracy",
+                title="greedy, whole held-out split (dots: seeds)")  # fmt: skip
+    if with_passk:
+        axes[1].set(xscale="log", xlabel="k", ylabel="pass@k", title="pass@k, T = 0.6, top-p 0.95, n = 64")
+    axes[2].set(
+        xlabel="optimizer step", ylabel="entropy (nats/token)", title="policy entropy (mean over seeds)"
+    )
+    axes[3].set(xlabel="optimizer step", ylabel="tokens", title="completion length (mean over seeds)")
+    for ax in [a for a in axes if a is not None]:
+        ax.legend(
+            fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
+        )  # beside the axes: the bins stay visible
+    return _save(fig, out)
+
+
+FROZEN_POOLED = "every frozen-π_ref variant"  # critic_by_reset's row pooling the reference='frozen' runs
+
+
+def critic_by_reset(records: list[dict]) -> dict[str, dict[int, list[float]]]:
+    """method -> {steps since the last reference reset: [within-group AUC of ψ at such steps, over runs]}; the
+    reference='frozen' variants also pooled under FROZEN_POOLED."""
+    out: dict[str, dict[int, list[float]]] = {}
+    pooled: dict[int, list[float]] = {}
+    for record in records:
+        mini_batches = int(record["protocol"]["train"].get("mini_batches_per_rollout", 2))
+        for run in record["runs"]:
+            overrides = record["protocol"]["methods"][run["method"]]
+            if overrides.get("loss_type") != "pacs":
+                continue
+            for step, auc in enumerate(run["dynamics"]["curves"].get("critic_auc", []), start=1):
+                if auc is not None:
+                    since = steps_since_reset(overrides, step, mini_batches)
+                    out.setdefault(run["method"], {}).setdefault(since, []).append(auc)
+                    if overrides.get("reference") == "frozen":
+                        pooled.setdefault(since, []).append(auc)
+    if pooled:
+        out[FROZEN_POOLED] = pooled
+    return out
+
+
+CRITIC_BINS = [(0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, 10**6)]  # optimizer steps since the last reset
+
+
+def critic_bins(records: list[dict]) -> dict[str, list[tuple[str, float | None, float | None, int]]]:
+    """method -> per bin of CRITIC_BINS: (label, mean AUC, its standard error, how many step values), the values
+    pooled over seeds and the steps of the bin."""
+    out = {}
+    for method, by_since in critic_by_reset(records).items():
+        rows = []
+        for lo, hi in CRITIC_BINS:
+            values = [v for since, vs in by_since.items() if lo <= since <= hi for v in vs]
+            label = str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 10**6 else f"{lo}+")
+            if not values:
+                rows.append((label, None, None, 0))
+                continue
+            mean = sum(values) / len(values)
+            sd = (
+                math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+                if len(values) > 1
+                else None
+            )
+            rows.append((label, mean, None if sd is None else sd / math.sqrt(len(values)), len(values)))
+        out[method] = rows
+    return out
+
+
+def critic_table(records: list[dict]) -> str:
+    """critic_bins as a markdown table: AUC mean ± SE (values) per bin of steps since the last reset."""
+    labels = [str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 10**6 else f"{lo}+") for lo, hi in CRITIC_BINS]
+    lines = ["| method | " + " | ".join(f"{x} steps" for x in labels) + " |", "|---|" + "---:|" * len(labels)]
+    for method, rows in critic_bins(records).items():
+        cells = ["–" if m is None else f"{m:.2f} ± {se or 0:.2f} ({n})" for _, m, se, n in rows]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_critic(records: list[dict], out: Path) -> Path:
+    """Within-group AUC of ψ against the reward (mixed groups) by steps since the reference was last reset."""
+    from pacs_rl.compare.report import _plt
+
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(13, 4.5))
+    bins = critic_bins(records)
+    for i, (method, rows) in enumerate(bins.items()):
+        points = [
+            (j + (i - (len(bins) - 1) / 2) * 0.08, m, se)
+            for j, (_, m, se, _) in enumerate(rows)
+            if m is not None
+        ]
+        pooled = {"color": "black", "linewidth": 2.5, "zorder": 5} if method == FROZEN_POOLED else {}
+        ax.errorbar([x for x, _, _ in points], [m for _, m, _ in points], yerr=[se or 0 for _, _, se in points],
+                    marker="o", markersize=4, capsize=3, label=method, **pooled)  # fmt: skip
+    ax.axhline(0.5, color="grey", ls=":", label="chance")
+    labels = [row[0] for row in next(iter(bins.values()), [])]
+    ax.set(xticks=range(len(labels)), xticklabels=labels, ylim=(0, 1),
+           xlabel="optimizer steps since π_ref was last set to the policy",
+           ylabel="AUC of ψ within mixed groups (mean ± SE)",
+           title="Does σ(ψ) rank right answers above wrong ones?")  # fmt: skip
+    ax.legend(
+        fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
+    )  # beside the axes: the bins stay visible
+    return _save(fig, out)
