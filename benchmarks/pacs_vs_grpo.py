@@ -22,9 +22,10 @@ from pacs_rl.compare.paired_figures import critic_table, plot_comparison, plot_c
 
 RECORD = Path("docs/benchmarks/pacs_vs_grpo.json")
 WORK = Path("runs/pacs_vs_grpo")
-# how the record is made: PACS and GRPO only on every seed, greedy only (the record's protocol)
+# how the record is made: PACS and GRPO only on every seed, greedy at 24 and 48 steps, pass@64 on every second
+# seed since it was taken on (the record's protocol and protocol_changes)
 RUN = ["--preset", paired.PRESET, "--record", str(RECORD), "--output-dir", str(WORK), "--workers", "2",
-       "--threads", "1"]  # fmt: skip
+       "--threads", "1", "--n", "64", "--passk-every", "2"]  # fmt: skip
 
 
 def main() -> None:

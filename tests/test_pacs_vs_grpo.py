@@ -125,13 +125,10 @@ def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(dri
 
 
 def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(driver):
-    def timed(method, seed, train, wall):
+    def timed(method, seed, train, wall, passk=False):
         run = _run(method, seed, 0.5)
-        return {
-            **run,
-            "dynamics": {**run["dynamics"], "train_seconds": train},
-            "host": {"wall_seconds": wall},
-        }
+        run = {**run, "dynamics": {**run["dynamics"], "train_seconds": train}, "host": {"wall_seconds": wall}}
+        return run if passk else {k: v for k, v in run.items() if k != "passk"}
 
     record = {
         "protocol": driver.protocol(methods=["pacs", "grpo"], passk=False),
@@ -141,13 +138,63 @@ def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(dr
         ],
     }  # fmt: skip
     c = driver.cost(record)
-    assert c["per_method"]["pacs"] == {"runs": 3, "train_seconds_median": 1000, "eval_seconds_median": 300,
-                                       "eval_runs": 3}  # fmt: skip
-    assert c["per_method"]["grpo"] == {"runs": 2, "train_seconds_median": 800.0, "eval_seconds_median": 200,
-                                       "eval_runs": 1}  # fmt: skip
-    assert c["pair_seconds"] == 1000 + 300 + 800 + 200 and c["pair_eval_seconds"] == 500
-    assert "without pass@k" in driver.cost_line(record) and "2300 s" in driver.cost_line(record)
-    assert "pair_seconds" not in driver.cost({**record, "runs": record["runs"][:3]})  # no GRPO run yet
+    assert c["per_method"]["pacs"]["train_seconds_median"] == 1000
+    assert c["per_method"]["pacs"]["eval_greedy_seconds_median"] == 300
+    assert c["per_method"]["grpo"]["train_seconds_median"] == 800.0
+    assert (
+        c["per_method"]["grpo"]["eval_greedy_seconds_median"],
+        c["per_method"]["grpo"]["eval_greedy_runs"],
+    ) == (
+        200,
+        1,
+    )
+    assert c["pair"] == {"greedy": {"seconds": 1000 + 300 + 800 + 200, "eval_seconds": 500}}
+    assert "greedy only: 2300 s, 500 s of it evaluation" in driver.cost_line(record)
+    assert driver.cost({**record, "runs": record["runs"][:3]})["pair"] == {}  # no GRPO run yet
+    # runs evaluated with pass@k are costed apart
+    record["runs"] += [timed("pacs", 3, 1000, 1900, passk=True), timed("grpo", 3, 800, 1500, passk=True)]
+    c = driver.cost(record)
+    assert c["pair"]["passk"] == {"seconds": 1000 + 900 + 800 + 700, "eval_seconds": 1600}
+    assert c["pair"]["greedy"]["eval_seconds"] == 500  # unchanged by the pass@k runs
+
+
+def test_a_record_without_passk_takes_it_on_from_its_next_seed(driver, tmp_path):
+    """Training unchanged, pass@k from the first seed neither recorded nor started, on every E-th seed after;
+    the base model is evaluated again for it; the change is written down and holds on the next call."""
+    path = tmp_path / "record.json"
+    record = driver.load_record(path, methods=["pacs", "grpo"], passk=False)
+    record["base"] = {"greedy": {"accuracy": 0.1}}
+    record["runs"] = [_run("pacs", 0, 0.5), _run("grpo", 0, 0.4), _run("pacs", 1, 0.5)]
+    driver.save_record(path, record)
+    with pytest.raises(CompareError, match="another protocol"):  # pass@k on every run is not a step it takes
+        driver.load_record(path, methods=["pacs", "grpo"], passk=True)
+    taken = driver.load_record(path, methods=["pacs", "grpo"], passk=True, passk_every=2, started=(2,))
+    proto = taken["protocol"]
+    assert proto["passk_seeds"] == {"from": 3, "every": 2} and proto["ks"] == driver.KS
+    assert "seeds 3, 5, ..." in taken["protocol_changes"][0]["what"]
+    assert [driver.passk_due(proto, s) for s in (None, 1, 2, 3, 4, 5)] == [
+        True,
+        False,
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert {k: v for k, v in proto.items() if k not in ("passk", "ks", "passk_seeds")} == {
+        k: v for k, v in record["protocol"].items() if k not in ("passk", "ks")
+    }  # the training protocol is the same
+    jobs = driver.next_jobs(taken, ["pacs", "grpo"])
+    assert list(itertools.islice(jobs, 3)) == [(None, None), ("grpo", 1), ("pacs", 2)]  # the base again first
+    driver.save_record(path, taken)
+    again = driver.load_record(path, methods=["pacs", "grpo"], passk=True, passk_every=2, started=(2, 3, 4))
+    assert again["protocol"] == proto  # the rule stays where it was set, whatever has started since
+    # a run without pass@k has no pass@k figures; pairs of pass@k are over the seeds that have it
+    taken["runs"] += [_run("pacs", 3, 0.6), _run("grpo", 3, 0.5)]
+    for r in taken["runs"][:3]:
+        r.pop("passk")
+    gaps = driver.summarize(taken)["grpo"]["pacs_minus_this"]
+    assert gaps["pass@64"]["pairs"] == 1 and gaps["greedy_accuracy"]["pairs"] == 2
+    assert "pass@64" in driver.markdown_tables(taken)
 
 
 def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path):
@@ -364,13 +411,18 @@ def test_a_paired_record_runs_end_to_end_in_run_processes(tmp_path):
     """Two methods and the base model, one seed, on the tiny model: each run its own `python -m
     pacs_rl.compare.paired job` process, the record written as runs finish, and read back on a second call."""
     opts = paired.Options(record=tmp_path / "record.json", work=tmp_path / "work", workers=2, max_seeds=1,
-                          methods=["pacs", "grpo"], no_passk=True,
+                          methods=["pacs", "grpo"], no_passk=False, passk_every=2,
                           overrides={"model": "tiny", "max_steps": 2, "max_completion_length": 8})  # fmt: skip
     paired.run(opts)
     record = json.loads(opts.record.read_text())
     assert record["base"]["greedy"]["n"] == len(paired.heldout_problems())
     assert sorted((r["method"], r["seed"]) for r in record["runs"]) == [("grpo", 0), ("pacs", 0)]
     assert all(r["dynamics"]["steps"] == 2 for r in record["runs"])
+    # pass@k on seed 0 (every 2nd seed from 0) and the base model: 64 samples of the first 32 problems
+    assert record["protocol"]["passk_seeds"] == {"from": 0, "every": 2}
+    assert all(
+        r["passk"]["n"] == 64 and r["passk"]["problems"] == 32 for r in [record["base"], *record["runs"]]
+    )
     assert record["summary"]["grpo"]["pacs_minus_this"]["greedy_accuracy"]["pairs"] == 1
     assert not list(opts.work.glob("*/seed0/checkpoint-*"))  # weights go once evaluated
     before = opts.record.read_text()

@@ -159,6 +159,13 @@ def compare_command(
     max_pairs: int = typer.Option(
         None, "--max-pairs", help=f"{PAIRED_PRESET}: stop after this many complete seeds.", metavar="N"
     ),
+    passk_every: int = typer.Option(
+        None,
+        "--passk-every",
+        help=f"{PAIRED_PRESET}, with --n 64: pass@k on every N-th seed only (a record without pass@k takes it on "
+        "from its next seed).",
+        metavar="N",
+    ),
     full_seeds: int = typer.Option(
         None,
         "--full-seeds",
@@ -173,7 +180,8 @@ def compare_command(
     console = Console(stderr=True)
     output = Path(output_dir)
     paired_values = {"--record": record, "--workers": workers, "--threads": threads, "--hours": hours,
-                     "--target": target, "--max-pairs": max_pairs, "--full-seeds": full_seeds}  # fmt: skip
+                     "--target": target, "--max-pairs": max_pairs, "--full-seeds": full_seeds,
+                     "--passk-every": passk_every}  # fmt: skip
     if preset == PAIRED_PRESET:
         given = {"--seed": seed, "--config": config, "--sweep": sweep, "--model": model, "--dataset": dataset,
                  "--benchmarks": benchmarks, "--k": k, "--only": only}  # fmt: skip
@@ -185,7 +193,8 @@ def compare_command(
             opts = paired_options(output=output, record=record, methods=methods, max_steps=max_steps, n=n,
                                   workers=2 if workers is None else workers, threads=1 if threads is None else threads,
                                   hours=8.0 if hours is None else hours, target=5.0 if target is None else target,
-                                  max_pairs=max_pairs, full_seeds=0 if full_seeds is None else full_seeds)  # fmt: skip
+                                  max_pairs=max_pairs, full_seeds=0 if full_seeds is None else full_seeds,
+                                  passk_every=passk_every)  # fmt: skip
             paired_command(opts, report_only, dry_run)
         except SettingsError as e:  # CompareError: another protocol, an unknown method
             fail(e)

@@ -102,6 +102,7 @@ class Options:
     methods: list[str] | None = None
     overrides: dict | None = None
     no_passk: bool = False
+    passk_every: int | None = None
 
 
 # ----------------------------------------------------------------------------------------------- statistics
@@ -130,37 +131,77 @@ def parse_method(spec: str) -> dict:
     return overrides
 
 
-def protocol(overrides: dict | None = None, methods: list[str] | None = None, passk: bool = True) -> dict:
+def protocol(
+    overrides: dict | None = None,
+    methods: list[str] | None = None,
+    passk: bool = True,
+    passk_every: int | None = None,
+    passk_from: int = 0,
+) -> dict:
     """What every run of a record shares: PROTOCOL, ``overrides`` (--set) in its train part, the methods with
-    their config overrides, and the ks (none when pass@k is off)."""
+    their config overrides, and the ks (none when pass@k is off). With ``passk_every`` E, pass@k is evaluated on
+    the seeds ``passk_from``, ``passk_from`` + E, ... only (and on the base model): a pair in E pays for it."""
     out = {**PROTOCOL, "train": {**PROTOCOL["train"], **(overrides or {})}}
     out["methods"] = {m: parse_method(m) for m in (methods or list(METHODS))}
     if not passk:
         out["passk"] = None
     out["ks"] = KS if passk else []
+    if passk and passk_every:
+        out["passk_seeds"] = {"from": passk_from, "every": passk_every}
     return out
 
 
-def new_record(overrides: dict | None = None, methods: list[str] | None = None, passk=True) -> dict:
+def passk_due(proto: dict, seed: int | None) -> bool:
+    """Whether the run of ``seed`` (None: the base model) is evaluated with pass@k under ``proto``."""
+    if proto.get("passk") is None:
+        return False
+    rule = proto.get("passk_seeds")
+    return (
+        seed is None or rule is None or (seed >= rule["from"] and (seed - rule["from"]) % rule["every"] == 0)
+    )
+
+
+def new_record(
+    overrides: dict | None = None,
+    methods: list[str] | None = None,
+    passk=True,
+    passk_every: int | None = None,
+) -> dict:
     """An empty record of this protocol."""
-    return {"what": WHAT, "protocol": protocol(overrides, methods, passk), "runs": [], "base": None}
+    proto = protocol(overrides, methods, passk, passk_every)
+    return {"what": WHAT, "protocol": proto, "runs": [], "base": None}
 
 
 def load_record(
-    path: Path, overrides: dict | None = None, methods: list[str] | None = None, passk=True
+    path: Path,
+    overrides: dict | None = None,
+    methods: list[str] | None = None,
+    passk=True,
+    passk_every: int | None = None,
+    started: tuple[int, ...] = (),
 ) -> dict:
     """The record at ``path`` (a new one if absent). An existing record continues with its own methods when
-    ``methods`` is None; another protocol is refused."""
+    ``methods`` is None; another protocol is refused, except one step: a record without pass@k takes it on
+    (``passk_every``) from the first seed that neither it nor a started run (``started``) has, its training
+    unchanged, and says so in its ``protocol_changes``."""
     if not path.is_file():
-        return new_record(overrides, methods, passk)
+        return new_record(overrides, methods, passk, passk_every)
     record = json.loads(path.read_text())
     methods = methods or list(record.get("protocol", {}).get("methods", {}))
-    if record.get("protocol") != protocol(overrides, methods, passk):
-        raise CompareError(
-            f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to "
-            "start another record, or the same --methods/--max-steps/--n as it was made with to continue."
-        )
-    return record
+    have = record.get("protocol", {})
+    start = (have.get("passk_seeds") or {}).get("from", 0)
+    if have == protocol(overrides, methods, passk, passk_every, start):
+        return record
+    if passk and passk_every and have == protocol(overrides, methods, passk=False):
+        start = 1 + max([*(r["seed"] for r in record["runs"]), *started], default=-1)
+        record["protocol"] = protocol(overrides, methods, passk, passk_every, start)
+        change = f"pass@k added (n = {PROTOCOL['passk']['n']}) on seeds {start}, {start + passk_every}, ... and the base"
+        record.setdefault("protocol_changes", []).append({"date": time.strftime("%Y-%m-%d"), "what": change})
+        return record
+    raise CompareError(
+        f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to "
+        "start another record, or the same --methods/--max-steps/--n/--passk-every as it was made with to continue."
+    )
 
 
 def save_record(path: Path, record: dict) -> None:
@@ -194,7 +235,10 @@ def metric_readers(record: dict) -> dict:
         }
     )
     readers.update(
-        {f"pass@{k}": (lambda r, k=k: r["passk"]["pass_at_k"][str(k)]) for k in record["protocol"]["ks"]}
+        {  # None where the run was not evaluated with pass@k (passk_seeds)
+            f"pass@{k}": (lambda r, k=k: (r.get("passk") or {}).get("pass_at_k", {}).get(str(k)))
+            for k in record["protocol"]["ks"]
+        }
     )
     readers.update(
         {
@@ -246,18 +290,19 @@ def summarize(record: dict) -> dict:
     return out
 
 
+def _median(values: list[float]) -> float | None:
+    values = sorted(values)
+    n = len(values)
+    return None if not n else (values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2)
+
+
 def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
     """Where a run's time went, per method (medians over its runs, seconds at the record's threads): training (the
     steps' own times, whatever stops and resumes the run had) and evaluation with start-up (the run process's wall
     time less its training, from runs trained in one go only: a resumed run's wall time leaves out the training
-    before the stop); and one pair of ``methods``, the sum of their medians."""
-
-    def median(values: list[float]) -> float | None:
-        values = sorted(values)
-        n = len(values)
-        return None if not n else (values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2)
-
-    out: dict = {"per_method": {}}
+    before the stop), apart for runs evaluated greedy only and with pass@k; and a pair of ``methods`` of each
+    kind, the sum of their medians."""
+    out: dict = {"per_method": {}, "pair": {}}
     for method in record["protocol"]["methods"]:
         runs = [
             r
@@ -266,38 +311,42 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
         ]
         if not runs:
             continue
-        train = [r["dynamics"]["train_seconds"] for r in runs]
         whole = [
             r for r in runs if r.get("host", {}).get("wall_seconds", 0) >= r["dynamics"]["train_seconds"]
         ]
-        evaluation = [r["host"]["wall_seconds"] - r["dynamics"]["train_seconds"] for r in whole]
-        out["per_method"][method] = {
+        entry = {
             "runs": len(runs),
-            "train_seconds_median": median(train),
-            "eval_seconds_median": median(evaluation),
-            "eval_runs": len(evaluation),
+            "train_seconds_median": _median([r["dynamics"]["train_seconds"] for r in runs]),
         }
+        for kind, has_passk in (("greedy", False), ("passk", True)):
+            evaluation = [r["host"]["wall_seconds"] - r["dynamics"]["train_seconds"] for r in whole
+                          if bool(r.get("passk")) == has_passk]  # fmt: skip
+            entry[f"eval_{kind}_seconds_median"] = _median(evaluation)
+            entry[f"eval_{kind}_runs"] = len(evaluation)
+        out["per_method"][method] = entry
     parts = [out["per_method"].get(m) for m in methods]
-    if all(p and p["eval_seconds_median"] is not None for p in parts):
-        out["pair_seconds"] = round(sum(p["train_seconds_median"] + p["eval_seconds_median"] for p in parts))
-        out["pair_eval_seconds"] = round(sum(p["eval_seconds_median"] for p in parts))
+    for kind in ("greedy", "passk"):
+        key = f"eval_{kind}_seconds_median"
+        if all(p and p[key] is not None for p in parts):
+            out["pair"][kind] = {
+                "seconds": round(sum(p["train_seconds_median"] + p[key] for p in parts)),
+                "eval_seconds": round(sum(p[key] for p in parts)),
+            }
     return out
 
 
 def cost_line(record: dict) -> str:
+    """The cost per pair of PACS and PRIMARY, each kind of evaluation the record has, in one line."""
     c = cost(record)
-    if "pair_seconds" not in c:
+    if not c["pair"]:
         return "cost per pair: not enough runs trained in one go"
-    per = "; ".join(
-        f"{m} {p['train_seconds_median']:.0f} s training + {p['eval_seconds_median']:.0f} s evaluation"
-        for m, p in c["per_method"].items()
-        if m in ("pacs", PRIMARY) and p["eval_seconds_median"] is not None
+    train = " + ".join(f"{m} {c['per_method'][m]['train_seconds_median']:.0f} s" for m in ("pacs", PRIMARY))
+    kinds = {"greedy": "greedy only", "passk": "with pass@k"}
+    pairs = "; ".join(
+        f"{kinds[k]}: {v['seconds']} s, {v['eval_seconds']} s of it evaluation and start-up"
+        for k, v in c["pair"].items()
     )
-    passk = "with" if record["protocol"].get("passk") else "without"
-    return (
-        f"cost per pair ({passk} pass@k; medians, one thread each): {c['pair_seconds']} s, "
-        f"{c['pair_eval_seconds']} s of it evaluation and start-up ({per})"
-    )
+    return f"cost per pair (medians, one thread each; training {train}): {pairs}"
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:
@@ -428,7 +477,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
     torch.set_num_threads(threads)
-    train, passk = proto["train"], proto["passk"] is not None
+    train, passk = proto["train"], passk_due(proto, seed)
     host = {
         "cpu_capability": cpu_capability(),
         "threads": threads,
@@ -522,11 +571,19 @@ def _commit() -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the driver
+def started_seeds(work: Path) -> tuple[int, ...]:
+    """The seeds with a run folder under ``work`` (finished or not)."""
+    return tuple(int(p.name[4:]) for p in work.glob("*/seed*") if p.is_dir() and p.name[4:].isdigit())
+
+
 def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None):
     """(method, seed) in order: the base model, then seed after seed, every method of a seed together. From seed
     ``full_seeds`` on, only PACS and PRIMARY (the pair the stopping rule is on) when the record has both."""
     have = {(r["method"], r["seed"]) for r in record["runs"]}
-    if record.get("base") is None:
+    base = record.get("base")
+    if base is None or (
+        record.get("protocol", {}).get("passk") and "passk" not in base
+    ):  # pass@k taken on later
         yield None, None
     pair = [m for m in methods if m in ("pacs", PRIMARY)]
     seed = 0
@@ -553,7 +610,10 @@ def run(args: Options) -> None:
 
 
 def _run(args: Options) -> None:
-    record = load_record(args.record, args.overrides, args.methods, not args.no_passk)
+    record = load_record(args.record, args.overrides, args.methods, not args.no_passk, args.passk_every,
+                         started_seeds(args.work))  # fmt: skip
+    if args.record.is_file():
+        save_record(args.record, record)  # a protocol change (pass@k taken on) holds from now, whatever stops
     methods = list(record["protocol"]["methods"])
     deadline = time.time() + args.hours * 3600
     jobs = next_jobs(record, methods, args.full_seeds)

@@ -42,6 +42,7 @@ def paired_options(
     target: float,
     max_pairs: int | None,
     full_seeds: int,
+    passk_every: int | None = None,
 ):
     """The :class:`pacs_rl.compare.paired.Options` of these command-line values; a one-line error names a value
     the paired protocol cannot take."""
@@ -57,6 +58,10 @@ def paired_options(
     ):
         if value is not None and value < low:
             fail(f"{name} {value}: give a whole number of at least {low}")
+    if passk_every is not None and (passk_every < 1 or n is None):
+        fail(
+            f"--passk-every {passk_every}: pass@k on every N-th seed, N at least 1, with --n {PROTOCOL['passk']['n']}"
+        )
     if not 0 < target < 100:
         fail(f"--target {target}: the half-width of the 95% interval in percentage points, e.g. 5")
     if hours <= 0:
@@ -76,6 +81,7 @@ def paired_options(
         methods=chosen,
         overrides={"max_steps": max_steps} if max_steps else None,
         no_passk=n is None,
+        passk_every=passk_every,
     )
 
 
@@ -104,8 +110,13 @@ def paired_command(opts, report_only: bool, dry_run: bool) -> None:
     if problem:
         fail(problem)
     paired.load_record(
-        opts.record, opts.overrides, opts.methods, not opts.no_passk
-    )  # another protocol: refused
+        opts.record,
+        opts.overrides,
+        opts.methods,
+        not opts.no_passk,
+        opts.passk_every,
+        paired.started_seeds(opts.work),
+    )  # fmt: skip (another protocol: refused before any run)
     paired.run(opts)
 
 
@@ -117,10 +128,11 @@ def _dry_run(opts) -> None:
 
     refusals = []
     try:
-        record = paired.load_record(opts.record, opts.overrides, opts.methods, not opts.no_passk)
+        record = paired.load_record(opts.record, opts.overrides, opts.methods, not opts.no_passk, opts.passk_every,
+                                    paired.started_seeds(opts.work))  # fmt: skip
     except paired.CompareError as e:
         refusals.append(str(e))
-        record = paired.new_record(opts.overrides, opts.methods, not opts.no_passk)
+        record = paired.new_record(opts.overrides, opts.methods, not opts.no_passk, opts.passk_every)
     proto = record["protocol"]
     gap = (
         paired.summarize(record).get(paired.PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
@@ -133,7 +145,7 @@ def _dry_run(opts) -> None:
              if opts.full_seeds else f"only pacs and {paired.PRIMARY} run")  # fmt: skip
     typer.echo(f"  methods: {', '.join(proto['methods'])}; {order}")
     typer.echo(f"  every run: the pacs-rl train CPU default with {proto['train']}; greedy at steps "
-               f"{[*proto['greedy_at'], proto['train']['max_steps']]}; pass@k {'n = 64' if proto['passk'] else 'off'}")  # fmt: skip
+               f"{[*proto['greedy_at'], proto['train']['max_steps']]}; pass@k {_passk_rule(proto)}")  # fmt: skip
     if gap.get("ci95"):
         typer.echo(f"  PACS - {paired.PRIMARY} so far: {100 * gap['mean']:+.1f} pp "
                    f"[{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}] over {gap['pairs']} pairs; "
@@ -145,3 +157,12 @@ def _dry_run(opts) -> None:
         f"  {opts.workers} at a time, {opts.threads} thread(s) each, for at most {opts.hours:g} h, in {opts.work}"
     )
     end_dry_run(refusals)
+
+
+def _passk_rule(proto: dict) -> str:
+    if proto.get("passk") is None:
+        return "off"
+    rule, n = proto.get("passk_seeds"), proto["passk"]["n"]
+    if rule is None:
+        return f"n = {n} on every run"
+    return f"n = {n} on the base model and seeds {rule['from']}, {rule['from'] + rule['every']}, ..."

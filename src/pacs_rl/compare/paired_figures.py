@@ -54,9 +54,10 @@ def plot_comparison(record: dict, out: Path) -> Path:
             axes[0].errorbar(x, sum(values) / len(values), fmt="_", color=colors[m], markersize=14,
                              label=f"{m} ({len(runs)} seeds)" if j == 0 else None)  # fmt: skip
         ks = record["protocol"]["ks"]
-        if ks and all("passk" in r for r in runs):
-            mean = [sum(r["passk"]["pass_at_k"][str(k)] for r in runs) / len(runs) for k in ks]
-            axes[1].plot(ks, mean, marker="o", color=colors[m], label=m)
+        with_k = [r for r in runs if r.get("passk")]  # pass@k on some seeds only (passk_seeds)
+        if ks and with_k:
+            mean = [sum(r["passk"]["pass_at_k"][str(k)] for r in with_k) / len(with_k) for k in ks]
+            axes[1].plot(ks, mean, marker="o", color=colors[m], label=f"{m} ({len(with_k)} seeds)")
         for ax, key in ((axes[2], "entropy"), (axes[3], "length")):
             curves = [r["dynamics"]["curves"][key] for r in runs]
             n = min(len(c) for c in curves)
