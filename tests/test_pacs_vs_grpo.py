@@ -313,6 +313,7 @@ def test_results_page_quotes_the_records(driver):
     assert _block(text, "restatement_rule") == driver.markdown_tables(rule)
     assert _block(text, "leak") == driver.markdown_tables(leak)
     assert _block(text, "critic") == driver.critic_table([leak, critic])  # the critic's runs are the leak's
+    assert _block(text, "critic_sound") == driver.critic_table([record])
     assert (REPO / "docs" / "results" / "pacs_vs_grpo" / "comparison.png").is_file()
     assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_rule" / "comparison.png").is_file()
     for name in ("comparison.png", "critic_auc.png"):
