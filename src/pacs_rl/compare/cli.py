@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from pacs_rl.command import end_dry_run, fail, note, show_library_notes, typed_command
-from pacs_rl.compare.paired_cli import PAIRED_PRESET, paired_command, paired_options
+from pacs_rl.compare.paired_cli import PAIRED_PRESET, paired_preset
 from pacs_rl.compare.plan import (
     PRESETS,
     build_plan,
@@ -179,27 +179,14 @@ def compare_command(
     Older spellings still work: --output, --steps, --seeds N (seeds 0..N-1)."""
     console = Console(stderr=True)
     output = Path(output_dir)
-    paired_values = {"--record": record, "--workers": workers, "--threads": threads, "--hours": hours,
-                     "--target": target, "--max-pairs": max_pairs, "--full-seeds": full_seeds,
-                     "--passk-every": passk_every}  # fmt: skip
+    paired = {"--record": record, "--workers": workers, "--threads": threads, "--hours": hours, "--target": target,
+              "--max-pairs": max_pairs, "--full-seeds": full_seeds, "--passk-every": passk_every}  # fmt: skip
     if preset == PAIRED_PRESET:
-        given = {"--seed": seed, "--config": config, "--sweep": sweep, "--model": model, "--dataset": dataset,
-                 "--benchmarks": benchmarks, "--k": k, "--only": only}  # fmt: skip
-        extra = [name for name, value in given.items() if value]
-        if extra:
-            fail(f"--preset {PAIRED_PRESET} sets its own {', '.join(extra)}: leave {'them' if len(extra) > 1 else 'it'} "
-                 "out (its protocol: docs/RESULTS.md)")  # fmt: skip
-        try:
-            opts = paired_options(output=output, record=record, methods=methods, max_steps=max_steps, n=n,
-                                  workers=2 if workers is None else workers, threads=1 if threads is None else threads,
-                                  hours=8.0 if hours is None else hours, target=5.0 if target is None else target,
-                                  max_pairs=max_pairs, full_seeds=0 if full_seeds is None else full_seeds,
-                                  passk_every=passk_every)  # fmt: skip
-            paired_command(opts, report_only, dry_run)
-        except SettingsError as e:  # CompareError: another protocol, an unknown method
-            fail(e)
+        others = {"--seed": seed, "--config": config, "--sweep": sweep, "--model": model, "--dataset": dataset,
+                  "--benchmarks": benchmarks, "--k": k, "--only": only}  # fmt: skip
+        paired_preset(output, methods, max_steps, n, paired, others, report_only, dry_run)
         return
-    stray = [name for name, value in paired_values.items() if value is not None]
+    stray = [name for name, value in paired.items() if value is not None]
     if stray:
         fail(f"{', '.join(stray)}: only with --preset {PAIRED_PRESET} (a paired-seed record)")
     try:

@@ -29,6 +29,29 @@ def split_methods(text: str | None) -> list[str] | None:
     return [m for m in out if m]
 
 
+def paired_preset(
+    output: Path, methods, max_steps, n, paired: dict, others: dict, report_only: bool, dry_run: bool
+) -> None:
+    """``pacs-rl compare --preset pacs-vs-grpo``: ``paired`` holds its own options by name (None where not given),
+    ``others`` the comparison options it does not take."""
+    from pacs_rl.settings import SettingsError
+
+    extra = [name for name, value in others.items() if value]
+    if extra:
+        fail(f"--preset {PAIRED_PRESET} sets its own {', '.join(extra)}: leave {'them' if len(extra) > 1 else 'it'} "
+             "out (its protocol: docs/RESULTS.md)")  # fmt: skip
+    defaults = {"--workers": 2, "--threads": 1, "--hours": 8.0, "--target": 5.0, "--full-seeds": 0}
+    given = {name: defaults.get(name) if value is None else value for name, value in paired.items()}
+    try:
+        opts = paired_options(output=output, record=given["--record"], methods=methods, max_steps=max_steps, n=n,
+                              workers=given["--workers"], threads=given["--threads"], hours=given["--hours"],
+                              target=given["--target"], max_pairs=given["--max-pairs"],
+                              full_seeds=given["--full-seeds"], passk_every=given["--passk-every"])  # fmt: skip
+        paired_command(opts, report_only, dry_run)
+    except SettingsError as e:  # CompareError: another protocol, an unknown method
+        fail(e)
+
+
 def paired_options(
     *,
     output: Path,
