@@ -185,6 +185,11 @@ def test_a_record_without_passk_takes_it_on_from_its_next_seed(driver, tmp_path)
     }  # the training protocol is the same
     jobs = driver.next_jobs(taken, ["pacs", "grpo"])
     assert list(itertools.islice(jobs, 3)) == [(None, None), ("grpo", 1), ("pacs", 2)]  # the base again first
+    base = tmp_path / "work" / "base"
+    base.mkdir(parents=True)
+    (base / driver.RESULT_FILE).write_text(json.dumps(record["base"]))  # evaluated before pass@k was taken on
+    assert driver.finished_result(base, proto, None) is None
+    assert driver.finished_result(base, record["protocol"], None) == record["base"]
     driver.save_record(path, taken)
     again = driver.load_record(path, methods=["pacs", "grpo"], passk=True, passk_every=2, started=(2, 3, 4))
     assert again["protocol"] == proto  # the rule stays where it was set, whatever has started since

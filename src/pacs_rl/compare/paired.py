@@ -571,6 +571,16 @@ def _commit() -> str:
 
 
 # ----------------------------------------------------------------------------------------------- the driver
+def finished_result(folder: Path, proto: dict, seed: int | None) -> dict | None:
+    """The result a run folder holds, if it is all ``proto`` asks of that run: one evaluated before the record
+    took on pass@k is not, for a seed (or the base model) that pass@k is due on."""
+    path = folder / RESULT_FILE
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    return None if passk_due(proto, seed) and not result.get("passk") else result
+
+
 def started_seeds(work: Path) -> tuple[int, ...]:
     """The seeds with a run folder under ``work`` (finished or not)."""
     return tuple(int(p.name[4:]) for p in work.glob("*/seed*") if p.is_dir() and p.name[4:].isdigit())
@@ -667,8 +677,9 @@ def _run(args: Options) -> None:
                 if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
                     break
                 folder = folder_of(method, seed)
-                if (folder / RESULT_FILE).is_file():  # finished before the driver could record it (a crash)
-                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
+                done = finished_result(folder, record["protocol"], seed)
+                if done is not None:  # finished before the driver could record it (a crash)
+                    collect(method, seed, done)
                     continue
                 folder.parent.mkdir(parents=True, exist_ok=True)
                 cmd = [sys.executable, "-m", "pacs_rl.compare.paired", "job", "--work", str(args.work), "--threads", str(args.threads),
