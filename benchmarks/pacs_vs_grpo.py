@@ -4,6 +4,7 @@ record's file and settings, and the figures of docs/RESULTS.md. The engine is pa
     python benchmarks/pacs_vs_grpo.py run --hours 8      # add pairs to the record (resumes; two runs at a time)
     python benchmarks/pacs_vs_grpo.py summary --markdown # the tables of docs/RESULTS.md
     python benchmarks/pacs_vs_grpo.py plot               # docs/results/pacs_vs_grpo/comparison.png
+    python benchmarks/pacs_vs_grpo.py results            # docs/RESULTS.md's tables and cost, from the record
     python benchmarks/pacs_vs_grpo.py plot --record docs/benchmarks/pacs_vs_grpo_restatement_leak.json \\
         --critic docs/benchmarks/pacs_critic.json --out docs/results/pacs_vs_grpo_restatement_leak
     python benchmarks/pacs_vs_grpo.py regrade --record FILE --work FOLDER   # a closed record's samples, re-graded
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,24 @@ WORK = Path("runs/pacs_vs_grpo")
 # seed since it was taken on (the record's protocol and protocol_changes)
 RUN = ["--preset", paired.PRESET, "--record", str(RECORD), "--output-dir", str(WORK), "--workers", "2",
        "--threads", "1", "--n", "64", "--passk-every", "2"]  # fmt: skip
+
+
+RESULTS = Path("docs/RESULTS.md")
+
+
+def refill_results(record: dict, path: Path = RESULTS) -> Path:
+    """Write the record's tables, its critic table and its cost per pair into docs/RESULTS.md, where its
+    `<!-- tables: ... -->` and `<!-- critic_sound: ... -->` blocks and its cost sentence stand."""
+    text = path.read_text()
+    for name, body in (("tables", paired.markdown_tables(record)), ("critic_sound", critic_table([record]))):
+        start = text.index("\n", text.index(f"<!-- {name}:")) + 1
+        text = text[:start] + body + "\n" + text[text.index(f"<!-- end {name} -->") :]
+    now = paired.cost(record)["pair"].get("greedy")
+    if now:
+        text = re.sub(r"greedy only, as now, [\d,]+ s, [\d,]+ s of it evaluation",
+                      f"greedy only, as now, {now['seconds']:,} s, {now['eval_seconds']:,} s of it evaluation", text)  # fmt: skip
+    path.write_text(text)
+    return path
 
 
 def main() -> None:
@@ -43,6 +63,7 @@ def main() -> None:
         "--critic", type=Path, nargs="*", default=[], help="records of PACS variants (frozen π_ref)"
     )
     f.add_argument("--out", type=Path, default=Path("docs/results/pacs_vs_grpo"))
+    sub.add_parser("results", help="rewrite docs/RESULTS.md's tables, critic table and cost from the record")
     g = sub.add_parser("regrade", help="score a record's kept samples again with its protocol's grader")
     g.add_argument("--record", type=Path, default=RECORD)
     g.add_argument("--work", type=Path, default=WORK, help="the record's run folders")
@@ -60,6 +81,8 @@ def main() -> None:
         ):  # the critic's figure and table pool the record's PACS runs with the frozen-π_ref records
             print(plot_critic(records, a.out / "critic_auc.png"))
             print(critic_table(records))
+    elif a.command == "results":
+        print(refill_results(json.loads(RECORD.read_text())))
     elif a.command == "regrade":
         record = json.loads(a.record.read_text())
         runs = paired.regrade(a.work)

@@ -319,6 +319,10 @@ def test_results_page_quotes_the_records(driver):
     assert _block(text, "leak") == driver.markdown_tables(leak)
     assert _block(text, "critic") == driver.critic_table([leak, critic])  # the critic's runs are the leak's
     assert _block(text, "critic_sound") == driver.critic_table([record])
+    before, now = driver.cost(rule)["pair"]["passk"], driver.cost(record)["pair"]["greedy"]
+    flat = " ".join(text.split())
+    assert f"a pair took {before['seconds']:,} s, {before['eval_seconds']:,} s of it evaluation" in flat
+    assert f"greedy only, as now, {now['seconds']:,} s, {now['eval_seconds']:,} s of it evaluation" in flat
     assert (REPO / "docs" / "results" / "pacs_vs_grpo" / "comparison.png").is_file()
     assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_rule" / "comparison.png").is_file()
     for name in ("comparison.png", "critic_auc.png"):
