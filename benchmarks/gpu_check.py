@@ -25,7 +25,12 @@ Where CUDA is present it runs, each as its own `pacs-rl` process:
    2 GiB allowance (the CUDA context and the allocator's slack, which max_memory_allocated does not count). A
    check fails where the two differ by more than 15%: then the plan is fixed, and the record says what.
 
-and checks each exit status, that training ran on CUDA, that every metrics.jsonl row has a finite loss, and the
+8. `pacs-rl compare --preset pacs-vs-grpo`'s engine (pacs_rl.compare.paired) with 4 runs at once on the one GPU, each
+   its own process: the base model and seeds 0 and 1 of PACS and GRPO on the tiny model, 2 steps each, recorded
+   with the device each ran on.
+
+`--only core,memory,paired,vllm,ddp` runs some groups of these (default: all). It checks each exit status, that
+training ran on CUDA, that every metrics.jsonl row has a finite loss, and the
 resume and eval outputs. It prints one line per check, and one per check it skipped with the reason (no vLLM,
 one GPU, no bundled model), and exits 1 if any check failed. Without CUDA it prints "SKIP: no CUDA device ..."
 and exits 0. `--json` records the device, the checks with their results and timings, and the skipped checks
@@ -107,6 +112,8 @@ CORE_CHECKS = [
 ]
 VLLM_CHECKS = ["train pacs, vLLM colocate", "train grpo, vLLM colocate, IS correction"]
 DDP_CHECKS = ["train pacs, DDP on 2 GPUs"]
+PAIRED_CHECKS = ["pacs-vs-grpo engine: runs sharing one GPU"]
+GROUPS = ("core", "memory", "paired", "vllm", "ddp")
 
 
 def plan(
@@ -118,8 +125,8 @@ def plan(
     vllm_error; bundled_model: whether the bundled SmolLM2 resolves (the vLLM check trains it)."""
     if cuda_devices == 0:
         why = "no CUDA device"
-        return [], [{"check": c, "why": why} for c in CORE_CHECKS + VLLM_CHECKS + DDP_CHECKS]
-    run, skipped = list(CORE_CHECKS), []
+        return [], [{"check": c, "why": why} for c in CORE_CHECKS + PAIRED_CHECKS + VLLM_CHECKS + DDP_CHECKS]
+    run, skipped = [*CORE_CHECKS, *PAIRED_CHECKS], []
     if vllm is None:
         skipped += [{"check": c, "why": f"vLLM does not import: {vllm_error}"} for c in VLLM_CHECKS]
     elif not bundled_model:
@@ -333,8 +340,16 @@ def main() -> int:
     parser.add_argument(
         "--json", default=None, help="Write what was checked and skipped, and timings, as JSON."
     )
+    parser.add_argument(
+        "--only",
+        default=",".join(GROUPS),
+        help=f"Comma-separated groups of checks to run (default: all): {', '.join(GROUPS)}.",
+    )
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # a memory run's spec (internal)
     args = parser.parse_args()
+    groups = {g.strip() for g in args.only.split(",") if g.strip()}
+    if not groups or groups - set(GROUPS):
+        parser.error(f"--only {args.only!r}: give groups of {', '.join(GROUPS)}")
     if args.measure:  # the process of one memory run: train, then write the peak beside the spec
         spec = json.loads(Path(args.measure).read_text())
         peak = measure_in_process(spec["values"], Path(spec["out"]), _cuda_peak)
@@ -402,6 +417,22 @@ def main() -> int:
         check(name, ok, secs, f"exit {code}, {len(losses)} loss rows" + ("" if ok else f"\n{text[-3000:]}"))
         return rows if ok else []
 
+    if "core" in groups:
+        core_checks(out, check, train_check)
+    if "memory" in groups:
+        record["memory"] = []
+        memory_check(out, record["memory"], check, torch.cuda.get_device_properties(0).total_memory / 1024**3)
+    if "paired" in groups:
+        paired_check(out, check)
+    if "vllm" in groups:
+        vllm_checks(out, to_run, check, train_check)
+    if "ddp" in groups:
+        ddp_check(out, to_run, check, train_check)
+    return finish()
+
+
+def core_checks(out: Path, check, train_check) -> None:
+    """Checks 1-4: train PACS and GRPO on CUDA, resume, resume a finished run, evaluate."""
     pacs, grpo = out / "pacs", out / "grpo"
     train_check(CORE_CHECKS[0], pacs, 4, "--loss-type", "pacs", "--set", "fast_sampler=true")
     train_check(CORE_CHECKS[1], grpo, 4, "--loss-type", "grpo", "--set", "fast_sampler=false")
@@ -421,9 +452,36 @@ def main() -> int:
     metrics = evaluation / "metrics.json"
     check(CORE_CHECKS[4], code == 0 and metrics.is_file(), secs, f"exit {code}")
 
-    record["memory"] = []
-    memory_check(out, record["memory"], check, torch.cuda.get_device_properties(0).total_memory / 1024**3)
 
+PAIRED_WORKERS = 4
+
+
+def paired_check(out: Path, check) -> None:
+    """Check 8: `pacs-rl compare --preset pacs-vs-grpo`'s engine with PAIRED_WORKERS runs at once on the one GPU,
+    each its own process: the base model and two seeds of PACS and GRPO on the tiny model, 2 steps each."""
+    from pacs_rl.compare import paired
+
+    folder = out / "paired"
+    opts = paired.Options(record=folder / "record.json", work=folder, workers=PAIRED_WORKERS, max_seeds=2,
+                          methods=["pacs", "grpo"], no_passk=True,
+                          overrides={"model": "tiny", "max_steps": 2, "max_completion_length": 8})  # fmt: skip
+    t0 = time.time()
+    try:
+        paired.run(opts)
+        record = json.loads(opts.record.read_text())
+    except (Exception, SystemExit) as e:  # a failed run process ends the driver too
+        check(PAIRED_CHECKS[0], False, time.time() - t0, f"{type(e).__name__}: {e}")
+        return
+    runs = record["runs"]
+    devices = sorted({r["host"].get("device", "?") for r in [record.get("base") or {"host": {}}, *runs]})
+    ok = (sorted((r["method"], r["seed"]) for r in runs) == [("grpo", 0), ("grpo", 1), ("pacs", 0), ("pacs", 1)]
+          and "cpu" not in devices and all(r["dynamics"]["steps"] == 2 for r in runs))  # fmt: skip
+    check(PAIRED_CHECKS[0], ok, time.time() - t0, f"{len(runs)} runs and the base, {PAIRED_WORKERS} at a time; "
+          f"devices {devices}")  # fmt: skip
+
+
+def vllm_checks(out: Path, to_run: list[str], check, train_check) -> None:
+    """Check 5, where vLLM imports."""
     if VLLM_CHECKS[0] in to_run:
         for name, run, extra in (
             (VLLM_CHECKS[0], out / "vllm-pacs", ("--loss-type", "pacs")),
@@ -440,6 +498,9 @@ def main() -> int:
                       f"held-out engines {sorted(map(str, engines))}")  # fmt: skip
             check(name + ": log-probs and held-out through vLLM", ok, 0.0, detail)
 
+
+def ddp_check(out: Path, to_run: list[str], check, train_check) -> None:
+    """Check 6, where 2 GPUs are present."""
     if DDP_CHECKS[0] in to_run:
         launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                   "--num_machines", "1", "--mixed_precision", "bf16", "--dynamo_backend", "no"]  # fmt: skip
@@ -451,8 +512,6 @@ def main() -> int:
         check(
             DDP_CHECKS[0] + ": both processes checkpointed", bool(rows) and len(ranks) == 2, 0.0, f"{ranks}"
         )
-
-    return finish()
 
 
 if __name__ == "__main__":

@@ -438,3 +438,29 @@ def test_a_paired_record_runs_end_to_end_in_run_processes(tmp_path):
     before = opts.record.read_text()
     paired.run(opts)  # complete: nothing runs again
     assert json.loads(opts.record.read_text())["runs"] == json.loads(before)["runs"]
+
+
+def test_a_run_trains_as_the_cpu_default_on_a_cpu_and_alike_on_a_gpu(monkeypatch):
+    """On this CPU a run's settings are the CPU default's under the protocol (fp32); where CUDA is present the run
+    trains there, still in fp32 and with the same sampler and update pieces, so runs differ only in kernels."""
+    from pacs_rl.training import device
+    from pacs_rl.training.run import default_settings
+
+    proto = paired.protocol(methods=["pacs", "grpo"], passk=False)
+    monkeypatch.setattr(device, "cuda_info", lambda: device.CudaInfo(available=False))
+    values, choice = paired.run_values(proto, "grpo", 3)
+    assert choice.device == "cpu"
+    assert values == {
+        **default_settings(),
+        "bf16": False,
+        **proto["train"],
+        **proto["methods"]["grpo"],
+        "seed": 3,
+    }
+    gpu = device.CudaInfo(available=True, bf16=True, name="NVIDIA H100 80GB HBM3", memory_gib=79.2, count=1,
+                          torch_cuda="13.0")  # fmt: skip
+    monkeypatch.setattr(device, "cuda_info", lambda: gpu)
+    on_gpu, choice = paired.run_values(proto, "grpo", 3)
+    assert choice.device == "cuda" and on_gpu["bf16"] is False and on_gpu["use_cpu"] is False
+    differ = {k for k in set(values) | set(on_gpu) if values.get(k) != on_gpu.get(k)}
+    assert differ == {"use_cpu"}, differ

@@ -376,7 +376,7 @@ def test_gpu_check_skips_without_cuda(tmp_path):
     written = json.loads(record.read_text())
     gpu_check = _gpu_check_module()
     assert written["cuda_devices"] == 0 and written["checks"] == []
-    every = gpu_check.CORE_CHECKS + gpu_check.VLLM_CHECKS + gpu_check.DDP_CHECKS
+    every = gpu_check.CORE_CHECKS + gpu_check.PAIRED_CHECKS + gpu_check.VLLM_CHECKS + gpu_check.DDP_CHECKS
     assert [c["check"] for c in written["skipped"]] == every
     assert {c["why"] for c in written["skipped"]} == {"no CUDA device"}
     from importlib.metadata import version
@@ -389,7 +389,9 @@ def test_the_recorded_gpu_check_passed_what_the_docs_say_it_passed():
     record = json.loads((REPO / "docs" / "benchmarks" / "gpu_check.json").read_text())
     gpu_check = _gpu_check_module()
     assert record["cuda_devices"] >= 1 and all(c["ok"] for c in record["checks"])
-    assert [c["check"] for c in record["checks"]] == gpu_check.CORE_CHECKS
+    names = [c["check"] for c in record["checks"]]
+    assert names[: len(gpu_check.CORE_CHECKS)] == gpu_check.CORE_CHECKS
+    assert set(names) <= {*gpu_check.CORE_CHECKS, *gpu_check.PAIRED_CHECKS}
     scaling = (REPO / "docs" / "SCALING.md").read_text()
     for measured in record["memory"]:
         assert abs(measured["ratio"] - 1) <= gpu_check.MEMORY_TOLERANCE
@@ -398,7 +400,11 @@ def test_the_recorded_gpu_check_passed_what_the_docs_say_it_passed():
 
 def test_gpu_check_plans_vllm_and_ddp_by_what_the_machine_has():
     gpu_check = _gpu_check_module()
-    core, vllm, ddp = gpu_check.CORE_CHECKS, gpu_check.VLLM_CHECKS, gpu_check.DDP_CHECKS
+    core, vllm, ddp = (
+        gpu_check.CORE_CHECKS + gpu_check.PAIRED_CHECKS,
+        gpu_check.VLLM_CHECKS,
+        gpu_check.DDP_CHECKS,
+    )
     run, skipped = gpu_check.plan(1, "0.11.0", "", True)
     assert run == core + vllm
     assert skipped == [{"check": ddp[0], "why": "1 CUDA device, DDP needs 2"}]

@@ -370,8 +370,9 @@ def heldout_problems():
     return arithmetic_problems(n, seed=HELDOUT_SEED, ops=h["ops"], digits=h["digits"], split=h["split"])
 
 
-def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
-    """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable)."""
+def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: str = "cpu") -> dict:
+    """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable), in fp32 on
+    ``device``."""
     from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval
 
     problems = heldout_problems()
@@ -381,7 +382,7 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True) -> dict:
         "benchmark": "arithmetic-heldout",
         "grader": PROTOCOL["grader"],
         "dtype": "float32",
-        "device": "cpu",
+        "device": device,
         "num_threads": threads,
         "verify_workers": 0,
         "progress": False,
@@ -456,6 +457,22 @@ def dynamics(metrics_file: Path) -> dict:
     }
 
 
+def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
+    """(the flat settings of one run of ``proto``, the device choice): `pacs-rl train`'s CPU default under the
+    protocol, the method and the seed, on the device the machine offers (pacs_rl.training.device), in fp32 and with
+    the CPU default's sampler and update pieces wherever it trains, so that a run on a GPU differs from one on a
+    CPU only in its kernels. On a CPU these are the CPU default's own settings (fp32 whatever the CPU: the record
+    began before the CPU default could choose bf16)."""
+    from pacs_rl.training.cli import with_device
+    from pacs_rl.training.device import CPU_ONLY
+    from pacs_rl.training.run import default_settings
+
+    pinned = {
+        k: default_settings()[k] for k in CPU_ONLY
+    }  # kept on CUDA too: the same sampler on every device
+    return with_device({**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed})
+
+
 def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
     """Train (or resume) one run of ``proto`` (a record's protocol) and evaluate it; ``method`` None evaluates
     the base model."""
@@ -465,6 +482,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
 
     from pacs_rl.models import resolve_model
     from pacs_rl.sampling.transformers_backend import cpu_capability
+    from pacs_rl.training.device import cuda_info
     from pacs_rl.training.run import (
         DONE_FILE,
         TINY_MODEL,
@@ -478,8 +496,11 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
     torch.set_num_threads(threads)
     train, passk = proto["train"], passk_due(proto, seed)
+    cuda = cuda_info()
+    device = "cuda" if cuda.available else "cpu"  # the base model's evaluation; a run's is its training's
     host = {
         "cpu_capability": cpu_capability(),
+        "device": cuda.name if cuda.available else "cpu",  # runs on another device are marked so
         "threads": threads,
         "commit": _commit(),
         "date": time.strftime("%Y-%m-%d"),
@@ -488,20 +509,21 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         folder = work / "base"
         model = train.get("model", default_settings()["model"])
         model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
-        result = {"method": "base", **evaluate(model, folder / "eval", threads, passk)}
+        result = {"method": "base", **evaluate(model, folder / "eval", threads, passk, device)}
         (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
         return
     folder = work / slug(method) / f"seed{seed}"
     t0 = time.time()
+    values, choice = run_values(proto, method, seed)
+    device = choice.device
+    host["device"] = cuda.name if device == "cuda" else "cpu"
     if not (folder / DONE_FILE).is_file():
-        # fp32 whatever the CPU: the record began before the CPU default chose bf16 where the CPU computes it
-        values = {**default_settings(), "bf16": False, **train, **proto["methods"][method], "seed": seed}
         settings, cfg = split_settings(values)
         run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
     result = {
         "method": method,
         "seed": seed,
-        **evaluate(str(folder / "final"), folder / "eval", threads, passk),
+        **evaluate(str(folder / "final"), folder / "eval", threads, passk, device),
     }
     result["greedy_at"] = {}
     for step in proto["greedy_at"]:
@@ -510,7 +532,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         checkpoint = folder / f"checkpoint-{step}"
         if not (checkpoint / "config.json").is_file():
             raise SystemExit(f"{checkpoint} is missing: greedy_at {step} needs save_steps to divide it")
-        at = evaluate(str(checkpoint), folder / f"eval-{step}", threads, passk=False)
+        at = evaluate(str(checkpoint), folder / f"eval-{step}", threads, passk=False, device=device)
         result["greedy_at"][str(step)] = at["greedy"]
     result["dynamics"] = dynamics(folder / "metrics.jsonl")
     # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
