@@ -13,11 +13,11 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from pacs_rl import device as device_module
 from pacs_rl.cli import app
+from pacs_rl.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
 from pacs_rl.training import cli, memory, run
-from pacs_rl.training import device as device_module
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
 from pacs_rl.training.plan import dry_run, model_shape
 
 REPO = Path(__file__).resolve().parents[1]

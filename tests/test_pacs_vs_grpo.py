@@ -405,15 +405,17 @@ def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
         "--output-dir",
         str(tmp_path / "w"),
     ]
+    rule = saved["protocol"].get("passk_seeds")  # the options the record was made with
+    args += ["--n", "64", "--passk-every", str(rule["every"])] if rule else []
     result = CliRunner().invoke(app, [*args, "--dry-run"])
     assert result.exit_code == 0, result.output
     gap = paired.summarize(saved)["grpo"]["pacs_minus_this"]["greedy_accuracy"]
     assert f"over {gap['pairs']} pairs" in result.output and f"{100 * gap['mean']:+.1f} pp" in result.output
     first = next(paired.next_jobs(saved, list(saved["protocol"]["methods"]), 0))
-    assert f"next runs: {first[0]} seed {first[1]}" in result.output
+    assert f"next runs: {'base' if first[0] is None else f'{first[0]} seed {first[1]}'}" in result.output
     assert json.loads(record.read_text()) == saved  # a dry run writes nothing
-    # the same record with another protocol (pass@k on) is refused, and the dry run says so
-    refused = CliRunner().invoke(app, [*args, "--dry-run", "--n", "64"])
+    # the same record with another protocol (24 steps) is refused, and the dry run says so
+    refused = CliRunner().invoke(app, [*args, "--dry-run", "--max-steps", "24"])
     assert refused.exit_code == 1 and "another protocol" in refused.output
 
 
@@ -443,7 +445,7 @@ def test_a_paired_record_runs_end_to_end_in_run_processes(tmp_path):
 def test_a_run_trains_as_the_cpu_default_on_a_cpu_and_alike_on_a_gpu(monkeypatch):
     """On this CPU a run's settings are the CPU default's under the protocol (fp32); where CUDA is present the run
     trains there, still in fp32 and with the same sampler and update pieces, so runs differ only in kernels."""
-    from pacs_rl.training import device
+    from pacs_rl import device
     from pacs_rl.training.run import default_settings
 
     proto = paired.protocol(methods=["pacs", "grpo"], passk=False)

@@ -46,8 +46,8 @@ def info() -> None:
             typer.echo(f"  bundled model {name}: {e}")
     typer.echo(f"  cache: {cache_dir()}")
     try:
+        from pacs_rl.device import choose_device, cuda_info
         from pacs_rl.sampling.transformers_backend import cpu_capability
-        from pacs_rl.training.device import choose_device, cuda_info
 
         typer.echo(f"  CPU: {cpu_capability()}")
         cuda = cuda_info()

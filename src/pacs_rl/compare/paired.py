@@ -459,12 +459,12 @@ def dynamics(metrics_file: Path) -> dict:
 
 def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
     """(the flat settings of one run of ``proto``, the device choice): `pacs-rl train`'s CPU default under the
-    protocol, the method and the seed, on the device the machine offers (pacs_rl.training.device), in fp32 and with
+    protocol, the method and the seed, on the device the machine offers (pacs_rl.device), in fp32 and with
     the CPU default's sampler and update pieces wherever it trains, so that a run on a GPU differs from one on a
     CPU only in its kernels. On a CPU these are the CPU default's own settings (fp32 whatever the CPU: the record
     began before the CPU default could choose bf16)."""
+    from pacs_rl.device import CPU_ONLY
     from pacs_rl.training.cli import with_device
-    from pacs_rl.training.device import CPU_ONLY
     from pacs_rl.training.run import default_settings
 
     pinned = {
@@ -480,9 +480,9 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
 
     import torch
 
+    from pacs_rl.device import cuda_info
     from pacs_rl.models import resolve_model
     from pacs_rl.sampling.transformers_backend import cpu_capability
-    from pacs_rl.training.device import cuda_info
     from pacs_rl.training.run import (
         DONE_FILE,
         TINY_MODEL,

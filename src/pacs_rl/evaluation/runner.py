@@ -197,12 +197,12 @@ class EvalConfig(DataSettings):
 
     def resolved_dtype(self) -> str:
         """``dtype`` with ``auto`` made concrete: bfloat16 when sampling on a GPU that computes in bf16, float32
-        otherwise (the rule `pacs-rl train` applies to bf16: pacs_rl.training.device)."""
+        otherwise (the rule `pacs-rl train` applies to bf16: pacs_rl.device)."""
         if self.dtype != "auto":
             return self.dtype
         if self.backend == "transformers" and self.device != "auto" and not self.device.startswith("cuda"):
             return "float32"
-        from pacs_rl.training.device import cuda_info, eval_dtype
+        from pacs_rl.device import cuda_info, eval_dtype
 
         return eval_dtype(cuda_info())
 

@@ -2,7 +2,7 @@
 summary.
 
 With no arguments it runs the CPU default (`RunSettings()` and `CPU_DEFAULTS` in training/settings.py, mirrored
-by configs/cpu_default.yaml); on a machine with CUDA, on CUDA (pacs_rl.training.device). Settings are one flat
+by configs/cpu_default.yaml); on a machine with CUDA, on CUDA (pacs_rl.device). Settings are one flat
 namespace: every trainer config field plus the run keys. Later layers win: CPU defaults < the device choice <
 --config FILE.yaml < the options below (--model, --dataset, ...) < --set (and any setting written as an option,
 TRL's way: --learning_rate 1e-5).
@@ -150,8 +150,8 @@ def merge_settings(
 def with_device(user: dict[str, Any]):
     """(the settings with the device layer, the device choice): CPU defaults < the device choice < ``user``. The
     hardware picks CUDA and its precision over the CPU default unless ``user`` sets use_cpu / bf16
-    (pacs_rl.training.device); this imports torch to ask it."""
-    from pacs_rl.training.device import choose_device, cuda_info
+    (pacs_rl.device); this imports torch to ask it."""
+    from pacs_rl.device import choose_device, cuda_info
 
     choice = choose_device(user, cuda_info())
     return {**schema.default_settings(), **choice.settings, **user}, choice

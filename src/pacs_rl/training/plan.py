@@ -4,7 +4,7 @@ loading weights or touching the network.
     lines, refusals = dry_run(values, output_dir="runs/x", num_processes=8)
 
 ``values`` is the flat mapping of settings after the command line's layers are merged (the device choice of
-`pacs_rl.training.device` included). Every refusal is collected (run keys, GRPOConfig fields PACSTrainer would
+`pacs_rl.device` included). Every refusal is collected (run keys, GRPOConfig fields PACSTrainer would
 ignore, the config's own checks, the run's checks, a DeepSpeed file that disagrees with the settings, data that
 cannot be read, a resume that cannot continue, a GPU plan over the GPU's memory), so a user fixes them in one
 pass. The config is built with the hardware switches neutralised (use_cpu, no bf16/fp16, no DeepSpeed/FSDP
@@ -32,13 +32,13 @@ from typing import Any
 
 from pacs_rl.data import BENCHMARKS, DATA_DIR_ENV, benchmark_name
 from pacs_rl.data.procedural import is_procedural
+from pacs_rl.device import DeviceChoice, choose_device, cuda_info
 from pacs_rl.models import BUNDLED_MODELS, cache_dir, model_problem
 from pacs_rl.settings import install_line, missing_requirements
 from pacs_rl.training import fields as grpo_fields
 from pacs_rl.training import memory, run
 from pacs_rl.training import settings as schema
 from pacs_rl.training.batch import PAPER_BATCH, batch_note
-from pacs_rl.training.device import DeviceChoice, choose_device, cuda_info
 from pacs_rl.training.memory import DTYPE_BYTES, GIB, training_state_bytes
 from pacs_rl.training.pieces import pieces_problems
 
