@@ -466,3 +466,13 @@ def test_a_run_trains_as_the_cpu_default_on_a_cpu_and_alike_on_a_gpu(monkeypatch
     assert choice.device == "cuda" and on_gpu["bf16"] is False and on_gpu["use_cpu"] is False
     differ = {k for k in set(values) | set(on_gpu) if values.get(k) != on_gpu.get(k)}
     assert differ == {"use_cpu"}, differ
+
+
+def test_no_run_starts_on_a_nearly_full_disk(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(paired, "disk_free_gib", lambda path: 1.0)
+    opts = paired.Options(record=tmp_path / "record.json", work=tmp_path / "work", methods=["pacs", "grpo"],
+                          no_passk=True, overrides={"model": "tiny"})  # fmt: skip
+    paired.run(opts)
+    assert "no new run: 1.0 GiB free" in capsys.readouterr().out
+    assert not list((tmp_path / "work").glob("*/seed*")) and not (tmp_path / "work" / "base").exists()
+    assert paired.disk_free_gib(tmp_path / "not" / "yet") > 0  # a folder still to be made: its parent's disk

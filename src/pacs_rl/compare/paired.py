@@ -603,6 +603,19 @@ def finished_result(folder: Path, proto: dict, seed: int | None) -> dict | None:
     return None if passk_due(proto, seed) and not result.get("passk") else result
 
 
+# a run's two checkpoints (~1.6 GB each for the bundled model's weights and Adam moments) and its evaluations, with
+# room to spare: below it no run starts (a full disk once stopped every run on the machine)
+MIN_FREE_GIB = 5.0
+
+
+def disk_free_gib(path: Path) -> float:
+    """Free space on the disk that holds ``path`` (or its nearest existing parent), in GiB."""
+    path = Path(path).resolve()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free / 1024**3
+
+
 def started_seeds(work: Path) -> tuple[int, ...]:
     """The seeds with a run folder under ``work`` (finished or not)."""
     return tuple(int(p.name[4:]) for p in work.glob("*/seed*") if p.is_dir() and p.name[4:].isdigit())
@@ -671,6 +684,7 @@ def _run(args: Options) -> None:
 
     signal.signal(signal.SIGTERM, stop_children)
     pending: list[tuple] = []
+    warned = False
     try:
         while True:
             for proc in [p for p in running if p.poll() is not None]:
@@ -694,7 +708,13 @@ def _run(args: Options) -> None:
                 or target_reached(record, args.target)
                 or (args.max_seeds is not None and done >= args.max_seeds)
             )
-            while not stop and len(running) < args.workers:
+            short = disk_free_gib(args.work) < MIN_FREE_GIB
+            if short and not warned:
+                print(f"no new run: {disk_free_gib(args.work):.1f} GiB free under {args.work}, a run needs about "
+                      f"{MIN_FREE_GIB:g} (its two checkpoints, then its evaluations); free space and start again",
+                      flush=True)  # fmt: skip
+                warned = True
+            while not stop and not short and len(running) < args.workers:
                 method, seed = pending.pop(0) if pending else next(jobs)
                 if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
                     break
