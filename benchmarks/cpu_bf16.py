@@ -2,6 +2,7 @@
 PACS's ratio, and whether learning does.
 
     python benchmarks/cpu_bf16.py ratio                     # r̂ under bf16 against fp32 on the same samples
+    python benchmarks/cpu_bf16.py sampling                  # the base model's rollouts, fp32 sampler against bf16
     python benchmarks/cpu_bf16.py pairs --seeds 0-7         # paired seeds of `pacs-rl train`, fp32 and bf16
     python benchmarks/cpu_bf16.py summary [--markdown]      # the record so far
 
@@ -133,6 +134,57 @@ def ratio(a) -> dict:
     return result
 
 
+# -------------------------------------------------------------------------------------------------- sampling
+def sampling(a) -> dict:
+    """The base model's rollouts drawn by the fast sampler in fp32 and on its bf16 copy, from the same prompts and
+    seeds (the first rollouts of a run, before any update): the share the training grader pays, the mean length and
+    the share cut at the token limit, and, per prompt, how many of its n samples were paid by each, paired."""
+    import torch
+
+    from pacs_rl.compare import stats
+    from pacs_rl.data import arithmetic_problems
+    from pacs_rl.data.prompts import format_prompts
+    from pacs_rl.models import load_model_and_tokenizer
+    from pacs_rl.rewards import verify
+    from pacs_rl.sampling import SamplingParams, TransformersSampler
+    from pacs_rl.training.settings import CPU_DEFAULTS
+
+    torch.set_num_threads(a.threads)
+    model, tok = load_model_and_tokenizer("smollm2-135m")
+    problems = arithmetic_problems(a.prompts, seed=a.seed, split="train", ops="+-", digits="2,1")
+    ids = [
+        tok(p, add_special_tokens=False)["input_ids"]
+        for p in format_prompts(tok, [p.problem for p in problems])
+    ]
+    params = SamplingParams(n=a.n, temperature=CPU_DEFAULTS["temperature"],
+                            max_new_tokens=CPU_DEFAULTS["max_completion_length"], seed=a.seed)  # fmt: skip
+    out = {}
+    for precision, dtype in (("fp32", None), ("bf16", "bfloat16")):
+        t0 = time.time()
+        groups = TransformersSampler(model, tok, dtype=dtype).generate_ids(ids, params)
+        paid, lengths, cut = [], [], 0
+        for problem, group in zip(problems, groups, strict=True):
+            texts = [tok.decode(x.token_ids, skip_special_tokens=True) for x in group]
+            paid.append(
+                sum(verify(t, problem.answer, grader="sound", prompt=problem.problem).score for t in texts)
+            )
+            lengths += [len(x.token_ids) for x in group]
+            cut += sum(len(x.token_ids) >= params.max_new_tokens for x in group)
+        out[precision] = {"paid_per_prompt": paid, "paid": sum(paid) / (a.n * len(ids)),
+                          "mean_length": sum(lengths) / len(lengths), "cut_at_limit": cut / len(lengths),
+                          "seconds": round(time.time() - t0, 1)}  # fmt: skip
+    diffs = [
+        (b - f) / a.n
+        for f, b in zip(out["fp32"]["paid_per_prompt"], out["bf16"]["paid_per_prompt"], strict=True)
+    ]
+    result = {"prompts": len(ids), "n": a.n, "seed": a.seed, "temperature": params.temperature,
+              "max_new_tokens": params.max_new_tokens, **out,
+              "bf16_minus_fp32_paid_per_prompt": stats.paired_interval(diffs, None)}  # fmt: skip
+    print(json.dumps({k: v for k, v in result.items() if k not in ("fp32", "bf16")}, indent=1))
+    print({p: {k: v for k, v in out[p].items() if k != "paid_per_prompt"} for p in out})
+    return result
+
+
 # --------------------------------------------------------------------------------------------------- pairs
 def run_dir(work: Path, precision: str, seed: int) -> Path:
     return work / precision / f"seed{seed}"
@@ -252,7 +304,9 @@ def pairs(a) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("probe", choices=["ratio", "pairs", "summary"])
+    p.add_argument("probe", choices=["ratio", "sampling", "pairs", "summary"])
+    p.add_argument("--prompts", type=int, default=64, help="sampling: training prompts")
+    p.add_argument("--n", type=int, default=8, help="sampling: samples per prompt")
     p.add_argument("--seed", type=int, default=0, help="ratio: the rollout's seed")
     p.add_argument("--threads", type=int, default=2, help="ratio: torch threads")
     p.add_argument("--seeds", default="0-7", help="pairs: seeds, e.g. 0-7 or 0,3,5")
@@ -265,6 +319,9 @@ def main() -> None:
     a = p.parse_args()
     if a.probe == "ratio":
         save(a.out, {"ratio": {**ratio(a), "host": host(), "command": " ".join(["python", *sys.argv])}})
+    elif a.probe == "sampling":
+        part = {**sampling(a), "host": host(), "command": " ".join(["python", *sys.argv])}
+        save(a.out, {"sampling": part})
     elif a.probe == "pairs":
         pairs(a)
     elif a.markdown:

@@ -50,3 +50,16 @@ def test_the_note_quotes_the_record(probe):
         assert f"({first[precision]['train_seconds']} s)" in text
         assert f"{first[precision]['max_rss_kib']:,} KiB" in text
     assert f"**{first['fp32_over_bf16']['step_seconds_per_completion_token']:.2f}**" in text
+    rollouts = record["sampling"]  # the sampler's rollouts of the base model, fp32 against the bf16 copy
+    for precision in ("fp32", "bf16"):
+        got = rollouts[precision]
+        assert (
+            f"{100 * got['paid']:.2f}% ({sum(got['paid_per_prompt']):.0f} of {rollouts['prompts'] * rollouts['n']})"
+            in text
+        )
+        assert f"| {got['mean_length']:.1f} |" in text
+    gap = rollouts["bf16_minus_fp32_paid_per_prompt"]
+    assert (
+        f"{100 * gap['mean']:.1f} pp, 95% interval [{100 * gap['ci95'][0]:.1f}, +{100 * gap['ci95'][1]:.1f}] pp"
+        in text.replace("−", "-")
+    )
