@@ -156,6 +156,18 @@ def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(dr
     c = driver.cost(record)
     assert c["pair"]["passk"] == {"seconds": 1000 + 900 + 800 + 700, "eval_seconds": 1600}
     assert c["pair"]["greedy"]["eval_seconds"] == 500  # unchanged by the pass@k runs
+    # where the evaluation goes, from runs that timed it
+    for r in record["runs"][-2:]:
+        r["greedy"]["seconds"], r["greedy_at"]["24"]["seconds"] = 200, 100
+        r["passk"]["seconds"], r["host"]["import_seconds"] = 350, 20
+    c = driver.cost(record)
+    assert {
+        k: c["per_method"]["pacs"][k] for k in ("greedy_eval_seconds_median", "passk_seconds_median")
+    } == {
+        "greedy_eval_seconds_median": 300,
+        "passk_seconds_median": 350,
+    }
+    assert "a run's evaluation: pacs greedy 300 s, pass@k 350 s, imports 20 s" in driver.cost_line(record)
 
 
 def test_a_record_without_passk_takes_it_on_from_its_next_seed(driver, tmp_path):
@@ -435,6 +447,7 @@ def test_a_paired_record_runs_end_to_end_in_run_processes(tmp_path):
     assert all(
         r["passk"]["n"] == 64 and r["passk"]["problems"] == 32 for r in [record["base"], *record["runs"]]
     )
+    assert all(r["greedy"]["seconds"] >= 0 and r["host"]["import_seconds"] >= 0 for r in record["runs"])
     assert record["summary"]["grpo"]["pacs_minus_this"]["greedy_accuracy"]["pairs"] == 1
     assert not list(opts.work.glob("*/seed0/checkpoint-*"))  # weights go once evaluated
     before = opts.record.read_text()

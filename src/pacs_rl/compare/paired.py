@@ -37,6 +37,9 @@ from pacs_rl.compare import stats
 from pacs_rl.compare.lock import PhaseLock
 from pacs_rl.compare.plan import CompareError
 
+STARTED = (
+    time.time()
+)  # this module's import: in a run process, its start-up before the imports of torch and the rest
 WHAT = "PACS against GRPO in miniature, powered: seed after seed of every method, added to one record."
 RESULT_FILE = "result.json"
 PRESET = "pacs-vs-grpo"  # the name `pacs-rl compare --preset` runs this engine under
@@ -323,6 +326,7 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
                           if bool(r.get("passk")) == has_passk]  # fmt: skip
             entry[f"eval_{kind}_seconds_median"] = _median(evaluation)
             entry[f"eval_{kind}_runs"] = len(evaluation)
+        entry.update(_phases(runs))
         out["per_method"][method] = entry
     parts = [out["per_method"].get(m) for m in methods]
     for kind in ("greedy", "passk"):
@@ -333,6 +337,19 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
                 "eval_seconds": round(sum(p[key] for p in parts)),
             }
     return out
+
+
+def _phases(runs: list[dict]) -> dict:
+    """Medians of where a run's evaluation time went, from the runs that timed it (since 2026-11-26): the greedy
+    evaluations (every step evaluated, loading the model included), pass@k (runs that have it), the process's
+    imports."""
+    greedy = [r["greedy"]["seconds"] + sum(g.get("seconds", 0) for g in r.get("greedy_at", {}).values())
+              for r in runs if "seconds" in r["greedy"]]  # fmt: skip
+    passk = [r["passk"]["seconds"] for r in runs if "seconds" in (r.get("passk") or {})]
+    imports = [r["host"]["import_seconds"] for r in runs if "import_seconds" in r.get("host", {})]
+    found = {"greedy_eval_seconds_median": _median(greedy), "passk_seconds_median": _median(passk),
+             "import_seconds_median": _median(imports)}  # fmt: skip
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def cost_line(record: dict) -> str:
@@ -346,7 +363,18 @@ def cost_line(record: dict) -> str:
         f"{kinds[k]}: {v['seconds']} s, {v['eval_seconds']} s of it evaluation and start-up"
         for k, v in c["pair"].items()
     )
-    return f"cost per pair (medians, one thread each; training {train}): {pairs}"
+    line = f"cost per pair (medians, one thread each; training {train}): {pairs}"
+    names = {
+        "greedy_eval_seconds_median": "greedy",
+        "passk_seconds_median": "pass@k",
+        "import_seconds_median": "imports",
+    }
+    parts = []
+    for m in ("pacs", PRIMARY):
+        timed = [f"{names[k]} {v:.0f} s" for k, v in c["per_method"][m].items() if k in names]
+        if timed:
+            parts.append(f"{m} " + ", ".join(timed))
+    return line + (f"; a run's evaluation: {'; '.join(parts)}" if parts else "")
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:
@@ -408,21 +436,25 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: st
         batch_size=256,
     )
     load = functools.cache(functools.partial(build_sampler, greedy))  # only when something is left to sample
+    t0 = time.time()
     gm = run_eval(greedy, load=load, problems=problems)
     result = {
         "greedy": {
             "accuracy": gm["pass_at_k"]["1"],
             "n": gm["num_problems"],
             "mean_length": gm["mean_completion_tokens"],
+            "seconds": round(time.time() - t0),  # loading the model included (0 for one already sampled)
         }
     }
     if passk:
+        t0 = time.time()
         pm = run_eval(passk_config, load=load, problems=problems[: pk["problems"]])
         result["passk"] = {
             "pass_at_k": pm["pass_at_k"],
             "n": pk["n"],
             "problems": pm["num_problems"],
             "mean_length": pm["mean_completion_tokens"],
+            "seconds": round(time.time() - t0),
         }
     return result
 
@@ -495,6 +527,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
     torch.set_num_threads(threads)
+    imports = round(time.time() - STARTED)  # the run process's imports (torch, transformers, TRL)
     train, passk = proto["train"], passk_due(proto, seed)
     cuda = cuda_info()
     device = "cuda" if cuda.available else "cpu"  # the base model's evaluation; a run's is its training's
@@ -502,6 +535,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         "cpu_capability": cpu_capability(),
         "device": cuda.name if cuda.available else "cpu",  # runs on another device are marked so
         "threads": threads,
+        "import_seconds": imports,
         "commit": _commit(),
         "date": time.strftime("%Y-%m-%d"),
     }
