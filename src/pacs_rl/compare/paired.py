@@ -693,92 +693,114 @@ def _run(args: Options) -> None:
                          started_seeds(args.work))  # fmt: skip
     if args.record.is_file():
         save_record(args.record, record)  # a protocol change (pass@k taken on) holds from now, whatever stops
-    methods = list(record["protocol"]["methods"])
-    deadline = time.time() + args.hours * 3600
-    jobs = next_jobs(record, methods, args.full_seeds)
-    running: dict[subprocess.Popen, tuple] = {}
-    failures: dict[tuple, int] = {}
     args.work.mkdir(parents=True, exist_ok=True)
+    driver = _Driver(args, record)
+    signal.signal(signal.SIGTERM, driver.stop_children)
+    try:
+        driver.loop()
+    except KeyboardInterrupt:
+        driver.stop_children()
+    print(summary_text(record))
+    print(cost_line(record))
 
-    def folder_of(method, seed) -> Path:
-        return args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
 
-    def collect(method, seed, result) -> None:
+class _Driver:
+    """The loop of :func:`run`: runs in processes of their own, ``args.workers`` at a time, each result into the
+    record as it lands, one retry of a failed run (it resumes from its checkpoint)."""
+
+    def __init__(self, args: Options, record: dict):
+        self.args, self.record = args, record
+        self.methods = list(record["protocol"]["methods"])
+        self.deadline = time.time() + args.hours * 3600
+        self.jobs = next_jobs(record, self.methods, args.full_seeds)
+        self.running: dict[subprocess.Popen, tuple] = {}
+        self.failures: dict[tuple, int] = {}
+        self.pending: list[tuple] = []
+        self.warned = False
+
+    def folder_of(self, method, seed) -> Path:
+        return self.args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
+
+    def collect(self, method, seed, result) -> None:
         if method is None:
-            record["base"] = result
+            self.record["base"] = result
         else:
-            record["runs"].append(result)
-        save_record(args.record, record)
-        print(_line(record, method, seed, result), flush=True)
+            self.record["runs"].append(result)
+        save_record(self.args.record, self.record)
+        print(_line(self.record, method, seed, result), flush=True)
 
-    def stop_children(*_):
-        for proc in running:
+    def stop_children(self, *_) -> None:
+        for proc in self.running:
             proc.terminate()
         raise SystemExit(130)
 
-    signal.signal(signal.SIGTERM, stop_children)
-    pending: list[tuple] = []
-    warned = False
-    try:
+    def reap(self) -> None:
+        """Record the runs that finished; queue a failed one again, once."""
+        for proc in [p for p in self.running if p.poll() is not None]:
+            method, seed = self.running.pop(proc)
+            folder = self.folder_of(method, seed)
+            if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
+                self.collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
+                continue
+            self.failures[method, seed] = self.failures.get((method, seed), 0) + 1
+            print(f"FAILED {method} seed {seed} (exit {proc.returncode}; log {folder}.log)", flush=True)
+            if self.failures[method, seed] < 2:
+                self.pending.append((method, seed))
+
+    def stopping(self) -> bool:
+        """The time is up, the target reached or the seeds asked for complete (with --full-seeds, a seed counts
+        once PACS and PRIMARY have it)."""
+        args = self.args
+        pair = [m for m in self.methods if m in ("pacs", PRIMARY)]
+        counted = pair if args.full_seeds is not None and len(pair) == 2 else self.methods
+        done = len(complete_seeds(self.record, counted))
+        return (
+            time.time() > self.deadline
+            or target_reached(self.record, args.target)
+            or (args.max_seeds is not None and done >= args.max_seeds)
+        )
+
+    def disk_short(self) -> bool:
+        free = disk_free_gib(self.args.work)
+        if free < MIN_FREE_GIB and not self.warned:
+            print(f"no new run: {free:.1f} GiB free under {self.args.work}, a run needs about {MIN_FREE_GIB:g} (its "
+                  "two checkpoints, then its evaluations); free space and start again", flush=True)  # fmt: skip
+            self.warned = True
+        return free < MIN_FREE_GIB
+
+    def start(self, method, seed) -> None:
+        args, folder = self.args, self.folder_of(method, seed)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pacs_rl.compare.paired", "job", "--work", str(args.work),
+               "--threads", str(args.threads), "--protocol", json.dumps(self.record["protocol"])]  # fmt: skip
+        cmd += [] if method is None else ["--method", method, "--seed", str(seed)]
+        env = {
+            **JOB_ENV,
+            **os.environ,
+            "OMP_NUM_THREADS": str(args.threads),
+            "MKL_NUM_THREADS": str(args.threads),
+        }
+        log = open(f"{folder}.log", "a")  # noqa: SIM115 (closed with the process)
+        self.running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)] = (method, seed)
+        print(f"started {method or 'base'} seed {seed}", flush=True)
+
+    def loop(self) -> None:
+        args = self.args
         while True:
-            for proc in [p for p in running if p.poll() is not None]:
-                method, seed = running.pop(proc)
-                folder = folder_of(method, seed)
-                if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
-                    collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
-                else:
-                    failures[method, seed] = failures.get((method, seed), 0) + 1
-                    print(
-                        f"FAILED {method} seed {seed} (exit {proc.returncode}; log {folder}.log)", flush=True
-                    )
-                    if failures[method, seed] < 2:
-                        pending.append((method, seed))  # one retry: it resumes from its checkpoint
-            # with --full-seeds, a seed counts once PACS and PRIMARY have it (the others stop there)
-            pair = [m for m in methods if m in ("pacs", PRIMARY)]
-            counted = pair if args.full_seeds is not None and len(pair) == 2 else methods
-            done = len(complete_seeds(record, counted))
-            stop = (
-                time.time() > deadline
-                or target_reached(record, args.target)
-                or (args.max_seeds is not None and done >= args.max_seeds)
-            )
-            short = disk_free_gib(args.work) < MIN_FREE_GIB
-            if short and not warned:
-                print(f"no new run: {disk_free_gib(args.work):.1f} GiB free under {args.work}, a run needs about "
-                      f"{MIN_FREE_GIB:g} (its two checkpoints, then its evaluations); free space and start again",
-                      flush=True)  # fmt: skip
-                warned = True
-            while not stop and not short and len(running) < args.workers:
-                method, seed = pending.pop(0) if pending else next(jobs)
+            self.reap()
+            stop = self.stopping() or self.disk_short()
+            while not stop and len(self.running) < args.workers:
+                method, seed = self.pending.pop(0) if self.pending else next(self.jobs)
                 if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
                     break
-                folder = folder_of(method, seed)
-                done = finished_result(folder, record["protocol"], seed)
+                done = finished_result(self.folder_of(method, seed), self.record["protocol"], seed)
                 if done is not None:  # finished before the driver could record it (a crash)
-                    collect(method, seed, done)
+                    self.collect(method, seed, done)
                     continue
-                folder.parent.mkdir(parents=True, exist_ok=True)
-                cmd = [sys.executable, "-m", "pacs_rl.compare.paired", "job", "--work", str(args.work), "--threads", str(args.threads),
-                       "--protocol", json.dumps(record["protocol"])]  # fmt: skip
-                cmd += [] if method is None else ["--method", method, "--seed", str(seed)]
-                env = {
-                    **JOB_ENV,
-                    **os.environ,
-                    "OMP_NUM_THREADS": str(args.threads),
-                    "MKL_NUM_THREADS": str(args.threads),
-                }
-                log = open(f"{folder}.log", "a")  # noqa: SIM115 (closed with the process)
-                running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)] = (method, seed)
-                print(f"started {method or 'base'} seed {seed}", flush=True)
-            if not running:
-                break
+                self.start(method, seed)
+            if not self.running:
+                return
             time.sleep(5)
-    except KeyboardInterrupt:
-        for proc in running:
-            proc.terminate()
-        raise
-    print(summary_text(record))
-    print(cost_line(record))
 
 
 def _fmt(value, spec: str = ".3f") -> str:
