@@ -513,16 +513,12 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
     import torch
 
     from pacs_rl.device import cuda_info
-    from pacs_rl.models import resolve_model
     from pacs_rl.sampling.transformers_backend import cpu_capability
     from pacs_rl.training.run import (
         DONE_FILE,
-        TINY_MODEL,
         build_config,
-        default_settings,
         run_training,
         split_settings,
-        tiny_model_folder,
     )
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
@@ -540,11 +536,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         "date": time.strftime("%Y-%m-%d"),
     }
     if method is None:
-        folder = work / "base"
-        model = train.get("model", default_settings()["model"])
-        model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
-        result = {"method": "base", **evaluate(model, folder / "eval", threads, passk, device)}
-        (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
+        _evaluate_base(train, work / "base", threads, passk, device, host)
         return
     folder = work / slug(method) / f"seed{seed}"
     t0 = time.time()
@@ -559,15 +551,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         "seed": seed,
         **evaluate(str(folder / "final"), folder / "eval", threads, passk, device),
     }
-    result["greedy_at"] = {}
-    for step in proto["greedy_at"]:
-        if step >= train["max_steps"]:
-            continue
-        checkpoint = folder / f"checkpoint-{step}"
-        if not (checkpoint / "config.json").is_file():
-            raise SystemExit(f"{checkpoint} is missing: greedy_at {step} needs save_steps to divide it")
-        at = evaluate(str(checkpoint), folder / f"eval-{step}", threads, passk=False, device=device)
-        result["greedy_at"][str(step)] = at["greedy"]
+    result["greedy_at"] = greedy_at_checkpoints(proto, folder, threads, device)
     result["dynamics"] = dynamics(folder / "metrics.jsonl")
     # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
     result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
@@ -576,6 +560,33 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         shutil.rmtree(checkpoint, ignore_errors=True)
     for weights in (folder / "final").glob("*.safetensors"):
         weights.unlink()
+
+
+def _evaluate_base(train: dict, folder: Path, threads: int, passk: bool, device: str, host: dict) -> None:
+    """The base model's run: its evaluation, into ``folder``/result.json."""
+    from pacs_rl.models import resolve_model
+    from pacs_rl.training.run import TINY_MODEL, default_settings, tiny_model_folder
+
+    model = train.get("model", default_settings()["model"])
+    model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
+    result = {"method": "base", **evaluate(model, folder / "eval", threads, passk, device)}
+    (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
+
+
+def greedy_at_checkpoints(proto: dict, folder: Path, threads: int, device: str) -> dict:
+    """The greedy evaluation of each of the protocol's earlier checkpoints (``greedy_at``) of the run in
+    ``folder``, by step."""
+    out = {}
+    for step in proto["greedy_at"]:
+        if step >= proto["train"]["max_steps"]:
+            continue
+        checkpoint = folder / f"checkpoint-{step}"
+        if not (checkpoint / "config.json").is_file():
+            raise SystemExit(f"{checkpoint} is missing: greedy_at {step} needs save_steps to divide it")
+        out[str(step)] = evaluate(
+            str(checkpoint), folder / f"eval-{step}", threads, passk=False, device=device
+        )["greedy"]
+    return out
 
 
 def regrade(work: Path) -> dict:
