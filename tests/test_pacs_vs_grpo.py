@@ -489,3 +489,28 @@ def test_no_run_starts_on_a_nearly_full_disk(tmp_path, monkeypatch, capsys):
     assert "no new run: 1.0 GiB free" in capsys.readouterr().out
     assert not list((tmp_path / "work").glob("*/seed*")) and not (tmp_path / "work" / "base").exists()
     assert paired.disk_free_gib(tmp_path / "not" / "yet") > 0  # a folder still to be made: its parent's disk
+
+
+def test_the_other_methods_run_once_the_primary_pair_is_answered(tmp_path):
+    """PACS and GRPO first; once PACS − GRPO is within the target, the record's other methods on the seeds of the
+    pairs, and then the driver stops."""
+    record = {
+        "protocol": paired.protocol(methods=["pacs", "grpo", "pacs_clip"], passk=False),
+        "runs": [
+            _run(m, s, 0.5 + (0.001 * s if m == "pacs" else 0)) for s in range(4) for m in ("pacs", "grpo")
+        ],
+        "base": {"greedy": {"accuracy": 0.1}},
+    }
+    assert paired.target_reached(record)
+    assert paired.other_jobs(record, ["pacs", "grpo", "pacs_clip"]) == [("pacs_clip", s) for s in range(4)]
+    opts = paired.Options(record=tmp_path / "r.json", work=tmp_path, full_seeds=0)
+    driver = paired._Driver(opts, record)
+    assert driver.stopping() is False and driver.answered
+    assert list(driver.jobs) == [("pacs_clip", s) for s in range(4)]
+    record["runs"] += [_run("pacs_clip", s, 0.4) for s in range(4)]
+    assert driver.stopping() is True
+    wide = {
+        **record,
+        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(4) for m in ("pacs", "grpo")],
+    }
+    assert paired._Driver(opts, wide).stopping() is False  # not answered: the pair goes on

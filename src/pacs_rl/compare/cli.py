@@ -152,8 +152,8 @@ def compare_command(
     target: float = typer.Option(
         None,
         "--target",
-        help=f"{PAIRED_PRESET}: stop once PACS - GRPO's 95% interval is within ± this many percentage points "
-        "[default: 5].",
+        help=f"{PAIRED_PRESET}: once PACS - GRPO's 95% interval is within ± this many percentage points, run the "
+        "record's other methods on the seeds of the pairs, then stop [default: 5].",
         metavar="PP",
     ),
     max_pairs: int = typer.Option(

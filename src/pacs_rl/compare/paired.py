@@ -666,6 +666,15 @@ def started_seeds(work: Path) -> tuple[int, ...]:
     return tuple(int(p.name[4:]) for p in work.glob("*/seed*") if p.is_dir() and p.name[4:].isdigit())
 
 
+def other_jobs(record: dict, methods: list[str]) -> list[tuple[str, int]]:
+    """Once PACS − PRIMARY has its interval: the record's other methods on the seeds that hold that pair, seed by
+    seed, what the record does not have yet."""
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    paired_seeds = complete_seeds(record, ["pacs", PRIMARY])
+    others = [m for m in methods if m not in ("pacs", PRIMARY)]
+    return [(m, s) for s in paired_seeds for m in others if (m, s) not in have]
+
+
 def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None):
     """(method, seed) in order: the base model, then seed after seed, every method of a seed together. From seed
     ``full_seeds`` on, only PACS and PRIMARY (the pair the stopping rule is on) when the record has both."""
@@ -728,6 +737,7 @@ class _Driver:
         self.failures: dict[tuple, int] = {}
         self.pending: list[tuple] = []
         self.warned = False
+        self.answered = False  # PACS - PRIMARY reached the target: the other methods run
 
     def folder_of(self, method, seed) -> Path:
         return self.args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
@@ -759,17 +769,25 @@ class _Driver:
                 self.pending.append((method, seed))
 
     def stopping(self) -> bool:
-        """The time is up, the target reached or the seeds asked for complete (with --full-seeds, a seed counts
-        once PACS and PRIMARY have it)."""
+        """The time is up, or the seeds asked for are complete (with --full-seeds, a seed counts once PACS and
+        PRIMARY have it), or the target is reached and the record's other methods have run on the seeds of the
+        pairs (from then on the jobs are those: the primary pair first, the other methods once it is answered)."""
         args = self.args
         pair = [m for m in self.methods if m in ("pacs", PRIMARY)]
         counted = pair if args.full_seeds is not None and len(pair) == 2 else self.methods
         done = len(complete_seeds(self.record, counted))
-        return (
-            time.time() > self.deadline
-            or target_reached(self.record, args.target)
-            or (args.max_seeds is not None and done >= args.max_seeds)
-        )
+        if time.time() > self.deadline or (args.max_seeds is not None and done >= args.max_seeds):
+            return True
+        if not target_reached(self.record, args.target):
+            return False
+        if not self.answered:
+            self.answered = True
+            self.jobs = iter(other_jobs(self.record, self.methods))
+            print(
+                f"PACS - {PRIMARY} is within ±{100 * args.target:g} pp: the other methods on its seeds now",
+                flush=True,
+            )
+        return not other_jobs(self.record, self.methods) and not self.pending
 
     def disk_short(self) -> bool:
         free = disk_free_gib(self.args.work)
@@ -801,7 +819,9 @@ class _Driver:
             self.reap()
             stop = self.stopping() or self.disk_short()
             while not stop and len(self.running) < args.workers:
-                method, seed = self.pending.pop(0) if self.pending else next(self.jobs)
+                method, seed = self.pending.pop(0) if self.pending else next(self.jobs, (False, None))
+                if method is False:  # the other methods' jobs are all out
+                    break
                 if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
                     break
                 done = finished_result(self.folder_of(method, seed), self.record["protocol"], seed)
