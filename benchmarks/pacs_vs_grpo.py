@@ -72,7 +72,7 @@ def main() -> None:
     if a.command == "job":
         paired.main(["job", *rest])
     elif a.command == "run":
-        sys.exit(subprocess.call(["pacs-rl", "compare", *RUN, "--hours", a.hours]))
+        sys.exit(subprocess.call([sys.executable, "-m", "pacs_rl", "compare", *RUN, "--hours", a.hours]))
     elif a.command == "plot":
         records = [json.loads(x.read_text()) for x in [a.record, *a.critic]]
         print(plot_comparison(records[0], a.out / "comparison.png"))

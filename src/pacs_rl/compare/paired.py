@@ -28,6 +28,7 @@ import math
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -294,9 +295,7 @@ def summarize(record: dict) -> dict:
 
 
 def _median(values: list[float]) -> float | None:
-    values = sorted(values)
-    n = len(values)
-    return None if not n else (values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2)
+    return statistics.median(values) if values else None
 
 
 def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
@@ -499,9 +498,8 @@ def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
     from pacs_rl.training.cli import with_device
     from pacs_rl.training.run import default_settings
 
-    pinned = {
-        k: default_settings()[k] for k in CPU_ONLY
-    }  # kept on CUDA too: the same sampler on every device
+    defaults = default_settings()
+    pinned = {k: defaults[k] for k in CPU_ONLY}  # kept on CUDA too: the same sampler on every device
     return with_device({**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed})
 
 

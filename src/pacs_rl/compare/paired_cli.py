@@ -132,6 +132,7 @@ def paired_command(opts, report_only: bool, dry_run: bool) -> None:
     problem = output_dir_problem(opts.work)
     if problem:
         fail(problem)
+    # another protocol is refused here, before run() takes the lock (which makes the run folder)
     paired.load_record(
         opts.record,
         opts.overrides,
@@ -139,7 +140,7 @@ def paired_command(opts, report_only: bool, dry_run: bool) -> None:
         not opts.no_passk,
         opts.passk_every,
         paired.started_seeds(opts.work),
-    )  # fmt: skip (another protocol: refused before any run)
+    )
     paired.run(opts)
 
 
