@@ -57,24 +57,31 @@ def host() -> dict:
 
 
 # --------------------------------------------------------------------------------------------------- ratio
+def rollout_prompts(n: int, seed: int):
+    """(the bundled model, its tokenizer, ``n`` training problems of the CPU default's task, their chat prompts as
+    token ids), as a run's first rollout draws them."""
+    from pacs_rl.data import arithmetic_problems
+    from pacs_rl.data.prompts import format_prompts
+    from pacs_rl.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer("smollm2-135m")
+    problems = arithmetic_problems(n, seed=seed, split="train", ops="+-", digits="2,1")
+    prompts = format_prompts(tok, [p.problem for p in problems])
+    return model, tok, problems, [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+
+
 def ratio(a) -> dict:
     import torch
 
     from pacs_rl.algorithms.pacs import pacs_loss
-    from pacs_rl.data import arithmetic_problems
-    from pacs_rl.data.prompts import format_prompts
-    from pacs_rl.models import load_model_and_tokenizer
     from pacs_rl.sampling import SamplingParams, TransformersSampler
     from pacs_rl.training.pieces import completion_logps
     from pacs_rl.training.settings import CPU_DEFAULTS
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
-    model, tok = load_model_and_tokenizer("smollm2-135m")
-    problems = arithmetic_problems(4, seed=a.seed, split="train", ops="+-", digits="2,1")
-    prompts = format_prompts(tok, [p.problem for p in problems])
+    model, tok, _, ids = rollout_prompts(4, a.seed)
     G, T = CPU_DEFAULTS["num_generations"], CPU_DEFAULTS["max_completion_length"]
-    ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
     groups = TransformersSampler(model, tok).generate_ids(
         ids, SamplingParams(n=G, temperature=CPU_DEFAULTS["temperature"], max_new_tokens=T, seed=a.seed)
     )
@@ -142,20 +149,12 @@ def sampling(a) -> dict:
     import torch
 
     from pacs_rl.compare import stats
-    from pacs_rl.data import arithmetic_problems
-    from pacs_rl.data.prompts import format_prompts
-    from pacs_rl.models import load_model_and_tokenizer
     from pacs_rl.rewards import verify
     from pacs_rl.sampling import SamplingParams, TransformersSampler
     from pacs_rl.training.settings import CPU_DEFAULTS
 
     torch.set_num_threads(a.threads)
-    model, tok = load_model_and_tokenizer("smollm2-135m")
-    problems = arithmetic_problems(a.prompts, seed=a.seed, split="train", ops="+-", digits="2,1")
-    ids = [
-        tok(p, add_special_tokens=False)["input_ids"]
-        for p in format_prompts(tok, [p.problem for p in problems])
-    ]
+    model, tok, problems, ids = rollout_prompts(a.prompts, a.seed)
     params = SamplingParams(n=a.n, temperature=CPU_DEFAULTS["temperature"],
                             max_new_tokens=CPU_DEFAULTS["max_completion_length"], seed=a.seed)  # fmt: skip
     out = {}
