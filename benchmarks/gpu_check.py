@@ -113,7 +113,14 @@ CORE_CHECKS = [
 VLLM_CHECKS = ["train pacs, vLLM colocate", "train grpo, vLLM colocate, IS correction"]
 DDP_CHECKS = ["train pacs, DDP on 2 GPUs"]
 PAIRED_CHECKS = ["pacs-vs-grpo engine: runs sharing one GPU"]
-GROUPS = ("core", "memory", "paired", "vllm", "ddp")
+GROUP_CHECKS = {  # what --only chooses among
+    "core": [c for c in CORE_CHECKS if c not in MEMORY_CHECKS],
+    "memory": MEMORY_CHECKS,
+    "paired": PAIRED_CHECKS,
+    "vllm": VLLM_CHECKS,
+    "ddp": DDP_CHECKS,
+}
+GROUPS = tuple(GROUP_CHECKS)
 
 
 def plan(
@@ -141,6 +148,18 @@ def plan(
     else:
         run += DDP_CHECKS
     return run, skipped
+
+
+def only(
+    to_run: list[str], skipped: list[dict], groups: set[str], given: str
+) -> tuple[list[str], list[dict]]:
+    """(the checks to run, the checks skipped) once --only ``given`` chose ``groups``: the checks of the groups it
+    leaves out are recorded as skipped, not silently missing."""
+    left_out = [c for g in GROUPS if g not in groups for c in GROUP_CHECKS[g] if c in to_run]
+    return [c for c in to_run if c not in left_out], [
+        *skipped,
+        *({"check": c, "why": f"not in --only {given}"} for c in left_out),
+    ]
 
 
 def vllm_version() -> tuple[str | None, str]:
@@ -361,6 +380,7 @@ def main() -> int:
     cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
     vllm, vllm_error = vllm_version() if cuda_devices else (None, "not tried: no CUDA device")
     to_run, skipped = plan(cuda_devices, vllm, vllm_error, cuda_devices > 0 and bundled_model_installed())
+    to_run, skipped = only(to_run, skipped, groups, args.only)
     record = {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "device": torch.cuda.get_device_name(0) if cuda_devices else None,

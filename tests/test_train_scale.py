@@ -398,6 +398,16 @@ def test_the_recorded_gpu_check_passed_what_the_docs_say_it_passed():
         assert f"{measured['ratio']:.3f}" in scaling, measured
 
 
+def test_gpu_check_records_the_groups_only_leaves_out_as_skipped():
+    gpu_check = _gpu_check_module()
+    run, skipped = gpu_check.plan(1, None, "ModuleNotFoundError: No module named 'vllm'", True)
+    run, skipped = gpu_check.only(run, skipped, {"paired"}, "paired")
+    assert run == gpu_check.PAIRED_CHECKS
+    every = gpu_check.CORE_CHECKS + gpu_check.PAIRED_CHECKS + gpu_check.VLLM_CHECKS + gpu_check.DDP_CHECKS
+    assert sorted(c["check"] for c in skipped) == sorted(c for c in every if c not in run)
+    assert {c["why"] for c in skipped if c["check"] in gpu_check.CORE_CHECKS} == {"not in --only paired"}
+
+
 def test_gpu_check_plans_vllm_and_ddp_by_what_the_machine_has():
     gpu_check = _gpu_check_module()
     core, vllm, ddp = (
