@@ -390,6 +390,7 @@ def test_methods_split_outside_brackets():
     [
         (["--preset", "pacs-vs-grpo", "--seed", "1"], "sets its own --seed"),
         (["--preset", "pacs-vs-grpo", "--model", "tiny", "--k", "1,2"], "sets its own --model, --k"),
+        (["--preset", "pacs-vs-grpo", "--no-progress"], "sets its own --no-progress"),
         (["--workers", "3"], "--workers: only with --preset pacs-vs-grpo"),
         (["--preset", "smoke", "--record", "r.json"], "--record: only with --preset pacs-vs-grpo"),
         (["--preset", "pacs-vs-grpo", "--n", "32"], "samples n = 64"),

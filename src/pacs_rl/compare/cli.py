@@ -182,8 +182,17 @@ def compare_command(
     paired = {"--record": record, "--workers": workers, "--threads": threads, "--hours": hours, "--target": target,
               "--max-pairs": max_pairs, "--full-seeds": full_seeds, "--passk-every": passk_every}  # fmt: skip
     if preset == PAIRED_PRESET:
-        others = {"--seed": seed, "--config": config, "--sweep": sweep, "--model": model, "--dataset": dataset,
-                  "--benchmarks": benchmarks, "--k": k, "--only": only}  # fmt: skip
+        others = {
+            "--seed": seed,
+            "--config": config,
+            "--sweep": sweep,
+            "--model": model,
+            "--dataset": dataset,
+            "--benchmarks": benchmarks,
+            "--k": k,
+            "--only": only,
+            "--no-progress": no_progress,
+        }  # fmt: skip (its runs log to OUTPUT_DIR/<method>/seed<k>.log)
         paired_preset(output, methods, max_steps, n, paired, others, report_only, dry_run)
         return
     stray = [name for name, value in paired.items() if value is not None]
