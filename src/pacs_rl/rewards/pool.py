@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
 from pacs_rl.rewards.graders import DEFAULT_GRADER, parse_grader
 from pacs_rl.rewards.math_verifier import Verdict, check
 
@@ -175,8 +177,6 @@ def _check_lengths(completions: Sequence, answers: Sequence, prompts: Sequence |
 def _progress_bar(total: int, enabled: bool, description: str):
     if not enabled:
         return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
     bar = Progress(
         "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()
     )
@@ -317,69 +317,24 @@ class RewardPool:
         return _result(verdicts, time.perf_counter() - started, self.num_workers)
 
     def _run(self, completions, answers, grader, prompts, timeout, progress) -> list[Verdict]:
+        """Grade every task on the workers, in task order: each round feeds the ready workers, collects their
+        answers until the next deadline, then kills overrunning workers; until every task is done and every
+        worker is ready (so an empty batch waits for start-up)."""
         n = len(completions)
         results: list[Verdict | None] = [None] * n
         pending = collections.deque(range(n))
+        tasks = (completions, answers, grader, prompts, timeout)
         done = 0
         bar = _progress_bar(n, bool(progress) and n > 0, "verifying")
         hard_limit = timeout + self.kill_grace
         try:
             while done < n or not all(w.ready for w in self._workers):
                 now = time.monotonic()
-                for worker in self._workers:  # keep every ready worker fed
-                    while worker.ready and pending and len(worker.inflight) < self.prefetch:
-                        task_id = pending.popleft()
-                        prompt = None if prompts is None else prompts[task_id]
-                        if not worker.inflight:
-                            worker.head_started, worker.next_check = now, now + hard_limit
-                        try:
-                            worker.conn.send(
-                                (task_id, completions[task_id], answers[task_id], grader, prompt, timeout)
-                            )
-                        except (OSError, ValueError):  # the worker died: blame its current task, if any
-                            pending.appendleft(task_id)
-                            done += self._replace(worker, results, pending, "worker_crash")
-                            break
-                        worker.inflight.append(task_id)
+                done += self._feed(tasks, results, pending, now, hard_limit)
                 deadlines = [w.next_check for w in self._workers if w.ready and w.inflight]
                 wait_for = max(0.0, min(deadlines) - now) if deadlines else 1.0
-                by_conn = {w.conn: w for w in self._workers}
-                for conn in wait(list(by_conn), timeout=wait_for):
-                    worker = by_conn[conn]
-                    try:
-                        message = conn.recv()
-                    except (EOFError, OSError):  # the worker died: its current task is the culprit
-                        if not worker.ready:  # died while starting: a setup problem, not a bad input
-                            worker.process.join(timeout=1)
-                            raise RuntimeError(
-                                f"a verifier worker exited with code {worker.process.exitcode} before it was "
-                                "ready. Worker processes are spawned: the script that starts a RewardPool "
-                                "needs an `if __name__ == '__main__':` guard, and `pacs_rl.rewards` must import "
-                                "cleanly in a fresh interpreter."
-                            ) from None
-                        done += self._replace(worker, results, pending, "worker_crash")
-                        continue
-                    if message[0] == "ready":
-                        worker.ready, worker.head_cpu = True, message[1]
-                        continue
-                    task_id, verdict, worker.head_cpu = message
-                    worker.inflight.popleft()
-                    worker.head_started = time.monotonic()
-                    worker.next_check = worker.head_started + hard_limit
-                    results[task_id] = verdict
-                    done += 1
-                    if bar is not None:
-                        bar.advance(0)
-                now = time.monotonic()
-                for worker in list(self._workers):
-                    if worker.ready and worker.inflight and now >= worker.next_check:
-                        if self._overran(worker, now, hard_limit):
-                            done += self._replace(worker, results, pending, "timeout")
-                    elif not worker.ready and now - worker.head_started > self.start_timeout:
-                        raise RuntimeError(
-                            f"a verifier worker did not start within {self.start_timeout:.0f} s (is the machine "
-                            "overloaded, or does the main script lack an `if __name__ == '__main__':` guard?)"
-                        )
+                done += self._collect(results, pending, wait_for, hard_limit, bar)
+                done += self._enforce_deadlines(results, pending, hard_limit)
         except BaseException:
             # Interrupted (Ctrl-C, start-up failure): tasks still in flight would answer into the next
             # batch, so their workers are replaced.
@@ -392,6 +347,78 @@ class RewardPool:
             if bar is not None:
                 bar.stop()
         return results  # type: ignore[return-value]
+
+    def _feed(self, tasks, results, pending, now: float, hard_limit: float) -> int:
+        """Send pending tasks to every ready worker, up to ``prefetch`` in flight each; a worker found dead
+        is replaced. Returns the tasks finished here (a dead worker's current task fails)."""
+        completions, answers, grader, prompts, timeout = tasks
+        done = 0
+        for worker in self._workers:
+            while worker.ready and pending and len(worker.inflight) < self.prefetch:
+                task_id = pending.popleft()
+                prompt = None if prompts is None else prompts[task_id]
+                if not worker.inflight:
+                    worker.head_started, worker.next_check = now, now + hard_limit
+                try:
+                    worker.conn.send(
+                        (task_id, completions[task_id], answers[task_id], grader, prompt, timeout)
+                    )
+                except (OSError, ValueError):  # the worker died: blame its current task, if any
+                    pending.appendleft(task_id)
+                    done += self._replace(worker, results, pending, "worker_crash")
+                    break
+                worker.inflight.append(task_id)
+        return done
+
+    def _collect(self, results, pending, wait_for: float, hard_limit: float, bar) -> int:
+        """Wait up to ``wait_for`` seconds for messages, then take every one that came: a worker's start-up
+        ("ready") or a verdict (its next task's clock starts). A worker that died is replaced, failing its
+        current task; one that died while starting raises. Returns the tasks finished here."""
+        done = 0
+        by_conn = {w.conn: w for w in self._workers}
+        for conn in wait(list(by_conn), timeout=wait_for):
+            worker = by_conn[conn]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # the worker died: its current task is the culprit
+                if not worker.ready:  # died while starting: a setup problem, not a bad input
+                    worker.process.join(timeout=1)
+                    raise RuntimeError(
+                        f"a verifier worker exited with code {worker.process.exitcode} before it was "
+                        "ready. Worker processes are spawned: the script that starts a RewardPool "
+                        "needs an `if __name__ == '__main__':` guard, and `pacs_rl.rewards` must import "
+                        "cleanly in a fresh interpreter."
+                    ) from None
+                done += self._replace(worker, results, pending, "worker_crash")
+                continue
+            if message[0] == "ready":
+                worker.ready, worker.head_cpu = True, message[1]
+                continue
+            task_id, verdict, worker.head_cpu = message
+            worker.inflight.popleft()
+            worker.head_started = time.monotonic()
+            worker.next_check = worker.head_started + hard_limit
+            results[task_id] = verdict
+            done += 1
+            if bar is not None:
+                bar.advance(0)
+        return done
+
+    def _enforce_deadlines(self, results, pending, hard_limit: float) -> int:
+        """Replace each worker whose current task overran (see :meth:`_overran`), failing it as "timeout";
+        raise when a worker has not started within ``start_timeout``. Returns the tasks failed here."""
+        done = 0
+        now = time.monotonic()
+        for worker in list(self._workers):
+            if worker.ready and worker.inflight and now >= worker.next_check:
+                if self._overran(worker, now, hard_limit):
+                    done += self._replace(worker, results, pending, "timeout")
+            elif not worker.ready and now - worker.head_started > self.start_timeout:
+                raise RuntimeError(
+                    f"a verifier worker did not start within {self.start_timeout:.0f} s (is the machine "
+                    "overloaded, or does the main script lack an `if __name__ == '__main__':` guard?)"
+                )
+        return done
 
     def _overran(self, worker: _Worker, now: float, hard_limit: float) -> bool:
         """Past its wall deadline: kill only if the task also burnt ``hard_limit`` CPU seconds (a stuck

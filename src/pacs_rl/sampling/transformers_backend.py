@@ -36,6 +36,7 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import torch
+from rich.progress import Progress
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from pacs_rl.models import cache_keyword
@@ -339,39 +340,8 @@ class TransformersSampler:
         device: torch.device,
     ) -> list[Sample]:
         """Decode one chunk; returns its Samples in chunk order (piece by piece, sample by sample)."""
-        counts = torch.tensor([c for _, _, c in chunk])
-        ids = [prompt_ids[i] for i, _, _ in chunk]
-        shared = common_prefix_length(ids)
-        suffix_ids, suffix_mask = left_pad([p[shared:] for p in ids], self.pad_id)
-        # [shared prefix][left padding][own tokens]: padding in the middle is masked like padding on the left.
-        mask = torch.cat([suffix_mask.new_ones(len(ids), shared), suffix_mask], dim=1).to(device)  # (P, L)
-        position_ids = (mask.cumsum(-1) - 1).clamp_min_(0)  # (P, L), as generate does
-        cache = preallocated_cache(self.model.config, mask.shape[1] + params.max_new_tokens)
-
-        # Prefill the shared prefix once, each prompt's own tokens once, then give each of its samples a
-        # copy of its cache row.
-        if shared:
-            self._forward(
-                input_ids=torch.tensor([ids[0][:shared]], device=device),
-                position_ids=position_ids[:1, :shared],
-                **{self._cache_kw: cache},
-                use_cache=True,
-            )
-            cache.batch_repeat_interleave(len(ids))
-        logits = self._forward(
-            input_ids=suffix_ids.to(device),
-            attention_mask=mask,
-            position_ids=position_ids[:, shared:],
-            **{self._cache_kw: cache},
-            use_cache=True,
-        )  # (P, V)
-        expand = torch.repeat_interleave(torch.arange(len(chunk)), counts).to(device)  # (R,)
-        if len(expand) != len(chunk):
-            cache.batch_select_indices(expand)
-        logits, mask = logits[expand], mask[expand]
-        next_pos = position_ids[expand, -1] + 1  # (R,)
-
-        rows = len(expand)
+        logits, mask, next_pos, cache = self._prefill(prompt_ids, chunk, params, device)
+        rows = len(next_pos)
         max_new = params.max_new_tokens
         out = torch.full((rows, max_new), self.pad_id, dtype=torch.long)  # generated ids, on CPU
         out_lp = torch.zeros((rows, max_new), dtype=torch.float32) if params.logprobs else None
@@ -417,7 +387,53 @@ class TransformersSampler:
                 use_cache=True,
             )
             next_pos = next_pos + 1
+        return self._samples(out, out_lp, out_ent, length, stopped)
 
+    def _prefill(
+        self, prompt_ids: list[list[int]], chunk: list[Piece], params: SamplingParams, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, DynamicCache]:
+        """Prefill a chunk's prompts: the shared prefix once, each prompt's own tokens once, then give each of
+        its samples a copy of its cache row. Returns, one row per sample (R = the chunk's samples), the first
+        step's logits (R, V), the attention mask (R, L), the next position ids (R,) and the KV cache."""
+        counts = torch.tensor([c for _, _, c in chunk])
+        ids = [prompt_ids[i] for i, _, _ in chunk]
+        shared = common_prefix_length(ids)
+        suffix_ids, suffix_mask = left_pad([p[shared:] for p in ids], self.pad_id)
+        # [shared prefix][left padding][own tokens]: padding in the middle is masked like padding on the left.
+        mask = torch.cat([suffix_mask.new_ones(len(ids), shared), suffix_mask], dim=1).to(device)  # (P, L)
+        position_ids = (mask.cumsum(-1) - 1).clamp_min_(0)  # (P, L), as generate does
+        cache = preallocated_cache(self.model.config, mask.shape[1] + params.max_new_tokens)
+        if shared:
+            self._forward(
+                input_ids=torch.tensor([ids[0][:shared]], device=device),
+                position_ids=position_ids[:1, :shared],
+                **{self._cache_kw: cache},
+                use_cache=True,
+            )
+            cache.batch_repeat_interleave(len(ids))
+        logits = self._forward(
+            input_ids=suffix_ids.to(device),
+            attention_mask=mask,
+            position_ids=position_ids[:, shared:],
+            **{self._cache_kw: cache},
+            use_cache=True,
+        )  # (P, V)
+        expand = torch.repeat_interleave(torch.arange(len(chunk)), counts).to(device)  # (R,)
+        if len(expand) != len(chunk):
+            cache.batch_select_indices(expand)
+        return logits[expand], mask[expand], position_ids[expand, -1] + 1, cache
+
+    def _samples(
+        self,
+        out: torch.Tensor,
+        out_lp: torch.Tensor | None,
+        out_ent: torch.Tensor | None,
+        length: torch.Tensor,
+        stopped: torch.Tensor,
+    ) -> list[Sample]:
+        """The chunk's Samples from its decode buffers: each row's first ``length`` tokens, decoded in one
+        batch, with their log-probs and entropies when recorded."""
+        rows = len(out)
         token_lists = [out[r, : length[r]].tolist() for r in range(rows)]
         texts = self.tokenizer.batch_decode(token_lists, skip_special_tokens=True)
         return [
@@ -454,8 +470,6 @@ def _progress(enabled: bool, chunks: list[list[Piece]]):
     if not enabled:
         yield lambda _n: None
         return
-    from rich.progress import Progress
-
     total = sum(c for chunk in chunks for _, _, c in chunk)
     with Progress(transient=False) as prog:
         task = prog.add_task("sampling", total=total)

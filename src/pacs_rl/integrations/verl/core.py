@@ -152,6 +152,41 @@ def compute_pacs_label_advantage(
 # The policy loss: runs on each actor worker, once per micro-batch
 
 
+def _whole_group_order(group_ids: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The micro-batch's real rows (not verl padding: group id -1) with each group contiguous, rows in batch
+    order; empty for a micro-batch of padding only. Raises ValueError when a group is not whole (``group_size``
+    rows): eq. 7 needs every row of a group, so a setting that split or reordered groups stops the run."""
+    real = (group_ids >= 0).nonzero()[:, 0]  # rows that are not verl padding (empty response mask)
+    if real.numel() == 0:
+        return real
+    ids, counts = torch.unique(group_ids[real], return_counts=True)
+    split = counts != group_size
+    if bool(split.any()):
+        found = dict(zip(ids[split].tolist()[:5], counts[split].tolist()[:5], strict=True))
+        raise ValueError(
+            f"a PACS micro-batch must hold whole groups of rollout.n={group_size} rows, but it holds "
+            f"{real.numel()} rows with these groups (group: rows) {found}. A verl setting splits or "
+            "reorders groups: check actor.use_dynamic_bsz=False, actor.shuffle=False, "
+            "trainer.balance_batch=False, trainer.use_v1=False, and ppo_micro_batch_size_per_gpu a "
+            "multiple of rollout.n; "
+            "pacs_rl.integrations.verl.check_verl_config(config) names the one to change."
+        )
+    return real[torch.argsort(group_ids[real], stable=True)]
+
+
+def _global_batch(config: Any, rows: int) -> tuple[Any, int]:
+    """(global mini-batch size in rows, dp size) from verl's ``global_batch_info``; without it on one rank, the
+    micro-batch's own ``rows`` (the loss is then a plain mean)."""
+    info = config.get("global_batch_info", None) or {}
+    dp_size = int(info.get("dp_size", 1) or 1)
+    global_batch_size = info.get("global_batch_size", None)
+    if global_batch_size is None:
+        if dp_size > 1:
+            raise ValueError("verl did not pass global_batch_size, which the loss needs when dp_size > 1.")
+        global_batch_size = rows
+    return global_batch_size, dp_size
+
+
 def compute_pacs_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -176,23 +211,9 @@ def compute_pacs_policy_loss(
         )
     beta, score, weighted, group_size = _pacs_options(config)
     rewards, group_ids = decode_labels(advantages, response_mask)
-
-    real = (group_ids >= 0).nonzero()[:, 0]  # rows that are not verl padding (empty response mask)
-    if real.numel() == 0:  # a micro-batch of padding only: no loss, as verl's agg_loss gives
+    order = _whole_group_order(group_ids, group_size)
+    if order.numel() == 0:  # a micro-batch of padding only: no loss, as verl's agg_loss gives
         return (log_prob * 0.0).sum(), {}
-    ids, counts = torch.unique(group_ids[real], return_counts=True)
-    split = counts != group_size
-    if bool(split.any()):
-        found = dict(zip(ids[split].tolist()[:5], counts[split].tolist()[:5], strict=True))
-        raise ValueError(
-            f"a PACS micro-batch must hold whole groups of rollout.n={group_size} rows, but it holds "
-            f"{real.numel()} rows with these groups (group: rows) {found}. A verl setting splits or "
-            "reorders groups: check actor.use_dynamic_bsz=False, actor.shuffle=False, "
-            "trainer.balance_batch=False, trainer.use_v1=False, and ppo_micro_batch_size_per_gpu a "
-            "multiple of rollout.n; "
-            "pacs_rl.integrations.verl.check_verl_config(config) names the one to change."
-        )
-    order = real[torch.argsort(group_ids[real], stable=True)]  # groups contiguous, rows in batch order
     loss_mean, metrics = pacs_loss(
         log_prob[order],
         old_log_prob[order],
@@ -203,15 +224,8 @@ def compute_pacs_policy_loss(
         score=score,
         weighted=weighted,
     )
-
     # verl's normalisation (core_algos.agg_loss, seq-mean modes): Σ_i ℓ_i · dp / global_batch_size.
-    info = config.get("global_batch_info", None) or {}
-    dp_size = int(info.get("dp_size", 1) or 1)
-    global_batch_size = info.get("global_batch_size", None)
-    if global_batch_size is None:
-        if dp_size > 1:
-            raise ValueError("verl did not pass global_batch_size, which the loss needs when dp_size > 1.")
-        global_batch_size = order.numel()
+    global_batch_size, dp_size = _global_batch(config, order.numel())
     loss = loss_mean * order.numel() / float(global_batch_size) * dp_size
     # verl averages each metric over micro-batches: the critic's AUC only where it is defined (a mixed group)
     if not metrics.pop("critic_auc_groups"):

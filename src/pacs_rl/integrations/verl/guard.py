@@ -135,7 +135,6 @@ def _needs_reference(config: Any) -> tuple[bool, bool]:
 def _verl_setting_problems(config: Any) -> list[str]:
     """What verl 0.9.1's workers assert at start-up (``ActorRolloutRefWorker.init_model``)."""
     problems = []
-    world = _world_size(config)
     dynamic = _as_bool(_select(config, f"{ACTOR}.use_dynamic_bsz", False))
     log_prob_dynamic = _as_bool(_select(config, f"{ROLLOUT}.log_prob_use_dynamic_bsz", dynamic))
     if log_prob_dynamic != dynamic:
@@ -171,6 +170,13 @@ def _verl_setting_problems(config: Any) -> list[str]:
     needed, in_actor = _needs_reference(config)
     if needed and not in_actor and not _as_bool(_select(config, f"{REF}.log_prob_use_dynamic_bsz", dynamic)):
         require(REF, "log_prob_micro_batch_size", REF, rows, 1, micro)
+    return problems + _rollout_replica_problems(config)
+
+
+def _rollout_replica_problems(config: Any) -> list[str]:
+    """verl 0.9.1's rollout start-up assertion: the GPUs of one rollout replica (tensor × data × pipeline
+    parallel sizes) must divide the run's GPUs."""
+    world = _world_size(config)
     sizes = {
         key: _int(config, f"{ROLLOUT}.{key}", default)
         for key, default in (
@@ -184,15 +190,15 @@ def _verl_setting_problems(config: Any) -> list[str]:
         * sizes["data_parallel_size"]
         * sizes["pipeline_model_parallel_size"]
     )
-    if world % replica != 0:
-        problems.append(
-            f"{ROLLOUT}.tensor_model_parallel_size={sizes['tensor_model_parallel_size']} × "
-            f"data_parallel_size={sizes['data_parallel_size']} × "
-            f"pipeline_model_parallel_size={sizes['pipeline_model_parallel_size']} = {replica} GPUs per "
-            f"rollout replica does not divide the {world} GPUs (trainer.nnodes × trainer.n_gpus_per_node); "
-            f"verl's rollout asserts it at start-up; use a product that divides {world}."
-        )
-    return problems
+    if world % replica == 0:
+        return []
+    return [
+        f"{ROLLOUT}.tensor_model_parallel_size={sizes['tensor_model_parallel_size']} × "
+        f"data_parallel_size={sizes['data_parallel_size']} × "
+        f"pipeline_model_parallel_size={sizes['pipeline_model_parallel_size']} = {replica} GPUs per "
+        f"rollout replica does not divide the {world} GPUs (trainer.nnodes × trainer.n_gpus_per_node); "
+        f"verl's rollout asserts it at start-up; use a product that divides {world}."
+    ]
 
 
 def _verl_split_problems(config: Any) -> list[str]:
@@ -284,17 +290,9 @@ def verl_batch_problems(config: Any) -> list[str]:
     return _verl_setting_problems(config) + _verl_split_problems(config) + _verl_micro_problems(config)
 
 
-def verl_config_problems(config: Any) -> list[str]:
-    """Every reason why ``config`` (verl's full PPO config: a hydra DictConfig or the same as nested dicts)
-    cannot run PACS: settings that split groups or change what the PACS loss reads, and what verl 0.9 would
-    assert on once its workers start (:func:`verl_batch_problems`). Empty when PACS is not selected, or when
-    the config is safe."""
-    estimator = str(_select(config, "algorithm.adv_estimator", ""))
-    loss_mode = str(_select(config, f"{ACTOR}.policy_loss.loss_mode", "vanilla"))
-    if PACS_NAME not in (estimator, loss_mode):
-        return []
-
-    problems: list[str] = []
+def _pacs_selection_problems(estimator: str, loss_mode: str) -> list[str]:
+    """The ``pacs`` estimator and loss only work together: one writes the labels the other reads."""
+    problems = []
     if estimator != PACS_NAME:
         problems.append(
             f"algorithm.adv_estimator={estimator!r}: the 'pacs' policy loss reads the 0/1 labels and group "
@@ -305,15 +303,17 @@ def verl_config_problems(config: Any) -> list[str]:
             f"{ACTOR}.policy_loss.loss_mode={loss_mode!r}: the 'pacs' estimator writes labels, not "
             f"advantages, so any other loss would train on them; set {ACTOR}.policy_loss.loss_mode=pacs."
         )
+    return problems
 
-    n = _int(config, f"{ROLLOUT}.n", 1)
+
+def _pacs_option_problems(config: Any, n: int) -> list[str]:
+    """PACS's own settings: groups of at least 2 completions (``rollout.n``), a known score, a positive β."""
+    problems = []
     if n < 2:
         problems.append(
             f"{ROLLOUT}.n={n}: PACS compares the completions of one prompt with each other "
             f"(eq. 7); set {ROLLOUT}.n to 2 or more (the paper uses 8)."
         )
-        n = 1  # the divisibility checks below are moot
-
     score = str(_select(config, f"{ACTOR}.policy_loss.pacs_score", "rloo"))
     if score not in SCORE_METHODS:
         problems.append(f"{ACTOR}.policy_loss.pacs_score={score!r}: choose one of {list(SCORE_METHODS)}.")
@@ -324,33 +324,43 @@ def verl_config_problems(config: Any) -> list[str]:
         beta_ok = False
     if not beta_ok:
         problems.append(f"{ACTOR}.policy_loss.pacs_beta={beta!r}: β must be a positive number (paper: 1.0).")
+    return problems
 
-    dynamic = _as_bool(_select(config, f"{ACTOR}.use_dynamic_bsz", False))
-    if dynamic:
-        problems.append(
+
+def _row_order_problems(config: Any, n: int) -> list[str]:
+    """Switches that repack, shuffle or reorder rows, scattering groups: a table of (setting, why), each a
+    problem when the setting is on."""
+    rules = (
+        (
+            f"{ACTOR}.use_dynamic_bsz",
             f"{ACTOR}.use_dynamic_bsz=True packs rows into micro-batches by token count, splitting groups; "
             f"set {ACTOR}.use_dynamic_bsz=False and {ACTOR}.ppo_micro_batch_size_per_gpu to a multiple of "
-            f"rollout.n={n}."
-        )
-    if _as_bool(_select(config, f"{ACTOR}.shuffle", False)):
-        problems.append(
+            f"rollout.n={n}.",
+        ),
+        (
+            f"{ACTOR}.shuffle",
             f"{ACTOR}.shuffle=True shuffles rows inside each mini-batch, splitting groups; set "
-            f"{ACTOR}.shuffle=False."
-        )
-    if _as_bool(_select(config, "trainer.balance_batch", False)):
-        problems.append(
+            f"{ACTOR}.shuffle=False.",
+        ),
+        (
+            "trainer.balance_batch",
             "trainer.balance_batch=True reorders rows across data-parallel ranks by sequence length, "
-            "scattering groups; set trainer.balance_batch=False."
-        )
-    if _as_bool(_select(config, "trainer.use_v1", False)):
-        problems.append(
+            "scattering groups; set trainer.balance_batch=False.",
+        ),
+        (
+            "trainer.use_v1",
             "trainer.use_v1=True: verl's v1 trainer takes rows in the order its TransferQueue lists them "
             "(not grouped by prompt) and always balances sequence lengths across data-parallel ranks, "
             "whatever trainer.balance_batch says; set trainer.use_v1=False (with "
-            "trainer.balance_batch=False)."
-        )
+            "trainer.balance_batch=False).",
+        ),
+    )
+    return [message for setting, message in rules if _as_bool(_select(config, setting, False))]
 
-    # Group boundaries: stricter than verl's own even splits (prompts, not rows), which they imply.
+
+def _group_split_problems(config: Any) -> list[str]:
+    """Group boundaries of the dp chunks and mini-batches: stricter than verl's own even splits (prompts, not
+    rows), which they imply."""
     dp = data_parallel_size(config)
     split: list[str] = []
     mini = _int(config, f"{ACTOR}.ppo_mini_batch_size", 0)
@@ -371,29 +381,32 @@ def verl_config_problems(config: Any) -> list[str]:
             f"data.train_batch_size={train} prompts is not a multiple of the {dp} data-parallel ranks: "
             f"a rank's chunk of the rollout batch would end inside a group; use a multiple of {dp}."
         )
-    problems += split
+    return split
 
+
+def _group_micro_problems(config: Any, n: int, dynamic: bool, split: bool) -> list[str]:
+    """Fixed-size micro-batches must hold whole groups (a multiple of n rows); the suggested size also divides
+    a GPU's rows of a mini-batch when the mini-batches themselves split at group boundaries (not ``split``)."""
     micro = _int(config, f"{ACTOR}.ppo_micro_batch_size_per_gpu", None)
-    group_micro = micro is not None and not dynamic and micro % n != 0
-    if group_micro:
-        mini_rows = mini * n // dp
-        fix = (
-            f"e.g. {_fit(mini_rows, micro, n)}, which divides the {mini_rows} rows per GPU of a mini-batch"
-            if (not split and mini_rows)
-            else f"a multiple of {n}"
-        )
-        problems.append(
-            f"{ACTOR}.ppo_micro_batch_size_per_gpu={micro} is not a multiple of {ROLLOUT}.n={n}: a "
-            f"micro-batch would hold part of a group; use {fix}."
-        )
+    if micro is None or dynamic or micro % n == 0:
+        return []
+    mini_rows = _int(config, f"{ACTOR}.ppo_mini_batch_size", 0) * n // data_parallel_size(config)
+    fix = (
+        f"e.g. {_fit(mini_rows, micro, n)}, which divides the {mini_rows} rows per GPU of a mini-batch"
+        if (not split and mini_rows)
+        else f"a multiple of {n}"
+    )
+    return [
+        f"{ACTOR}.ppo_micro_batch_size_per_gpu={micro} is not a multiple of {ROLLOUT}.n={n}: a "
+        f"micro-batch would hold part of a group; use {fix}."
+    ]
 
-    # What verl asserts in its workers. Its even splits hold when the group boundaries above do; the rows per
-    # GPU are only known then.
-    problems += _verl_setting_problems(config)
-    if not split:
-        problems += _verl_micro_problems(config, update=not group_micro)
 
+def _rollout_correction_problems(config: Any) -> list[str]:
+    """verl's rollout correction (``algorithm.rollout_correction``): importance weights PACS would ignore, a
+    bypass that changes what eq. 8 measures, rejection sampling that takes rows or tokens out of groups."""
     correction = "algorithm.rollout_correction"
+    problems = []
     is_mode = _select(config, f"{correction}.rollout_is", None)
     if is_mode is not None:
         problems.append(
@@ -422,6 +435,31 @@ def verl_config_problems(config: Any) -> list[str]:
             )
         problems.append(f"{correction}.rollout_rs={rejection!r} {effect}; set {correction}.rollout_rs=null.")
     return problems
+
+
+def verl_config_problems(config: Any) -> list[str]:
+    """Every reason why ``config`` (verl's full PPO config: a hydra DictConfig or the same as nested dicts)
+    cannot run PACS: settings that split groups or change what the PACS loss reads, and what verl 0.9 would
+    assert on once its workers start (:func:`verl_batch_problems`). Empty when PACS is not selected, or when
+    the config is safe."""
+    estimator = str(_select(config, "algorithm.adv_estimator", ""))
+    loss_mode = str(_select(config, f"{ACTOR}.policy_loss.loss_mode", "vanilla"))
+    if PACS_NAME not in (estimator, loss_mode):
+        return []
+    n = _int(config, f"{ROLLOUT}.n", 1)
+    problems = _pacs_selection_problems(estimator, loss_mode) + _pacs_option_problems(config, n)
+    n = n if n >= 2 else 1  # below 2 the divisibility checks are moot
+    dynamic = _as_bool(_select(config, f"{ACTOR}.use_dynamic_bsz", False))
+    problems += _row_order_problems(config, n)
+    split = _group_split_problems(config)
+    group_micro = _group_micro_problems(config, n, dynamic, bool(split))
+    problems += split + group_micro
+    # What verl asserts in its workers. Its even splits hold when the group boundaries above do; the rows per
+    # GPU are only known then.
+    problems += _verl_setting_problems(config)
+    if not split:
+        problems += _verl_micro_problems(config, update=not group_micro)
+    return problems + _rollout_correction_problems(config)
 
 
 def check_verl_config(config: Any) -> None:
