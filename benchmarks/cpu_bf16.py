@@ -75,8 +75,8 @@ def ratio(a) -> dict:
 
     from pacs_rl.algorithms.pacs import pacs_loss
     from pacs_rl.sampling import SamplingParams, TransformersSampler
-    from pacs_rl.training.pieces import completion_logps
-    from pacs_rl.training.settings import CPU_DEFAULTS
+    from pacs_rl.training.logprobs import completion_logps
+    from pacs_rl.training.schema import CPU_DEFAULTS
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -151,7 +151,7 @@ def sampling(a) -> dict:
     from pacs_rl.compare import stats
     from pacs_rl.rewards import verify
     from pacs_rl.sampling import SamplingParams, TransformersSampler
-    from pacs_rl.training.settings import CPU_DEFAULTS
+    from pacs_rl.training.schema import CPU_DEFAULTS
 
     torch.set_num_threads(a.threads)
     model, tok, problems, ids = rollout_prompts(a.prompts, a.seed)

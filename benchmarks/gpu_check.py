@@ -250,10 +250,12 @@ def memory_values(folder: Path, loss: str) -> dict:
     from transformers import AutoTokenizer
 
     from pacs_rl.training import run
+    from pacs_rl.training.data import load_run_data
+    from pacs_rl.training.schema import RunSettings
 
     values = {**MEMORY_RUN, "model": str(folder), "loss_type": loss}
-    settings = run.RunSettings(train_size=values["train_size"], eval_size=0)
-    problems, _ = run.load_run_data(settings, seed=values["seed"])
+    settings = RunSettings(train_size=values["train_size"], eval_size=0)
+    problems, _ = load_run_data(settings, seed=values["seed"])
     tokenizer = AutoTokenizer.from_pretrained(folder)
     values["max_prompt_tokens"] = max(run.prompt_lengths(problems, tokenizer, settings.prompt_kwargs()))
     return values
@@ -263,8 +265,9 @@ def measure_in_process(values: dict, out: Path, peak_bytes) -> dict:
     """Train ``values`` into ``out`` in this process; (peak_bytes() after it, in a dict). The measured process is
     the one the check starts for each run (`--measure`), so nothing else's tensors count."""
     from pacs_rl.training import run
+    from pacs_rl.training.checks import split_settings
 
-    settings, cfg = run.split_settings(values)
+    settings, cfg = split_settings(values)
     run.run_training(settings, run.build_config(cfg, out))
     return peak_bytes()
 

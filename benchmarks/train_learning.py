@@ -82,13 +82,9 @@ def main() -> None:
     p.add_argument("--against", default=None, help="a summary.json to pair with by (loss, seed)")
     a = p.parse_args()
 
-    from pacs_rl.training.run import (
-        build_config,
-        default_settings,
-        parse_assignments,
-        run_training,
-        split_settings,
-    )
+    from pacs_rl.training.checks import parse_assignments, split_settings
+    from pacs_rl.training.run import build_config, run_training
+    from pacs_rl.training.schema import default_settings
 
     overrides = parse_assignments(a.sets)
     out = Path(a.out)

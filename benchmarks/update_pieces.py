@@ -72,8 +72,7 @@ def _measure(setting: str, budget: int | None, groups: int, seed: int, repeats: 
 
     from pacs_rl.algorithms import compute_policy_loss
     from pacs_rl.models import load_model_and_tokenizer
-    from pacs_rl.training.pieces import completion_logps, token_logps
-    from pacs_rl.training.trainer import completion_logits_shared_prompt
+    from pacs_rl.training.logprobs import completion_logits_shared_prompt, completion_logps, token_logps
 
     torch.manual_seed(seed)
     model, tokenizer = load_model_and_tokenizer("smollm2-135m")

@@ -16,7 +16,8 @@ from pacs_rl.compare.plan import resolve_settings
 from pacs_rl.evaluation.runner import EvalConfig
 from pacs_rl.settings import DATA_KEYS, DataSettings, SettingsError, rewrite_args
 from pacs_rl.training import cli
-from pacs_rl.training.settings import RunSettings, split_settings
+from pacs_rl.training.checks import split_settings
+from pacs_rl.training.schema import RunSettings
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +69,7 @@ def test_trl_names_are_accepted_as_keys_and_as_flags(tmp_path):
         "model_name_or_path: tiny\ndataset_name: arithmetic?n=40\nuse_peft: true\noutput_dir: out\n"
     )
     notes: list[str] = []
-    values = cli.merge_settings(str(config), {}, ["dataset_split=test"], notes)
+    values = cli.merge_settings(cli.user_settings(str(config), {}, ["dataset_split=test"], notes))
     assert values["model"] == "tiny" and values["dataset"] == "arithmetic?n=40" and values["use_lora"] is True
     assert values["output_dir"] == "out" and values["split"] == "test"
     assert notes == ["--set: dataset_split is now called split; the old name still works"]
@@ -136,7 +137,7 @@ def test_a_loss_registered_after_import_is_served(tmp_path):
     from pacs_rl.algorithms import LOSS_LABELS, POLICY_LOSSES, register_policy_loss
     from pacs_rl.algorithms.baselines import dr_grpo_loss
     from pacs_rl.training import PACSConfig, config_and_trainer_classes
-    from pacs_rl.training.settings import config_problems
+    from pacs_rl.training.checks import config_problems
 
     register_policy_loss("my_loss", label="Mine")(lambda *a, **k: dr_grpo_loss(*a, **k))
     try:
@@ -151,7 +152,7 @@ def test_a_loss_registered_after_import_is_served(tmp_path):
 
 
 def test_too_few_training_problems_are_refused_by_the_library_too(tmp_path):
-    from pacs_rl.training.run import SettingsError as RunSettingsError
+    from pacs_rl.settings import SettingsError as RunSettingsError
     from pacs_rl.training.run import build_config, run_training
 
     data = tmp_path / "two.jsonl"
@@ -166,7 +167,7 @@ def test_too_few_training_problems_are_refused_by_the_library_too(tmp_path):
 
 
 def test_resume_drops_only_the_warning_about_tied_weights(tiny_model):
-    from pacs_rl.training.quiet import expect_tied_missing_keys
+    from pacs_rl.training.output import expect_tied_missing_keys
 
     seen: list[str] = []
 

@@ -299,7 +299,7 @@ def test_each_preset_trains_and_evaluates_on_the_same_arithmetic_task(preset):
     from pacs_rl.compare.execute import check_training_data, training_settings
     from pacs_rl.compare.plan import build_plan
     from pacs_rl.data import load_problems
-    from pacs_rl.training.run import load_run_data
+    from pacs_rl.training.data import load_run_data
 
     settings = resolve_settings(preset=preset)
     check_training_data(settings)

@@ -24,6 +24,7 @@ import tomllib
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
+from train_helpers import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted((REPO / "docs").glob("*.md"))  # the user docs; docs/benchmarks/ holds records, not instructions
@@ -152,13 +153,12 @@ def test_docs_name_no_path_outside_the_clone():
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
     """A finished tiny run (2 steps, a checkpoint each), as `pacs-rl train` leaves it."""
-    from pacs_rl.training import cli
     from pacs_rl.training.run import build_config, run_training
 
     out = tmp_path_factory.mktemp("docs-run") / "run"
     sets = ["model=tiny", "max_steps=2", "save_steps=1", "per_device_train_batch_size=4", "num_generations=2",
             "max_completion_length=6", "train_size=40", "eval_size=4", "eval_batch_size=4"]  # fmt: skip
-    settings, cfg = cli.resolve_settings(None, {}, sets)
+    settings, cfg = resolve(None, {}, sets)
     run_training(settings, build_config(cfg, out), progress=False)
     return out
 

@@ -121,7 +121,7 @@ def test_relative_links_point_at_files_and_headings_that_exist(doc: Path):
 def test_every_run_key_has_a_row_in_the_training_guide():
     import dataclasses
 
-    from pacs_rl.training.settings import RunSettings
+    from pacs_rl.training.schema import RunSettings
 
     guide = (REPO / "docs" / "TRAINING.md").read_text()
     rows = {

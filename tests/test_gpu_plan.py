@@ -16,9 +16,12 @@ from typer.testing import CliRunner
 from pacs_rl import device as device_module
 from pacs_rl.cli import app
 from pacs_rl.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
-from pacs_rl.training import cli, memory, run
+from pacs_rl.settings import SettingsError
+from pacs_rl.training import cli, memory, run, schema
 from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.data import load_run_data
 from pacs_rl.training.plan import dry_run, model_shape
+from train_helpers import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"
@@ -99,9 +102,9 @@ def test_with_bf16_as_the_default_a_bf16_cpu_trains_in_bf16(monkeypatch, tmp_pat
     assert choose_device({"use_cpu": True}, H100, cpu_bf16=True).bf16  # the CPU asked for beside a GPU
     assert not choose_device({}, NO_CUDA, cpu_bf16=False).bf16  # emulated bf16: fp32 still
     _fake_cuda(monkeypatch, present=False, cpu_bf16=True)
-    values, device = cli.merge_with_device(None, {}, [])
-    assert device.bf16 and values == run.default_settings() | {"bf16": True, **CPU_BF16}
-    assert cli.merge_with_device(None, {}, ["bf16=false"])[0]["bf16"] is False
+    values, device = cli.with_device(cli.user_settings(None, {}, []))
+    assert device.bf16 and values == schema.default_settings() | {"bf16": True, **CPU_BF16}
+    assert cli.with_device(cli.user_settings(None, {}, ["bf16=false"]))[0]["bf16"] is False
     out = CliRunner().invoke(app, ["train", "--dry-run", "-o", str(tmp_path / "x")])
     assert out.exit_code == 0, out.output
     assert "device: CPU, bf16 autocast: no CUDA device on this machine" in out.output
@@ -112,29 +115,29 @@ def test_the_cpu_only_settings_go_back_to_the_config_defaults_on_cuda():
     defaults = {f.name: f.default for f in dataclasses.fields(PACSConfig)}
     for key, value in CPU_ONLY.items():
         assert defaults[key] == value, key
-        assert run.CPU_DEFAULTS[key] != value, f"{key}: the CPU default does not change it"
+        assert schema.CPU_DEFAULTS[key] != value, f"{key}: the CPU default does not change it"
 
 
 def test_a_plain_train_on_a_cpu_machine_is_exactly_the_cpu_default(monkeypatch):
     _fake_cuda(monkeypatch, present=False)
-    assert cli.merge_settings(None, {}, []) == run.default_settings()
+    assert cli.merge_settings(cli.user_settings(None, {}, [])) == schema.default_settings()
     options = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "x.jsonl", "max_steps": None}
-    values, device = cli.merge_with_device(None, options, [])
-    assert values == run.default_settings() | {"model": options["model"], "dataset": "x.jsonl"}
+    values, device = cli.with_device(cli.user_settings(None, options, []))
+    assert values == schema.default_settings() | {"model": options["model"], "dataset": "x.jsonl"}
     assert device.device == "cpu"
 
 
 def test_a_plain_train_chooses_cuda_when_it_is_there(monkeypatch, tmp_path):
     _fake_cuda(monkeypatch, present=True, bf16=True)
-    values, device = cli.merge_with_device(None, {"model": "tiny", "dataset": "arithmetic"}, [])
+    values, device = cli.with_device(cli.user_settings(None, {"model": "tiny", "dataset": "arithmetic"}, []))
     assert device.device == "cuda"
     assert values["use_cpu"] is False and values["bf16"] is True
     assert values["fast_sampler"] is False and values["update_token_budget"] is None
     # every other setting is the CPU default's
-    changed = {k for k in values if values[k] != run.default_settings().get(k)}
+    changed = {k for k in values if values[k] != schema.default_settings().get(k)}
     assert changed == {"use_cpu", "bf16", "model", *CPU_ONLY}
     # an explicit use_cpu: true keeps the CPU default, as it is
-    assert cli.merge_settings(None, {}, ["use_cpu=true"]) == run.default_settings()
+    assert cli.merge_settings(cli.user_settings(None, {}, ["use_cpu=true"])) == schema.default_settings()
     # the dry run says where and why
     out = CliRunner().invoke(app, ["train", "--model", "tiny", "--dry-run", "-o", str(tmp_path / "x")])
     assert out.exit_code == 0, out.output
@@ -298,7 +301,7 @@ def _gpu_training_configs() -> list[str]:
 
 def test_a_model_known_by_its_size_only_is_still_checked(tmp_path):
     """No config.json on the machine: the training state and vLLM's share alone, a lower bound, still refuse."""
-    values = run.default_settings() | {"model": "org/Some-Model-70B", "use_cpu": False, "bf16": True}
+    values = schema.default_settings() | {"model": "org/Some-Model-70B", "use_cpu": False, "bf16": True}
     values |= {"fast_sampler": False, "update_token_budget": None, "old_logprobs_from_sampler": False}
     lines, refusals = dry_run(values, tmp_path / "x", 8, gpu_memory_gib=79.0)
     assert any("at least 1045.1 GiB of 79.0 GiB" in x and "activations not estimated" in x for x in lines), (
@@ -340,20 +343,20 @@ def test_the_compare_paper_config_is_planned_as_it_says(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------------------------- protocol
 def test_the_prompt_filter_drops_and_counts_long_prompts(tmp_path, caplog, tiny_tokenizer):
-    problems, _ = run.load_run_data(run.RunSettings(train_size=30, eval_size=0), seed=0)
+    problems, _ = load_run_data(schema.RunSettings(train_size=30, eval_size=0), seed=0)
     problems[3] = dataclasses.replace(problems[3], problem=problems[3].problem + " and so on" * 40)
-    lengths = run.prompt_lengths(problems, tiny_tokenizer, run.RunSettings().prompt_kwargs())
+    lengths = run.prompt_lengths(problems, tiny_tokenizer, schema.RunSettings().prompt_kwargs())
     bound = max(lengths[:3] + lengths[4:])
     assert lengths[3] > bound
-    settings = run.RunSettings(max_prompt_tokens=bound)
+    settings = schema.RunSettings(max_prompt_tokens=bound)
     with caplog.at_level("INFO", logger="pacs_rl"):
         kept = run.filter_prompts(problems, tiny_tokenizer, settings, None)
     assert len(kept) == 29 and problems[3] not in kept
     assert f"dropped 1 of 30 training prompts longer than {bound} tokens (max_prompt_tokens)" in caplog.text
-    with pytest.raises(run.SettingsError, match="max_prompt_tokens=5: every one of the 30 training prompts"):
+    with pytest.raises(SettingsError, match="max_prompt_tokens=5: every one of the 30 training prompts"):
         run.filter_prompts(problems, tiny_tokenizer, dataclasses.replace(settings, max_prompt_tokens=5), None)
     # the dry run counts them when the tokenizer is on this machine (the tiny model's is built in code)
-    values = run.default_settings() | {"model": "tiny", "max_prompt_tokens": min(lengths)}
+    values = schema.default_settings() | {"model": "tiny", "max_prompt_tokens": min(lengths)}
     lines, refusals = dry_run(values, tmp_path / "x")
     assert refusals == [] and any("training prompts over" in x and "dropped here" in x for x in lines), lines
 
@@ -364,15 +367,15 @@ def test_held_out_and_periodic_evaluation_sample_with_eval_top_p(monkeypatch):
     monkeypatch.setattr(run, "engine_pass_at_k", lambda *a, **k: seen.append(("periodic", a[4])) or {})
     monkeypatch.setattr(run, "engine_accuracy", lambda *a, **k: seen.append(("held-out", a[3])) or {})
     monkeypatch.setattr(run, "needs_engine", lambda trainer: True)
-    settings = run.RunSettings(eval_temperature=0.6, eval_top_p=0.95)
+    settings = schema.RunSettings(eval_temperature=0.6, eval_top_p=0.95)
     config = run.build_config({"use_cpu": True, "top_p": 0.5, "eval_steps": 5}, "unused")
     run._periodic_eval(object(), settings, config, ["p"], None).evaluate()
     held = run._HeldOut(settings, config, ["p"], None, Path("unused-dir"))
     monkeypatch.setattr(held, "record", lambda **k: None)
     held.measure(object(), "before")
     assert seen == [("periodic", 0.95), ("held-out", 0.95)]
-    with pytest.raises(run.SettingsError, match="eval_top_p=0"):
-        run.RunSettings(eval_top_p=0)
+    with pytest.raises(SettingsError, match="eval_top_p=0"):
+        schema.RunSettings(eval_top_p=0)
 
 
 def test_a_run_drops_long_prompts_and_says_its_batch_is_not_the_planned_one(tmp_path, tiny_model_dir, caplog):
@@ -388,7 +391,7 @@ def test_a_run_drops_long_prompts_and_says_its_batch_is_not_the_planned_one(tmp_
         "max_prompt_tokens=150",
         "mini_batch_prompts=8",
     ]  # the short prompts have < 150 tokens, the long > 150
-    settings, cfg = cli.resolve_settings(None, {}, sets)
+    settings, cfg = resolve(None, {}, sets)
     with caplog.at_level("INFO", logger="pacs_rl"):
         run.run_training(settings, run.build_config(cfg, tmp_path / "run"))
     assert "dropped 4 of 16 training prompts longer than 150 tokens (max_prompt_tokens)" in caplog.text
@@ -516,7 +519,7 @@ def test_on_the_machine_that_trains_missing_packages_stay_refusals(shared_data, 
     assert "deepspeed needs DeepSpeed, which is not installed: pip install 'pacs-rl[deepspeed]'" in out
     # a CPU plan on a CPU machine is for this machine too
     _fake_cuda(monkeypatch, present=False)
-    values = run.default_settings() | {"model": "tiny", "use_vllm": True}
+    values = schema.default_settings() | {"model": "tiny", "use_vllm": True}
     lines, refusals = dry_run(values, tmp_path / "x")
     assert [r for r in refusals if "needs vLLM" in r] and not any(
         "needed on the training" in x for x in lines

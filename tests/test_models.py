@@ -77,7 +77,7 @@ def test_cache_keyword_follows_the_installed_forward_and_sees_through_wrappers()
 def test_the_sampler_and_the_pieces_use_no_deprecated_cache_keyword(recwarn):
     """transformers 5.24 deprecates ``past_key_values`` (removed in 5.40): our own calls must not use it."""
     from pacs_rl.sampling import SamplingParams, TransformersSampler
-    from pacs_rl.training.pieces import prompt_forward
+    from pacs_rl.training.logprobs import prompt_forward
 
     tok = tiny_tokenizer()
     model = tiny_random_model(tok)

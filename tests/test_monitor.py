@@ -8,7 +8,6 @@ import json
 import pytest
 
 from pacs_rl.rewards.math_verifier import check
-from pacs_rl.training.heldout import plot_curves
 from pacs_rl.training.monitor import (
     FORMS_FILE,
     WARN_MIN_PAID,
@@ -17,6 +16,7 @@ from pacs_rl.training.monitor import (
     paid_form,
     summary_line,
 )
+from pacs_rl.training.output import plot_curves
 
 Q = "What is 47 + 8?"
 

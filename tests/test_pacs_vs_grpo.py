@@ -460,7 +460,7 @@ def test_a_run_trains_as_the_cpu_default_on_a_cpu_and_alike_on_a_gpu(monkeypatch
     """On this CPU a run's settings are the CPU default's under the protocol (fp32); where CUDA is present the run
     trains there, still in fp32 and with the same sampler and update pieces, so runs differ only in kernels."""
     from pacs_rl import device
-    from pacs_rl.training.run import default_settings
+    from pacs_rl.training.schema import default_settings
 
     proto = paired.protocol(methods=["pacs", "grpo"], passk=False)
     monkeypatch.setattr(device, "cuda_info", lambda: device.CudaInfo(available=False))

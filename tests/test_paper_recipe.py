@@ -13,8 +13,8 @@ import yaml
 
 from pacs_rl.compare.execute import training_settings
 from pacs_rl.compare.plan import build_plan, load_settings_file, resolve_settings
-from pacs_rl.training import cli
 from pacs_rl.training.run import build_config
+from train_helpers import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 NONE, ABSENT = "none", "—"  # cells: no clipping (None or 0); not set for that method
@@ -115,7 +115,7 @@ def test_compare_paper_7b_runs_each_method_as_the_authors_did(tmp_path):
 
 @pytest.mark.parametrize("name", ["paper_qwen2.5-7b_8gpu_vllm.yaml", "qwen3-8b_8gpu_vllm.yaml"])
 def test_the_pacs_training_config_is_the_authors_pacs(name, tmp_path):
-    _, kwargs = cli.resolve_settings(str(REPO / "configs" / name), {}, [])
+    _, kwargs = resolve(str(REPO / "configs" / name), {}, [])
     raw = yaml.safe_load((REPO / "configs" / name).read_text())
     assert raw["use_vllm"] and raw["vllm_importance_sampling_correction"] is False  # accepted with vLLM
     config = build_config({**kwargs, **ON_CPU}, tmp_path)

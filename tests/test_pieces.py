@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from pacs_rl.training import PACSConfig, PACSTrainer
-from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics
-from pacs_rl.training.pieces import completion_logps, plan_pieces
-from pacs_rl.training.trainer import completion_logits_shared_prompt, sequence_tensors
+from pacs_rl.training.logprobs import completion_logits_shared_prompt, completion_logps, plan_pieces
+from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.trainer import sequence_tensors
 from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 
 
@@ -29,7 +29,7 @@ def _batch(model, tokenizer):
 
 
 def _one_forward(model, ids, attention, T, temperature, weights):
-    from pacs_rl.training.pieces import token_logps
+    from pacs_rl.training.logprobs import token_logps
 
     model.zero_grad(set_to_none=True)
     parts = completion_logits_shared_prompt(model, ids, attention, T)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 from pathlib import Path
 
@@ -13,8 +14,15 @@ import pytest
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.training import callbacks, run
-from pacs_rl.training.card import card_text, command_line
+from pacs_rl.training import output, run, schema
+from pacs_rl.training.card import card_text
+from pacs_rl.training.data import load_run_data
+
+
+def command_line(argv: list[str]) -> str:
+    """The `pacs-rl` command as a user types it again: without --resume (a rerun into the folder continues it)."""
+    return shlex.join(["pacs-rl", *(a for a in argv if a != "--resume")])
+
 
 SETS = [
     "per_device_train_batch_size=4",
@@ -43,7 +51,7 @@ def _args(out: Path, *extra: str) -> list[str]:
     return [*args, *(a for s in SETS for a in ("--set", s)), *extra]
 
 
-class _CtrlCAtStep1(callbacks.RichProgressCallback):
+class _CtrlCAtStep1(output.RichProgressCallback):
     """The progress callback, plus a Ctrl-C (SIGINT to this process) at the end of step 1."""
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -178,10 +186,10 @@ def test_a_training_run_keeps_its_skipped_rows(tmp_path):
     lines = [json.dumps(r) for r in rows] + ["{not json", json.dumps({"problem": "no answer"})]
     (tmp_path / "train.jsonl").write_text("\n".join(lines) + "\n")
     (tmp_path / "held.jsonl").write_text(json.dumps(rows[0]) + "\n")
-    settings = run.RunSettings(
+    settings = schema.RunSettings(
         dataset=str(tmp_path / "train.jsonl"), eval_dataset=str(tmp_path / "held.jsonl")
     )
-    train, held = run.load_run_data(settings, seed=0)
+    train, held = load_run_data(settings, seed=0)
     assert len(train) == 5 and len(held) == 1  # the held-out problem left out of training
     assert train.skipped == 2 and len(train.skip_messages) == 2 and "line 7" in train.skip_messages[0]
 

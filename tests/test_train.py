@@ -8,14 +8,10 @@ import json
 import pytest
 import torch
 
+from pacs_rl.run_folder import last_complete_checkpoint
 from pacs_rl.training import PACSConfig, PACSTrainer
-from pacs_rl.training.callbacks import METRICS_FILE, MetricsJsonlCallback, read_metrics
-from pacs_rl.training.trainer import (
-    group_mixed_fraction,
-    last_complete_checkpoint,
-    sequence_tensors,
-    shuffle_groups,
-)
+from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.trainer import group_mixed_fraction, sequence_tensors, shuffle_groups
 from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 
 
@@ -313,11 +309,11 @@ def test_old_logprobs_from_the_fp32_sampler_equal_a_forward(tmp_path, tiny_token
     trainer = _trainer(
         tmp_path, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, cls=RecordingTrainer, **extra
     )
-    from pacs_rl.training import trainer as trainer_module
+    from pacs_rl.training import logprobs as logprobs_module
 
     forwards = []
-    real = trainer_module.completion_logits_shared_prompt
-    monkeypatch.setattr(trainer_module, "completion_logits_shared_prompt",
+    real = logprobs_module.completion_logits_shared_prompt
+    monkeypatch.setattr(logprobs_module, "completion_logits_shared_prompt",
                         lambda *a, **k: forwards.append(1) or real(*a, **k))  # fmt: skip
     batch = trainer._generate_and_score_completions(next(iter(trainer.get_train_dataloader())))
     assert forwards == []  # the sampler scored the rollout: no old-log-prob forward

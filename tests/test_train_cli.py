@@ -12,27 +12,31 @@ import pytest
 import yaml
 
 from pacs_rl.data import arithmetic_pool_size
-from pacs_rl.training import cli, run
-from pacs_rl.training.run import RunSettings, SettingsError, build_config, load_run_data, run_training
+from pacs_rl.settings import SettingsError
+from pacs_rl.training import checks, cli, schema
+from pacs_rl.training.data import load_run_data
+from pacs_rl.training.run import build_config, run_training
+from pacs_rl.training.schema import RunSettings
+from train_helpers import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_cpu_default_yaml_mirrors_the_embedded_defaults():
     shipped = yaml.safe_load((REPO / "configs" / "cpu_default.yaml").read_text())
-    embedded = run.default_settings()
+    embedded = schema.default_settings()
     assert shipped == {k: embedded[k] for k in shipped}
     assert set(embedded) <= set(shipped)
 
 
 @pytest.mark.parametrize("name", ["cpu_default.yaml", "paper_qwen2.5-7b_8gpu_vllm.yaml"])
 def test_shipped_configs_use_known_keys(name):
-    data = run.load_settings_file(REPO / "configs" / name)
+    data = checks.load_settings_file(REPO / "configs" / name)
     assert data
 
 
 def test_paper_config_matches_appendix_b2(tmp_path):
-    _run, cfg = cli.resolve_settings(str(REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"), {}, [])
+    _run, cfg = resolve(str(REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"), {}, [])
     G = cfg["num_generations"]
     mini_batch = cfg["per_device_train_batch_size"] * 8 * cfg["gradient_accumulation_steps"]  # 8 GPUs
     assert G == 8 and mini_batch == 256 * G  # 256 prompts per mini-batch
@@ -44,7 +48,7 @@ def test_paper_config_matches_appendix_b2(tmp_path):
 def test_layering_and_coercion(tmp_path):
     f = tmp_path / "c.yaml"
     f.write_text("learning_rate: 1e-5\nmax_steps: 7\nmodel: some/model\n")
-    settings, cfg = cli.resolve_settings(
+    settings, cfg = resolve(
         str(f), {"max_steps": 9}, ["learning_rate=3e-4", "pacs_weighted=false", "eval_size=0"]
     )
     assert cfg["learning_rate"] == 3e-4 and isinstance(cfg["learning_rate"], float)
@@ -54,9 +58,9 @@ def test_layering_and_coercion(tmp_path):
 
 def test_unknown_key_lists_close_matches():
     with pytest.raises(SettingsError, match="Did you mean: learning_rate"):
-        run.parse_assignments(["learning_rat=1e-5"])
+        checks.parse_assignments(["learning_rat=1e-5"])
     with pytest.raises(SettingsError, match="expected key=value"):
-        run.parse_assignments(["learning_rate"])
+        checks.parse_assignments(["learning_rate"])
 
 
 def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
@@ -72,7 +76,7 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
         "eval_batch_size=4",
         "learning_rate=1e-3",
     ]
-    settings, cfg = cli.resolve_settings(None, {}, sets)
+    settings, cfg = resolve(None, {}, sets)
     out = tmp_path / "run"
     result = run_training(settings, build_config(cfg, out))
     assert (out / "metrics.jsonl").is_file() and (out / "training_curves.png").is_file()
@@ -111,7 +115,7 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
     assert all(f["recorded_grader"] == "sound" and f["grader"] == "paper" for f in report["files"])
     with pytest.raises(SettingsError, match="--resume"):
         run_training(settings, build_config(cfg, out))  # refuses to overwrite a run
-    settings2, cfg2 = cli.resolve_settings(None, {}, [*sets, "max_steps=3"])
+    settings2, cfg2 = resolve(None, {}, [*sets, "max_steps=3"])
     run_training(settings2, build_config(cfg2, out), resume=True)
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s for s in steps if s <= 3][-1] == 3
@@ -167,7 +171,7 @@ def test_arithmetic_digits_reach_both_sets_and_sizes_are_capped_by_the_pool(capl
     ],
 )
 def test_bad_data_setting_is_a_clear_error_before_the_model_loads(tmp_path, setting, message):
-    settings, cfg = cli.resolve_settings(None, {}, ["model=/no/such/model", setting])
+    settings, cfg = resolve(None, {}, ["model=/no/such/model", setting])
     with pytest.raises(SettingsError, match=message):
         run_training(settings, build_config(cfg, tmp_path / "run"))
 
@@ -185,7 +189,7 @@ def test_threads_option_reaches_torch_before_training(tmp_path, monkeypatch):
 
     calls = []
     monkeypatch.setattr(torch, "set_num_threads", calls.append)  # the test process keeps its own threads
-    settings, cfg = cli.resolve_settings(
+    settings, cfg = resolve(
         None,
         {"model": "tiny", "num_threads": "1"},
         ["max_steps=1", "eval_size=0", "train_size=16", "plot=false"],

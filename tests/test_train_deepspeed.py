@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pacs_rl.training.run import SettingsError, _consolidated_weights, zero_stage
+from pacs_rl.settings import SettingsError
+from pacs_rl.training.run import _consolidated_weights, zero_stage
 from train_helpers import kill_when
 
 REPO = Path(__file__).resolve().parents[1]
@@ -197,7 +198,7 @@ def _child(out: str, mode: str) -> None:
     from pacs_rl.data import arithmetic_problems
     from pacs_rl.models import save_tiny_model, tiny_tokenizer
     from pacs_rl.training import PACSConfig, PACSTrainer
-    from pacs_rl.training.rollout_eval import sample_and_grade
+    from pacs_rl.training.heldout import sample_and_grade
 
     state = PartialState()
     model = Path(out, "model")

@@ -12,16 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.training import cli
-from pacs_rl.training.run import (
-    RunSettings,
-    SettingsError,
-    build_config,
-    build_dataset,
-    build_reward_funcs,
-    load_run_data,
-    run_training,
-)
+from pacs_rl.settings import SettingsError
+from pacs_rl.training.data import load_run_data
+from pacs_rl.training.run import build_config, build_dataset, build_reward_funcs, run_training
+from pacs_rl.training.schema import RunSettings
+from train_helpers import resolve
 
 REWARD_MODULE = """
 CALLS = []
@@ -65,7 +60,7 @@ def _tiny_sets(model_dir, *extra):
 def test_a_reward_function_given_by_dotted_path_trains(tmp_path, tiny_model_dir, monkeypatch):
     (tmp_path / "custom_train_rewards.py").write_text(REWARD_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    settings, cfg = cli.resolve_settings(
+    settings, cfg = resolve(
         None, {}, _tiny_sets(tiny_model_dir, "reward_funcs=custom_train_rewards:short_answer")
     )
     config = build_config(cfg, tmp_path / "run")

@@ -15,11 +15,12 @@ import torch
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.settings import missing_packages
-from pacs_rl.training import cli, run
-from pacs_rl.training.plan import deepspeed_problems, dry_run, parameter_count, training_state_bytes
-from pacs_rl.training.run import RunSettings, SettingsError, build_config, run_training
-from train_helpers import load_script
+from pacs_rl.settings import SettingsError, missing_packages
+from pacs_rl.training import cli, run, schema
+from pacs_rl.training.plan import deepspeed_problems, dry_run, model_shape, training_state_bytes
+from pacs_rl.training.run import build_config, run_training
+from pacs_rl.training.schema import RunSettings
+from train_helpers import load_script, resolve
 
 REPO = Path(__file__).resolve().parents[1]
 PAPER = REPO / "configs" / "paper_qwen2.5-7b_8gpu_vllm.yaml"
@@ -77,7 +78,7 @@ def test_paper_config_dry_runs_cleanly_on_8_processes(shared_data, monkeypatch, 
 
 
 def test_dry_run_says_whether_the_update_runs_in_pieces(tmp_path):
-    values = run.default_settings() | {"model": "tiny"}
+    values = schema.default_settings() | {"model": "tiny"}
     lines, refusals = dry_run(values, tmp_path / "x", num_processes=1)
     assert refusals == [] and any("backward in pieces of at most 128 completion tokens" in x for x in lines)
     lines, _ = dry_run(values, tmp_path / "x", num_processes=2)
@@ -85,7 +86,7 @@ def test_dry_run_says_whether_the_update_runs_in_pieces(tmp_path):
 
 
 def test_dry_run_reports_every_refusal_at_once(tmp_path):
-    values = run.default_settings() | {
+    values = schema.default_settings() | {
         "scale_rewards": "none",  # a GRPOConfig field PACSTrainer ignores
         "eval_size": -1,  # a run key
         "eval_strategy": "steps",  # TRL's evaluate() is not run by the command
@@ -100,7 +101,7 @@ def test_dry_run_reports_every_refusal_at_once(tmp_path):
 
 
 def test_dry_run_plan_for_deepspeed_zero3_and_the_memory_estimate(tmp_path):
-    values = run.default_settings() | {
+    values = schema.default_settings() | {
         "model": "tiny",
         "deepspeed": str(REPO / "configs" / "deepspeed" / "zero3.json"),
         "bf16": True,
@@ -130,7 +131,7 @@ def test_dry_run_plan_for_deepspeed_zero3_and_the_memory_estimate(tmp_path):
 
 def test_dry_run_refuses_a_folder_with_checkpoints_unless_resumed(tmp_path):
     (tmp_path / "x" / "checkpoint-2").mkdir(parents=True)
-    values = run.default_settings() | {"model": "tiny"}
+    values = schema.default_settings() | {"model": "tiny"}
     _lines, refusals = dry_run(values, tmp_path / "x")
     assert refusals == [
         f"{tmp_path / 'x'} already holds checkpoints: pass --resume to continue it, or another --output-dir"
@@ -142,13 +143,19 @@ def test_dry_run_refuses_a_folder_with_checkpoints_unless_resumed(tmp_path):
 
 
 def test_shipped_deepspeed_configs_agree_with_the_paper_settings():
-    _settings, cfg = cli.resolve_settings(str(PAPER), {}, [])
+    _settings, cfg = resolve(str(PAPER), {}, [])
     for name in ("zero2.json", "zero3.json"):
         ds = json.loads((REPO / "configs" / "deepspeed" / name).read_text())
         assert deepspeed_problems(ds, cfg, 8) == []
     wrong = {"gradient_accumulation_steps": 4, "bf16": {"enabled": False}}
     problems = deepspeed_problems(wrong, cfg, 8)
     assert len(problems) == 2 and "gradient_accumulation_steps=4" in problems[0]
+
+
+def parameter_count(model: str):
+    """(parameters, where the figure comes from), from the plan's model shape."""
+    shape, source = model_shape(model)
+    return (shape.params if shape else None), source
 
 
 def test_parameter_count_without_loading(tiny_model_dir):
@@ -226,7 +233,7 @@ def test_tiny_cli_run_honours_model_init_kwargs_and_resumes_to_a_no_op(tmp_path,
 
 
 def test_a_run_killed_after_its_last_checkpoint_finishes_without_another_step(tmp_path, tiny_model_dir):
-    settings, cfg = cli.resolve_settings(None, {}, _tiny_sets(str(tiny_model_dir)))
+    settings, cfg = resolve(None, {}, _tiny_sets(str(tiny_model_dir)))
     out = tmp_path / "run"
     whole = run_training(settings, build_config(cfg, out))
     final = (out / "final" / "model.safetensors").read_bytes()
@@ -261,16 +268,19 @@ def test_resume_on_another_number_of_processes_is_refused(tmp_path):
 
 def test_command_fields_in_set_are_refused_and_output_dir_is_a_setting():
     with pytest.raises(SettingsError, match="disable_tqdm in --set: the command shows its own progress bar"):
-        cli.merge_settings(None, {}, ["disable_tqdm=false"])
+        cli.merge_settings(cli.user_settings(None, {}, ["disable_tqdm=false"]))
     # TRL's output_dir is the run folder, a layer like any setting: --set beats --output-dir beats the file
-    assert cli.merge_settings(None, {"output_dir": "a"}, ["output_dir=b"])["output_dir"] == "b"
-    assert cli.merge_settings(None, {"output_dir": "a"}, [])["output_dir"] == "a"
+    assert (
+        cli.merge_settings(cli.user_settings(None, {"output_dir": "a"}, ["output_dir=b"]))["output_dir"]
+        == "b"
+    )
+    assert cli.merge_settings(cli.user_settings(None, {"output_dir": "a"}, []))["output_dir"] == "a"
 
 
 # ---------------------------------------------------------------------------------------------------- periodic eval
 def test_periodic_evaluation_logs_pass_at_k(tmp_path, tiny_model_dir):
     extra = {"eval_steps": 1, "num_generations_eval": 2, "eval_temperature": 1.0}
-    settings, cfg = cli.resolve_settings(None, {}, _tiny_sets(str(tiny_model_dir), **extra))
+    settings, cfg = resolve(None, {}, _tiny_sets(str(tiny_model_dir), **extra))
     out = tmp_path / "run"
     run_training(settings, build_config(cfg, out))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -288,7 +298,7 @@ def test_engine_evaluation_grades_each_problem(tmp_path, tiny_model, tiny_tokeni
 
     from pacs_rl.data import Problem
     from pacs_rl.training import PACSConfig, PACSTrainer
-    from pacs_rl.training.rollout_eval import sample_and_grade
+    from pacs_rl.training.heldout import sample_and_grade
 
     args = PACSConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], per_device_train_batch_size=4,
                       num_generations=2, max_completion_length=4)  # fmt: skip
@@ -326,7 +336,7 @@ def test_greedy_engine_evaluation_through_the_fast_sampler_that_keeps_old_logpro
 
     from pacs_rl.data import Problem
     from pacs_rl.training import PACSConfig, PACSTrainer
-    from pacs_rl.training.rollout_eval import engine_accuracy
+    from pacs_rl.training.heldout import engine_accuracy
 
     args = PACSConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], bf16=False, per_device_train_batch_size=4,
                       num_generations=2, max_completion_length=4, fast_sampler=True,

@@ -263,23 +263,23 @@ def _newer_transformers_fields() -> set[str]:
 
 
 def test_every_grpo_config_field_is_classified():
-    """A field added (or renamed) by a TRL release fails here until src/pacs_rl/training/fields.py classifies it
+    """A field added (or renamed) by a TRL release fails here until src/pacs_rl/training/trl_fields.py classifies it
     as honoured, refused or irrelevant for PACSTrainer."""
     import dataclasses
 
-    from pacs_rl.training.fields import GRPO_FIELDS, HONOURED, IRRELEVANT, REFUSED
+    from pacs_rl.training.trl_fields import GRPO_FIELDS, HONOURED, IRRELEVANT, REFUSED
 
     names = {f.name for f in dataclasses.fields(GRPOConfig)}
     unclassified = sorted(names - set(GRPO_FIELDS))
     stale = sorted(set(GRPO_FIELDS) - names - _newer_transformers_fields())
     assert not unclassified, f"GRPOConfig fields of trl {trl.__version__} not classified: {unclassified}"
     assert not stale, f"classified fields that trl {trl.__version__}'s GRPOConfig no longer has: {stale}"
-    assert {r.status for r in GRPO_FIELDS.values()} == {HONOURED, REFUSED, IRRELEVANT}
-    assert all(r.note for r in GRPO_FIELDS.values())
+    assert {r.status for _, r in GRPO_FIELDS.values()} == {HONOURED, REFUSED, IRRELEVANT}
+    assert all(r.note for _, r in GRPO_FIELDS.values())
 
 
 def test_the_setting_table_names_every_config_field_with_its_type():
-    """`pacs-rl train` checks names and types before TRL loads, from a table (training/settings.py): it must name
+    """`pacs-rl train` checks names and types before TRL loads, from the declarations (training/schema.py) and TRL's table (training/trl_fields.py): it must name
     every field of the installed GRPOConfig, PACSConfig and PPOConfig with its declared type, and the critic's own
     fields, built-in losses and trackers as the installed libraries have them."""
     import dataclasses
@@ -289,18 +289,22 @@ def test_the_setting_table_names_every_config_field_with_its_type():
     from pacs_rl.algorithms import CRITIC_LOSSES, POLICY_LOSSES
     from pacs_rl.settings import TRACKERS
     from pacs_rl.training import PACSConfig, PPOConfig
-    from pacs_rl.training.settings import (
-        CONFIG_TYPES,
+    from pacs_rl.training.schema import (
+        CONFIG_FIELDS,
         CRITIC_FIELDS,
         CRITIC_LOSS_TYPES,
         LOSS_TYPES,
+        setting_type,
         type_text,
     )
+    from pacs_rl.training.trl_fields import GRPO_FIELDS
+
+    CONFIG_TYPES = {k: setting_type(k) for k in {*GRPO_FIELDS, *CONFIG_FIELDS, *CRITIC_FIELDS}}
 
     installed = {f.name: type_text(f.type) for f in dataclasses.fields(PPOConfig) if f.init}
     assert {f.name for f in dataclasses.fields(GRPOConfig)} <= set(installed)
     wrong = {k: (CONFIG_TYPES.get(k), v) for k, v in installed.items() if CONFIG_TYPES.get(k) != v}
-    assert not wrong, f"training/settings.py _CONFIG_TYPES differs from the installed classes: {wrong}"
+    assert not wrong, f"the declared types differ from the installed classes: {wrong}"
     assert set(CONFIG_TYPES) - set(installed) <= _newer_transformers_fields()
     assert set(installed) <= set(CONFIG_TYPES)
     pacs = {f.name for f in dataclasses.fields(PACSConfig) if f.init}
@@ -309,11 +313,21 @@ def test_the_setting_table_names_every_config_field_with_its_type():
     builtin = tuple(n for n, fn in registry.items() if fn.__module__.startswith("pacs_rl."))  # not a test's
     assert builtin == LOSS_TYPES and set(CRITIC_LOSS_TYPES) == set(CRITIC_LOSSES)
     assert set(TRACKERS) == set(INTEGRATION_TO_CALLBACK)
+    own = {f.name: type_text(f.type) for f in dataclasses.fields(GRPOConfig)}  # TRL's table: TRL's own types
+    assert {k: t for k, (t, _) in GRPO_FIELDS.items() if k in own} == own
+
+
+def test_the_torch_free_names_are_the_libraries():
+    """The names training/schema.py spells without importing torch are the ones pacs_rl.algorithms defines."""
+    from pacs_rl.algorithms import LOSS_AGG_MODES, SCORE_METHODS
+    from pacs_rl.training import schema
+
+    assert schema.SCORE_METHODS == SCORE_METHODS and schema.LOSS_AGG_MODES == LOSS_AGG_MODES
 
 
 def _non_default(name: str):
     """A value other than GRPOConfig's default for field ``name``."""
-    from pacs_rl.training.fields import grpo_default
+    from pacs_rl.training.trl_fields import grpo_default
 
     special = {
         "multi_objective_aggregation": "normalize_then_sum",
@@ -339,9 +353,9 @@ def _non_default(name: str):
 
 def test_refused_fields_are_refused_by_name_and_all_at_once(tmp_path):
     from pacs_rl.training import PACSConfig
-    from pacs_rl.training.fields import GRPO_FIELDS, REFUSED, refused_fields
+    from pacs_rl.training.trl_fields import GRPO_FIELDS, REFUSED, refused_fields
 
-    refused = [n for n, r in GRPO_FIELDS.items() if r.status == REFUSED]
+    refused = [n for n, (_, r) in GRPO_FIELDS.items() if r.status == REFUSED]
     assert {"scale_rewards", "off_policy_mask_threshold", "top_entropy_quantile", "epsilon"} <= set(refused)
     values = {n: _non_default(n) for n in refused}
     messages = refused_fields(values, "pacs")

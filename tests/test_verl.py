@@ -42,6 +42,7 @@ from pacs_rl.integrations.verl import (  # noqa: E402
     verl_config_problems,
 )
 from pacs_rl.integrations.verl.guard import verl_batch_problems  # noqa: E402
+from pacs_rl.integrations.verl.labels import decode_labels  # noqa: E402
 
 VERL_CONFIG_DIR = str(Path(main_ppo.__file__).resolve().parent / "config")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "verl"
@@ -139,7 +140,7 @@ def test_estimator_through_verls_compute_advantage_writes_labels_and_group_ids()
     # eq. (A): 4·g + 2·R + 1 on every response token, 0 on padding; g = ordinal of the uid
     expected_code = 4 * torch.arange(3).repeat_interleave(G).float() + 2 * rewards + 1
     assert torch.equal(adv, expected_code[:, None] * mask)
-    labels, groups = core.decode_labels(adv, mask)
+    labels, groups = decode_labels(adv, mask)
     assert torch.equal(labels, rewards)
     assert torch.equal(groups, torch.arange(3).repeat_interleave(G))
 

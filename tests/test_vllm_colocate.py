@@ -14,7 +14,7 @@ import torch
 
 from pacs_rl.evaluation.runner import EvalConfig
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.rollout_eval import _evaluation_sampling, engine_name
+from pacs_rl.training.heldout import _evaluation_sampling, engine_name
 from pacs_rl.training.trainer import PACSTrainer
 from pacs_rl.training.vllm_colocate import (
     engine_arguments,

@@ -85,3 +85,13 @@ def kill_when(cmd: list[str], ready, env: dict) -> None:
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+
+
+def resolve(config, options, sets):
+    """(RunSettings, config kwargs) of a `pacs-rl train` command line's settings layers, as the command splits them
+    (CPU defaults < --config < options < --set)."""
+    from pacs_rl.training import checks, cli
+
+    values = cli.merge_settings(cli.user_settings(config, options, sets))
+    values.pop("output_dir", None)
+    return checks.split_settings(values)

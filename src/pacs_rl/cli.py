@@ -10,9 +10,12 @@ import typer
 from pacs_rl import __version__
 from pacs_rl.command import Command, Group
 from pacs_rl.compare.cli import compare_command
+from pacs_rl.compare.plan import method_names
+from pacs_rl.device import choose_device, cuda_info
 from pacs_rl.evaluation.cli import audit_command, eval_command
 from pacs_rl.models import BUNDLED_MODELS, bundled_gguf_path, cache_dir
 from pacs_rl.training.cli import train_command
+from pacs_rl.training.schema import known_keys, loss_type_names, setting_type
 
 app = typer.Typer(
     name="pacs-rl",
@@ -46,7 +49,6 @@ def info() -> None:
             typer.echo(f"  bundled model {name}: {e}")
     typer.echo(f"  cache: {cache_dir()}")
     try:
-        from pacs_rl.device import choose_device, cuda_info
         from pacs_rl.sampling.transformers_backend import cpu_capability
 
         typer.echo(f"  CPU: {cpu_capability()}")
@@ -69,9 +71,6 @@ class _RegistryHelp(Command):
     in when the help is shown (from names that need no torch)."""
 
     def format_help(self, ctx, formatter):
-        from pacs_rl.compare.plan import method_names
-        from pacs_rl.training.settings import loss_type_names
-
         names = {"losses": ", ".join(loss_type_names()), "methods": ", ".join(method_names())}
         for param in self.params:
             if getattr(param, "help", None) and "{" in param.help:
@@ -84,8 +83,6 @@ class _TrainCommand(_RegistryHelp):
 
     @property
     def settings(self):  # type: ignore[override]
-        from pacs_rl.training.settings import known_keys, setting_type
-
         return {k: setting_type(k) for k in known_keys()}
 
 

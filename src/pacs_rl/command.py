@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
@@ -57,8 +58,6 @@ def show_library_notes() -> None:
 def typed_command(output_dir: str | None = None) -> str:
     """The `pacs-rl` command being run, as typed (``pacs-rl train --max-steps 4``), without --resume (a rerun into
     the same folder continues it), with ``--output-dir output_dir`` added when the command did not name it."""
-    import shlex
-
     ctx = _context.get_current_context(silent=True)
     argv = list(ctx.meta.get("pacs_rl.argv", [])) if ctx is not None else []
     words = [a for a in argv if a != "--resume"]

@@ -4,7 +4,9 @@ method list in the help is filled in from names that need no torch."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -13,14 +15,21 @@ from pacs_rl.command import end_dry_run, fail, note, show_library_notes, typed_c
 from pacs_rl.compare.paired_cli import PAIRED_PRESET, paired_preset
 from pacs_rl.compare.plan import (
     PRESETS,
+    TRAIN_DONE_FILE,
+    CompareError,
     build_plan,
     check_training_data,
+    eval_dir_of,
     grader_note,
     load_settings_file,
+    method_label,
     parse_sweep,
     resolve_settings,
     write_or_check_manifest,
 )
+from pacs_rl.data import DataError
+from pacs_rl.evaluation.report import METRICS_FILE
+from pacs_rl.models import model_problem
 from pacs_rl.settings import SettingsError, missing_packages, output_dir_problem
 
 
@@ -198,28 +207,10 @@ def compare_command(
     stray = [name for name, value in paired.items() if value is not None]
     if stray:
         fail(f"{', '.join(stray)}: only with --preset {PAIRED_PRESET} (a paired-seed record)")
+    given = CompareOptions(methods=methods, seed=seed, model=model, sweep=sweep, max_steps=max_steps,
+                           dataset=dataset, benchmarks=benchmarks, n=n, k=k)  # fmt: skip
     try:
-        notes: list[str] = []
-        file_settings = load_settings_file(config, notes) if config else None
-        for message in notes:
-            note(message)
-        cli: dict = {
-            "methods": _split(methods),
-            "seeds": _seeds(seed),
-            "model": model,
-            "sweeps": dict(parse_sweep(s) for s in sweep) if sweep else None,
-            "train": {k: v for k, v in {"max_steps": max_steps, "dataset": dataset}.items() if v is not None}
-            or None,
-            "eval": {
-                **({"benchmarks": _split(benchmarks)} if benchmarks else {}),
-                **({"n": int(n) if n.strip().isdigit() else n} if n else {}),
-                **({"ks": _ks(k)} if k else {}),
-            }
-            or None,
-        }
-        if n and not k:  # the settings' ks that a smaller n given here cannot have go
-            cli["eval"]["ks"] = _ks_within(preset, file_settings, cli["eval"]["n"])
-        settings = resolve_settings(preset=preset, config=file_settings, cli=cli)
+        settings = given.settings(preset, config)
         if dry_run:
             _dry_run(settings, output)
             return
@@ -227,14 +218,66 @@ def compare_command(
     except SettingsError as e:  # CompareError included
         fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what is kept and how to go on
-        kept = f" ({e.kept()})" if hasattr(e, "kept") else ""
-        typer.echo(
-            f"interrupted: the finished runs and evaluations are kept in {output}, a half-done training run goes on "
-            f"from its last checkpoint{kept}; go on with: {typed_command(str(output))}",
-            err=True,
-        )
-        raise typer.Exit(130) from None
+        _interrupted(e, output)
     typer.echo(path.read_text())
+
+
+@dataclass
+class CompareOptions:
+    """The options of `pacs-rl compare` that override the settings file and the preset, as given (None where not
+    given)."""
+
+    methods: str | None
+    seed: str | None
+    model: str | None
+    sweep: list[str] | None
+    max_steps: int | None
+    dataset: str | None
+    benchmarks: str | None
+    n: str | None
+    k: str | None
+
+    def settings(self, preset: str | None, config: str | None) -> dict:
+        """The comparison's complete, checked settings: defaults, then ``preset``, then the settings file
+        ``config`` (a note per older key spelling in it), then these options. Raises SettingsError naming a
+        setting that cannot be used."""
+        notes: list[str] = []
+        file_settings = load_settings_file(config, notes) if config else None
+        for message in notes:
+            note(message)
+        cli = self.overrides()
+        if self.n and not self.k:  # the settings' ks that a smaller n given here cannot have go
+            cli["eval"]["ks"] = _ks_within(preset, file_settings, cli["eval"]["n"])
+        return resolve_settings(preset=preset, config=file_settings, cli=cli)
+
+    def overrides(self) -> dict:
+        """These options as a settings dict (resolve_settings' ``cli``), None for a section not given."""
+        train = {"max_steps": self.max_steps, "dataset": self.dataset}
+        n = self.n
+        return {
+            "methods": _split(self.methods),
+            "seeds": _seeds(self.seed),
+            "model": self.model,
+            "sweeps": dict(parse_sweep(s) for s in self.sweep) if self.sweep else None,
+            "train": {key: value for key, value in train.items() if value is not None} or None,
+            "eval": {
+                **({"benchmarks": _split(self.benchmarks)} if self.benchmarks else {}),
+                **({"n": int(n) if n.strip().isdigit() else n} if n else {}),
+                **({"ks": _ks(self.k)} if self.k else {}),
+            }
+            or None,
+        }
+
+
+def _interrupted(e: KeyboardInterrupt, output: Path) -> NoReturn:
+    """Ctrl-C or SIGTERM: say what is kept in ``output`` and how to go on, and exit 130."""
+    kept = f" ({e.kept()})" if hasattr(e, "kept") else ""
+    typer.echo(
+        f"interrupted: the finished runs and evaluations are kept in {output}, a half-done training run goes on "
+        f"from its last checkpoint{kept}; go on with: {typed_command(str(output))}",
+        err=True,
+    )
+    raise typer.Exit(130) from None
 
 
 def _ks(text: str) -> list[int]:
@@ -250,8 +293,7 @@ def _ks(text: str) -> list[int]:
 def _ks_within(preset: str | None, file_settings: dict | None, n) -> list[int] | None:
     """The ks the preset or settings file sets, without those above ``n`` (--n given without --k); None (powers of
     two up to n) when they set none or none is left."""
-    from pacs_rl.compare.plan import PRESETS
-    from pacs_rl.evaluation.runner import parse_samples
+    from pacs_rl.evaluation.runner import parse_samples  # numpy: imported when a comparison is set up
 
     ks = ((file_settings or {}).get("eval") or {}).get("ks") or (
         PRESETS.get(preset or "", {}).get("eval") or {}
@@ -269,13 +311,11 @@ def _ks_within(preset: str | None, file_settings: dict | None, n) -> list[int] |
 def _compare(settings: dict, output: Path, only, report_only: bool, console, progress: bool = True) -> Path:
     """Check what can be checked without torch, then run (or only report) the comparison; return the report's
     path."""
-    from pacs_rl.models import model_problem
-
     problem = output_dir_problem(output) or model_problem(settings["model"])
     if problem:
         fail(problem)
     if report_only:
-        from pacs_rl.compare.report import write_comparison_report
+        from pacs_rl.compare.report import write_comparison_report  # numpy
 
         specs = build_plan(settings)
         write_or_check_manifest(output, settings, specs)
@@ -288,9 +328,8 @@ def _compare(settings: dict, output: Path, only, report_only: bool, console, pro
     show_library_notes()
     check_training_data(settings)
     from pacs_rl.compare import execute  # torch, TRL
-    from pacs_rl.data import DataError
     from pacs_rl.evaluation.runner import ResumeMismatch
-    from pacs_rl.training.quiet import quiet_libraries
+    from pacs_rl.training.output import quiet_libraries  # transformers
 
     quiet_libraries()  # as `pacs-rl train` does: no library bars or deprecation notes a user cannot act on
     execute.PROGRESS = progress
@@ -307,10 +346,6 @@ def _compare(settings: dict, output: Path, only, report_only: bool, console, pro
 
 def _dry_run(settings: dict, output: Path) -> None:
     """``--dry-run``: the comparison's plan and every refusal (exit 1), nothing loaded or written."""
-    from pacs_rl.compare.plan import TRAIN_DONE_FILE, CompareError, eval_dir_of, method_label
-    from pacs_rl.evaluation.report import METRICS_FILE
-    from pacs_rl.models import model_problem
-
     refusals = [p for p in (output_dir_problem(output), model_problem(settings["model"], hub=False)) if p]
     refusals += [f"train: {m}" for m in missing_packages(settings["train"])]
     try:

@@ -10,6 +10,7 @@ import fnmatch
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,19 +36,12 @@ from pacs_rl.compare.plan import (
 )
 from pacs_rl.compare.report import write_comparison_report
 from pacs_rl.evaluation.runner import EvalConfig, parse_samples, run_eval, samples_per_benchmark
+from pacs_rl.models import TINY_MODEL, tiny_model_folder
+from pacs_rl.run_folder import BASE_MODEL_DIR, last_complete_checkpoint
 from pacs_rl.settings import DATA_KEYS
 from pacs_rl.training.card import write_model_card
-from pacs_rl.training.run import (
-    BASE_MODEL_DIR,
-    CPU_DEFAULTS,
-    TINY_MODEL,
-    RunSettings,
-    build_config,
-    config_and_trainer_classes,
-    run_training,
-    tiny_model_folder,
-)
-from pacs_rl.training.trainer import last_complete_checkpoint
+from pacs_rl.training.run import build_config, config_and_trainer_classes, run_training
+from pacs_rl.training.schema import CPU_DEFAULTS, RunSettings
 
 PROGRESS = True  # progress bars (`pacs-rl compare --no-progress` sets False)
 
@@ -229,6 +223,28 @@ class Phase:
     spec: RunSpec | None
     benchmark: str | None = None
 
+    @property
+    def key(self) -> str:
+        """The phase's key in the status :func:`run_comparison` returns: ``train pacs/seed0``, ``eval base on b``."""
+        return f"{self.kind} {self.name}"
+
+    @property
+    def label(self) -> str:
+        """The evaluated model in words: Base, or the run's variant and seed."""
+        return "Base" if self.spec is None else f"{self.spec.variant} seed {self.spec.seed}"
+
+    def target(self, out: Path) -> Path:
+        """The folder the phase writes: the run's folder, or the evaluation's."""
+        if self.kind == "train":
+            return out / self.spec.folder
+        return eval_dir_of(out, self.spec, self.benchmark)
+
+    def description(self, i: int, total: int) -> str:
+        """The phase's heading, as the ``i``-th of ``total`` phases of its kind."""
+        if self.kind == "train":
+            return f"train {i}/{total} {self.spec.variant} seed {self.spec.seed}"
+        return f"eval {i}/{total} {self.label} on {self.benchmark}"
+
 
 def plan_phases(settings: dict[str, Any], plan: list[RunSpec]) -> list[Phase]:
     """The base model's evaluations first, then seed by seed, each run's training followed by its
@@ -268,49 +284,59 @@ def run_comparison(
     check_methods_buildable(settings)  # every check before the manifest is written
     check_training_data(settings)
     write_or_check_manifest(out, settings, plan)
-    base_model = resolve_base_model(settings, out)
+    run = _Comparison(settings, out, resolve_base_model(settings, out), train_fn, eval_fn, console)
     phases = plan_phases(settings, plan)
     phases = [p for p in phases if _selected(BASE if p.spec is None else p.spec.key, only)]
     status: dict[str, str] = {}
-    n_train = sum(p.kind == "train" for p in phases)
-    n_eval = len(phases) - n_train
-    i_train = i_eval = 0
+    totals = Counter(p.kind for p in phases)
+    started: Counter = Counter()
     t0 = time.time()
     for phase in phases:
-        s = phase.spec
-        if phase.kind == "train":
-            i_train += 1
-            key, target = f"train {phase.name}", out / s.folder
-            desc = f"train {i_train}/{n_train} {s.variant} seed {s.seed}"
-            colour = "cyan"
-        else:
-            i_eval += 1
-            key, target = f"eval {phase.name}", eval_dir_of(out, s, phase.benchmark)
-            label = "Base" if s is None else f"{s.variant} seed {s.seed}"
-            desc = f"eval {i_eval}/{n_eval} {label} on {phase.benchmark}"
-            colour = "magenta"
+        started[phase.kind] += 1
+        desc = phase.description(started[phase.kind], totals[phase.kind])
+        colour = "cyan" if phase.kind == "train" else "magenta"
         console.print(f"[bold {colour}]▶ {desc}[/bold {colour}]  ({time.time() - t0:.0f}s elapsed)")
-        if phase.kind == "eval" and s is not None and not is_trained(out / s.folder):
-            status[key] = "waiting"
-            console.print("  its training is not finished: skipped for now")
-            continue
-        lock = PhaseLock(target)
-        if not lock.acquire():
-            status[key] = "busy"
-            console.print(f"  another process holds {lock.path}: left to it")
-            continue
-        try:
-            if phase.kind == "train":
-                status[key] = train_fn(settings, s, target, base_model, desc)
-            else:
-                model = base_model if s is None else str(out / s.folder / FINAL)
-                status[key] = eval_fn(settings, model, phase.benchmark, target, label)
-        finally:
-            lock.release()
-        if status[key] == "skipped":
-            console.print("  already done: skipped")
-        if phase.kind == "eval" and s is not None and status[key] in ("evaluated", "skipped"):
-            card_with_evaluations(settings, out, s)
+        status[phase.key] = run.phase(phase, desc)
     report = write_comparison_report(out, settings, plan)
     console.print(f"[green]report: {report}[/green]  ({time.time() - t0:.0f}s)")
     return {"status": status, "report": str(report), "plan": [s.key for s in plan]}
+
+
+@dataclasses.dataclass
+class _Comparison:
+    """What every phase of one :func:`run_comparison` call shares: the settings, the comparison folder, the base
+    model, the functions that train and evaluate, and the console."""
+
+    settings: dict[str, Any]
+    out: Path
+    base_model: str
+    train_fn: Callable[..., str]
+    eval_fn: Callable[..., str]
+    console: Any
+
+    def phase(self, phase: Phase, desc: str) -> str:
+        """Run one phase under its folder's lock and return its status: what ``train_fn`` / ``eval_fn`` return,
+        "waiting" (an evaluation of a run not trained yet) or "busy" (another process holds the folder). A run's
+        model card gets the evaluations of its final model as they finish."""
+        s = phase.spec
+        if phase.kind == "eval" and s is not None and not is_trained(self.out / s.folder):
+            self.console.print("  its training is not finished: skipped for now")
+            return "waiting"
+        target = phase.target(self.out)
+        lock = PhaseLock(target)
+        if not lock.acquire():
+            self.console.print(f"  another process holds {lock.path}: left to it")
+            return "busy"
+        try:
+            if phase.kind == "train":
+                status = self.train_fn(self.settings, s, target, self.base_model, desc)
+            else:
+                model = self.base_model if s is None else str(self.out / s.folder / FINAL)
+                status = self.eval_fn(self.settings, model, phase.benchmark, target, phase.label)
+        finally:
+            lock.release()
+        if status == "skipped":
+            self.console.print("  already done: skipped")
+        if phase.kind == "eval" and s is not None and status in ("evaluated", "skipped"):
+            card_with_evaluations(self.settings, self.out, s)
+        return status

@@ -32,11 +32,23 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
+
+import yaml
 
 from pacs_rl.compare import stats
 from pacs_rl.compare.lock import PhaseLock
 from pacs_rl.compare.plan import CompareError
+from pacs_rl.data import arithmetic_pool_size, arithmetic_problems
+from pacs_rl.device import CPU_ONLY, cuda_info
+from pacs_rl.evaluation.audit import audit
+from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval
+from pacs_rl.models import TINY_MODEL, resolve_model, tiny_model_folder
+from pacs_rl.run_folder import FINISHED_FILE, HELDOUT_SEED
+from pacs_rl.training.checks import split_settings
+from pacs_rl.training.cli import with_device
+from pacs_rl.training.schema import default_settings
 
 STARTED = (
     time.time()
@@ -119,8 +131,6 @@ def paired_interval(diffs: list[float], target: float | None = TARGET) -> dict:
 def parse_method(spec: str) -> dict:
     """The config overrides of a method: a name of METHODS, or a variant ``name[key=value,...]`` of one
     (``pacs[reference=frozen,ref_reset_steps=8]``; values read as YAML)."""
-    import yaml
-
     name, _, rest = spec.partition("[")
     if name not in METHODS or (rest and not rest.endswith("]")):
         raise CompareError(
@@ -389,9 +399,6 @@ def target_reached(record: dict, target: float = TARGET) -> bool:
 
 # ----------------------------------------------------------------------------------------------- one run
 def heldout_problems():
-    from pacs_rl.data import arithmetic_pool_size, arithmetic_problems
-    from pacs_rl.training.run import HELDOUT_SEED
-
     h = PROTOCOL["heldout"]
     n = arithmetic_pool_size(ops=h["ops"], digits=h["digits"], split=h["split"])
     return arithmetic_problems(n, seed=HELDOUT_SEED, ops=h["ops"], digits=h["digits"], split=h["split"])
@@ -400,8 +407,6 @@ def heldout_problems():
 def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: str = "cpu") -> dict:
     """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable), in fp32 on
     ``device``."""
-    from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval
-
     problems = heldout_problems()
     g, pk = PROTOCOL["greedy"], PROTOCOL["passk"]
     base = {
@@ -494,10 +499,6 @@ def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
     the CPU default's sampler and update pieces wherever it trains, so that a run on a GPU differs from one on a
     CPU only in its kernels. On a CPU these are the CPU default's own settings (fp32 whatever the CPU: the record
     began before the CPU default could choose bf16)."""
-    from pacs_rl.device import CPU_ONLY
-    from pacs_rl.training.cli import with_device
-    from pacs_rl.training.run import default_settings
-
     defaults = default_settings()
     pinned = {k: defaults[k] for k in CPU_ONLY}  # kept on CUDA too: the same sampler on every device
     return with_device({**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed})
@@ -506,18 +507,10 @@ def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
 def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
     """Train (or resume) one run of ``proto`` (a record's protocol) and evaluate it; ``method`` None evaluates
     the base model."""
-    import warnings
-
     import torch
 
-    from pacs_rl.device import cuda_info
-    from pacs_rl.sampling.transformers_backend import cpu_capability
-    from pacs_rl.training.run import (
-        DONE_FILE,
-        build_config,
-        run_training,
-        split_settings,
-    )
+    from pacs_rl.sampling.transformers_backend import cpu_capability  # torch
+    from pacs_rl.training.run import build_config, run_training  # torch, TRL
 
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
     torch.set_num_threads(threads)
@@ -541,7 +534,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
     values, choice = run_values(proto, method, seed)
     device = choice.device
     host["device"] = cuda.name if device == "cuda" else "cpu"
-    if not (folder / DONE_FILE).is_file():
+    if not (folder / FINISHED_FILE).is_file():
         settings, cfg = split_settings(values)
         run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
     result = {
@@ -562,9 +555,6 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
 
 def _evaluate_base(train: dict, folder: Path, threads: int, passk: bool, device: str, host: dict) -> None:
     """The base model's run: its evaluation, into ``folder``/result.json."""
-    from pacs_rl.models import resolve_model
-    from pacs_rl.training.run import TINY_MODEL, default_settings, tiny_model_folder
-
     model = train.get("model", default_settings()["model"])
     model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
     result = {"method": "base", **evaluate(model, folder / "eval", threads, passk, device)}
@@ -591,8 +581,6 @@ def regrade(work: Path) -> dict:
     """Every evaluation's samples under ``work`` (the run folders) scored again with the protocol's grader by
     ``pacs-rl audit``'s code (pacs_rl.evaluation.audit): the share right as recorded and now, and pass@k now. For a
     record whose grader has since been fixed; `pacs-rl audit <work>` prints the same with examples of each change."""
-    from pacs_rl.evaluation.audit import audit
-
     folders = sorted(p.parent for p in work.glob("*/seed*/eval*/*/samples.jsonl"))
     if not folders:
         return {}

@@ -3,11 +3,14 @@ then :func:`pacs_rl.compare.paired.run` (or its report, or its dry run)."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import typer
 
 from pacs_rl.command import end_dry_run, fail
+from pacs_rl.settings import SettingsError, output_dir_problem
 
 PAIRED_PRESET = "pacs-vs-grpo"  # pacs_rl.compare.paired.PRESET, named here without importing the engine
 
@@ -34,8 +37,6 @@ def paired_preset(
 ) -> None:
     """``pacs-rl compare --preset pacs-vs-grpo``: ``paired`` holds its own options by name (None where not given),
     ``others`` the comparison options it does not take."""
-    from pacs_rl.settings import SettingsError
-
     extra = [name for name, value in others.items() if value]
     if extra:
         fail(f"--preset {PAIRED_PRESET} sets its own {', '.join(extra)}: leave {'them' if len(extra) > 1 else 'it'} "
@@ -110,21 +111,18 @@ def paired_options(
 
 def paired_command(opts, report_only: bool, dry_run: bool) -> None:
     """Run, report or dry-run the paired record ``opts`` describes."""
-    from pacs_rl.compare import paired
-    from pacs_rl.settings import output_dir_problem
+    from pacs_rl.compare import paired  # numpy, and the runner it drives
 
     if dry_run:
         _dry_run(opts)
         return
     if report_only:
-        import json
-
         if not opts.record.is_file():
             fail(f"--record {opts.record}: no such record yet (run without --report-only to start it)")
         record = json.loads(opts.record.read_text())
         typer.echo(paired.markdown_tables(record))
         typer.echo(paired.cost_line(record))
-        from pacs_rl.compare.paired_figures import plot_comparison
+        from pacs_rl.compare.paired_figures import plot_comparison  # matplotlib
 
         if record["runs"]:
             typer.echo(f"figure: {plot_comparison(record, opts.work / 'comparison.png')}")
@@ -146,8 +144,6 @@ def paired_command(opts, report_only: bool, dry_run: bool) -> None:
 
 def _dry_run(opts) -> None:
     """What the record holds, the interval so far, and the runs that come next; nothing is loaded or run."""
-    import itertools
-
     from pacs_rl.compare import paired
 
     refusals = []

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 from pacs_rl.compare.paired import tail_mean
+from pacs_rl.compare.report import _plt
 
 
 def steps_since_reset(method_overrides: dict, step: int, mini_batches: int = 2) -> int:
@@ -22,8 +23,6 @@ def steps_since_reset(method_overrides: dict, step: int, mini_batches: int = 2) 
 
 
 def _save(fig, out: Path) -> Path:
-    from pacs_rl.compare.report import _plt
-
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -34,8 +33,6 @@ def _save(fig, out: Path) -> Path:
 def plot_comparison(record: dict, out: Path) -> Path:
     """Greedy accuracy per seed at each evaluated step, pass@k (when the protocol has it), entropy and length per
     step, by method."""
-    from pacs_rl.compare.report import _plt
-
     plt = _plt()
     methods = [m for m in record["protocol"]["methods"] if any(r["method"] == m for r in record["runs"])]
     colors = {m: plt.cm.tab10(i) for i, m in enumerate(methods)}
@@ -150,8 +147,6 @@ def critic_table(records: list[dict]) -> str:
 
 def plot_critic(records: list[dict], out: Path) -> Path:
     """Within-group AUC of ψ against the reward (mixed groups) by steps since the reference was last reset."""
-    from pacs_rl.compare.report import _plt
-
     plt = _plt()
     fig, ax = plt.subplots(figsize=(13, 4.5))
     bins = critic_bins(records)

@@ -37,18 +37,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS, benchmark_name
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
 from pacs_rl.settings import DATA_KEYS, SettingsError, read_yaml, rename_keys
-from pacs_rl.training.settings import (
-    CONFIG_TYPES,
+from pacs_rl.training.checks import coerce_setting, config_problems
+from pacs_rl.training.data import load_run_data
+from pacs_rl.training.schema import (
+    CONFIG_FIELDS,
     CRITIC_FIELDS,
     CRITIC_LOSS_TYPES,
     RunSettings,
-    coerce_setting,
-    config_problems,
-    load_run_data,
     loss_type_names,
 )
+from pacs_rl.training.trl_fields import GRPO_FIELDS
 
 MANIFEST_FILE = "manifest.json"
 MANIFEST_VERSION = 1
@@ -207,8 +208,6 @@ def grader_note(ev: dict[str, Any]) -> str:
     """What ``grader: auto`` resolves to for the comparison's benchmarks (``" (sound)"``); "" for a named grader."""
     if str(ev.get("grader", "auto")) != "auto":
         return ""
-    from pacs_rl.data.loaders import benchmark_name
-
     graders = {b: "paper" if benchmark_name(str(b)) else TRAINING_GRADER for b in ev.get("benchmarks", [])}
     if len(set(graders.values())) == 1:
         return f" ({next(iter(graders.values()))})"
@@ -244,7 +243,11 @@ class RunSpec:
 
 
 def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
-    """The evaluation folder of one run (``spec``) or of the base model (None) on one benchmark."""
+    """The evaluation folder of one run (``spec``) or of the base model (None) on one benchmark, named as `pacs-rl
+    eval` names a benchmark's folder (:func:`pacs_rl.evaluation.runner.bench_slug`)."""
+    # the runner imports numpy and the data loaders: imported on first use, so that `pacs-rl --help` stays fast
+    from pacs_rl.evaluation.runner import bench_slug
+
     if spec is None:
         return out / "evals" / BASE / bench_slug(benchmark)
     return out / "evals" / spec.folder.removeprefix("runs/") / bench_slug(benchmark)
@@ -252,11 +255,6 @@ def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
 
 def variant_slug(variant: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+-]", "_", variant.replace("[", "__").replace("]", ""))
-
-
-def bench_slug(benchmark: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._=+-]", "_", Path(benchmark).stem if benchmark.endswith(".jsonl") else benchmark)
-    return s[:80] or "benchmark"
 
 
 # ----------------------------------------------------------------------------------------------- settings
@@ -349,12 +347,22 @@ def _field_default(f: dataclasses.Field) -> Any:
 def shared_config_keys(loss_type: str | None = None) -> set[str]:
     """The trainer config fields a comparison may set: every method's (a critic field only for a critic loss)."""
     critic = set(CRITIC_FIELDS) if loss_type not in CRITIC_LOSS_TYPES else set()
-    return set(CONFIG_TYPES) - critic
+    return {*GRPO_FIELDS, *CONFIG_FIELDS, *CRITIC_FIELDS} - critic
 
 
 def check_settings(settings: dict[str, Any]) -> None:
     """Refuse unknown methods, unknown or mistyped fields, reserved fields and empty lists, by name: all of it
-    without torch or TRL."""
+    without torch or TRL. A comma-separated ``methods`` and a number of ``seeds`` are made lists in place."""
+    _check_methods_and_seeds(settings)
+    _check_train(settings["train"])
+    _check_sweeps(settings.get("sweeps", {}))
+    _check_method_settings(settings)
+    _check_eval(settings["eval"])
+
+
+def _check_methods_and_seeds(settings: dict[str, Any]) -> None:
+    """methods: known, none twice (a comma-separated string becomes a list); seeds: distinct integers (a number N
+    becomes seeds 0..N-1)."""
     methods = settings["methods"]
     if isinstance(methods, str):
         methods = settings["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
@@ -370,8 +378,12 @@ def check_settings(settings: dict[str, Any]) -> None:
         seeds = settings["seeds"] = list(range(seeds))
     if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
         raise CompareError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}.")
+
+
+def _check_train(train: dict[str, Any]) -> None:
+    """The train section: a dataset, then only data settings and PACSConfig fields every method shares (none the
+    comparison sets itself), each of its type and usable together (the packages are checked where it runs)."""
     fields = shared_config_keys()
-    train = settings["train"]
     if "dataset" not in train:
         raise CompareError(
             "train.dataset is missing: the training problems (e.g. 'arithmetic?n=256&split=train')."
@@ -394,7 +406,12 @@ def check_settings(settings: dict[str, Any]) -> None:
     problems = config_problems(typed, installed=False)  # the packages: where it runs (pacs-rl compare checks)
     if problems:
         raise CompareError(f"train: {problems[0]}")
-    for name, values in settings.get("sweeps", {}).items():
+
+
+def _check_sweeps(sweeps: dict[str, Any]) -> None:
+    """Each sweep: a shared PACSConfig field the comparison does not set itself, with at least one value."""
+    fields = shared_config_keys()
+    for name, values in sweeps.items():
         if name not in fields or name in RESERVED_TRAIN_KEYS:
             raise CompareError(
                 f"--sweep {name}=...: {name!r} is not a PACSConfig field that can be swept "
@@ -402,8 +419,11 @@ def check_settings(settings: dict[str, Any]) -> None:
             )
         if not isinstance(values, list) or not values:
             raise CompareError(f"--sweep {name}: give at least one value, e.g. --sweep {name}=0.1,1,10.")
-    _check_method_settings(settings)
-    ev = settings["eval"]
+
+
+def _check_eval(ev: dict[str, Any]) -> None:
+    """The eval section: known keys, at least one benchmark, an n `pacs-rl eval --n` takes, ks within 1..n and a
+    grader that exists."""
     unknown_eval = set(ev) - set(EVAL_DEFAULTS) - set(DATA_KEYS)
     if unknown_eval:
         raise CompareError(
@@ -411,7 +431,7 @@ def check_settings(settings: dict[str, Any]) -> None:
         )
     if not ev["benchmarks"]:
         raise CompareError("eval.benchmarks is empty; give at least one benchmark (--benchmarks math500).")
-    from pacs_rl.evaluation.runner import parse_samples
+    from pacs_rl.evaluation.runner import parse_samples  # numpy: imported when settings are checked
 
     try:
         default_n, by_bench = parse_samples(str(ev["n"]), ev["benchmarks"])
@@ -484,8 +504,6 @@ PROMPT_KEYS = ("instruction", "system_prompt")  # the training section's prompt 
 def run_settings(settings: dict[str, Any], base_model: str) -> RunSettings:
     """The RunSettings of every training run of a comparison (`pacs-rl train`'s run keys): the train section's
     dataset and data settings, no held-out evaluation (the comparison evaluates every model itself)."""
-    from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS
-
     train = settings["train"]
     return RunSettings(
         model=base_model,

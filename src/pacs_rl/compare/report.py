@@ -188,9 +188,9 @@ def plot_passk_curves(
 
 def read_run_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The rows of a training run's metrics.jsonl; [] when there is none."""
-    # pacs_rl.training.callbacks imports transformers: loaded only when a report reads training logs.
-    from pacs_rl.training.callbacks import METRICS_FILE as TRAIN_METRICS_FILE
-    from pacs_rl.training.callbacks import read_metrics
+    # pacs_rl.training.output imports transformers: loaded only when a report reads training logs.
+    from pacs_rl.training.output import METRICS_FILE as TRAIN_METRICS_FILE
+    from pacs_rl.training.output import read_metrics
 
     path = run_dir / TRAIN_METRICS_FILE
     return read_metrics(path) if path.is_file() else []

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.data import load_problems
 from pacs_rl.evaluation.samples import FORM_ORDER, SAMPLES_FILE, sample_form
+from pacs_rl.rewards.answers import answer_form
 from pacs_rl.rewards.graders import TRAINING_GRADER, grader_name
 
 AUDIT_FILE = "audit.json"
@@ -224,8 +226,6 @@ class Questions:
         keys = ("split", "problem_field", "answer_field", "prompt_field")
         cache_key = (source, *(settings.get(k) for k in keys))
         if cache_key not in self._loaded:
-            from pacs_rl.data import load_problems
-
             try:
                 problems = load_problems(source, on_error="skip", **{k: settings.get(k) for k in keys})
                 self._loaded[cache_key] = ({p.id: p.problem for p in problems}, None)
@@ -291,8 +291,7 @@ def recorded_form(
     paid, cut = _paid(row["score"]), _cut_off(row)
     if row.get("form"):
         return sample_form(row["form"], paid, cut), True
-    from pacs_rl.rewards.answers import answer_form
-    from pacs_rl.rewards.math_verifier import extract_answer
+    from pacs_rl.rewards.math_verifier import extract_answer  # math-verify, sympy
 
     try:
         extracted = row.get("extracted") or extract_answer(row["completion"], grader or "paper", question)
@@ -334,7 +333,7 @@ def _ks(sf: SamplesFile, fewest: int) -> list[int]:
 def _pass_at_k(sf: SamplesFile, rows: list[dict[str, Any]], now: list[float]) -> dict[str, Any] | None:
     """pass@k of an eval folder's samples as recorded and under the new grader, for the ks every problem has
     enough samples for (the run's own ks, from metrics.json, else powers of two)."""
-    from pacs_rl.evaluation.passk import mean_pass_at_k
+    from pacs_rl.evaluation.passk import mean_pass_at_k  # numpy: `pacs-rl --help` imports this module
 
     by_problem: dict[str, list[tuple[float, float]]] = {}
     for r, score in zip(rows, now, strict=True):
@@ -356,6 +355,50 @@ def _pass_at_k(sf: SamplesFile, rows: list[dict[str, Any]], now: list[float]) ->
     }
 
 
+@dataclass
+class _Changes:
+    """The tallies of one file's rows as :func:`audit_rows` grades them: the answers that went paid -> refused (by
+    the new reason) and refused -> paid (by the recorded one), the paid answers by form as recorded and now, and up
+    to ``examples`` completions of each change."""
+
+    examples: int
+    to_refused: Counter = field(default_factory=Counter)
+    to_paid: Counter = field(default_factory=Counter)
+    forms_recorded: Counter = field(default_factory=Counter)
+    forms_now: Counter = field(default_factory=Counter)
+    computed: int = 0  # recorded forms read from the answers (rows from before forms were recorded)
+    shown: dict[str, list[dict[str, Any]]] = field(
+        default_factory=lambda: {"paid_to_refused": [], "refused_to_paid": []}
+    )
+
+    def add(self, sf: SamplesFile, row: Mapping[str, Any], question: str | None, verdict: Any) -> None:
+        """Count one row, recorded as ``row`` says and graded again as ``verdict``."""
+        before, after = _paid(row["score"]), _paid(verdict.score)
+        if before:
+            form, kept = recorded_form(row, question, sf.recorded_grader)
+            self.forms_recorded[form] += 1
+            self.computed += not kept
+        if after:
+            self.forms_now[sample_form(verdict.form, True, _cut_off(row))] += 1
+        if before == after:
+            return
+        change = "paid_to_refused" if before else "refused_to_paid"
+        (self.to_refused if before else self.to_paid)[
+            verdict.reason if before else str(row.get("reason") or "?")
+        ] += 1
+        if len(self.shown[change]) < self.examples:
+            self.shown[change].append(
+                {
+                    "where": _where(sf, row),
+                    "answer": str(row["answer"]),
+                    "recorded": str(row.get("reason") or "?"),
+                    "now": verdict.reason,
+                    "read_now": verdict.extracted,
+                    "completion": shorten(row["completion"]),
+                }
+            )
+
+
 def audit_rows(
     sf: SamplesFile,
     rows: list[dict[str, Any]],
@@ -366,52 +409,25 @@ def audit_rows(
 ) -> dict[str, Any]:
     """What changes for ``rows`` when ``verdicts`` (under ``grader``) replace their recorded scores."""
     now = [float(v.score) for v in verdicts]
-    to_refused: Counter = Counter()
-    to_paid: Counter = Counter()
-    forms_recorded: Counter = Counter()
-    forms_now: Counter = Counter()
-    computed = 0
-    shown: dict[str, list[dict[str, Any]]] = {"paid_to_refused": [], "refused_to_paid": []}
+    changes = _Changes(examples)
     for r, q, v in zip(rows, questions, verdicts, strict=True):
-        before, after = _paid(r["score"]), _paid(v.score)
-        if before:
-            form, kept = recorded_form(r, q, sf.recorded_grader)
-            forms_recorded[form] += 1
-            computed += not kept
-        if after:
-            forms_now[sample_form(v.form, True, _cut_off(r))] += 1
-        if before == after:
-            continue
-        change = "paid_to_refused" if before else "refused_to_paid"
-        (to_refused if before else to_paid)[v.reason if before else str(r.get("reason") or "?")] += 1
-        if len(shown[change]) < examples:
-            shown[change].append(
-                {
-                    "where": _where(sf, r),
-                    "answer": str(r["answer"]),
-                    "recorded": str(r.get("reason") or "?"),
-                    "now": v.reason,
-                    "read_now": v.extracted,
-                    "completion": shorten(r["completion"]),
-                }
-            )
-    paid_recorded = sum(_paid(r["score"]) for r in rows)
+        changes.add(sf, r, q, v)
     out: dict[str, Any] = {
         "rows": len(rows),
-        "paid_recorded": paid_recorded,
+        "paid_recorded": sum(_paid(r["score"]) for r in rows),
         "paid_now": sum(s >= 0.5 for s in now),
         "paid_to_refused": {
-            "count": sum(to_refused.values()),
-            "by_reason_now": dict(to_refused.most_common()),
+            "count": sum(changes.to_refused.values()),
+            "by_reason_now": dict(changes.to_refused.most_common()),
         },
         "refused_to_paid": {
-            "count": sum(to_paid.values()),
-            "by_reason_recorded": dict(to_paid.most_common()),
+            "count": sum(changes.to_paid.values()),
+            "by_reason_recorded": dict(changes.to_paid.most_common()),
         },
-        "paid_forms_recorded": _ordered(forms_recorded),
-        "paid_forms_now": _ordered(forms_now),
-        "paid_forms_recorded_read_from_answers": computed,  # rows from before forms were recorded
-        "examples": shown,
+        "paid_forms_recorded": _ordered(changes.forms_recorded),
+        "paid_forms_now": _ordered(changes.forms_now),
+        "paid_forms_recorded_read_from_answers": changes.computed,  # rows from before forms were recorded
+        "examples": changes.shown,
     }
     if sf.kind == "eval":
         passk = _pass_at_k(sf, rows, now)
@@ -490,42 +506,28 @@ def audit(
     now. ``questions``: a problem_id -> question mapping or a data source, for rows that do not hold their question
     (else an eval folder's benchmark is reloaded). ``workers`` > 0 grades in that many processes. Files are named
     relative to ``root`` when they are under it."""
-    from pacs_rl.rewards import RewardPool, verify_batch  # math-verify, sympy
+    from pacs_rl.rewards import RewardPool  # math-verify, sympy
 
-    planned = plan(paths, grader)
-    lookup = Questions(questions)
-    loaded = []
-    for sf, g in planned:
-        rows, dropped = read_rows(sf.path)
-        qs, info = _questions_for(sf, rows, lookup)
-        loaded.append((sf, g, rows, dropped, qs, info))
+    loaded = _read_planned(plan(paths, grader), Questions(questions))
     started = time.perf_counter()
     files = []
     pool = RewardPool(num_workers=workers, timeout=timeout) if workers > 0 else None
     try:
-        with _Bar(sum(len(x[2]) for x in loaded), progress) as bar:
-            for sf, g, rows, dropped, qs, info in loaded:
-                verdicts: list = []
-                for i in range(0, len(rows), CHUNK):
-                    chunk, prompts = rows[i : i + CHUNK], qs[i : i + CHUNK]
-                    args = ([r["completion"] for r in chunk], [str(r["answer"]) for r in chunk])
-                    if pool is not None:
-                        result = pool.verify_batch(*args, grader=g, prompts=prompts)
-                    else:
-                        result = verify_batch(*args, g, num_workers=0, timeout=timeout, prompts=prompts)
-                    verdicts += result.verdicts
-                    bar.advance(len(chunk))
-                entry = {
-                    "path": _name(sf.path, root),
-                    "kind": sf.kind,
-                    "run_dir": _name(sf.run_dir, root),
-                    "recorded_grader": sf.recorded_grader,
-                    "grader": g,
-                    "lines_left_out": dropped,
-                    "questions": info,
-                    **audit_rows(sf, rows, qs, verdicts, g, examples),
-                }
-                files.append(entry)
+        with _Bar(sum(len(f.rows) for f in loaded), progress) as bar:
+            for f in loaded:
+                verdicts = _regrade(f, pool, timeout, bar)
+                files.append(
+                    {
+                        "path": _name(f.sf.path, root),
+                        "kind": f.sf.kind,
+                        "run_dir": _name(f.sf.run_dir, root),
+                        "recorded_grader": f.sf.recorded_grader,
+                        "grader": f.grader,
+                        "lines_left_out": f.dropped,
+                        "questions": f.info,
+                        **audit_rows(f.sf, f.rows, f.questions, verdicts, f.grader, examples),
+                    }
+                )
     finally:
         if pool is not None:
             pool.close()
@@ -536,6 +538,48 @@ def audit(
         "totals": _totals(files),
         "files": files,
     }
+
+
+@dataclass
+class _Loaded:
+    """One samples file read for grading: its rows, the lines left out, each row's question and where the
+    questions came from, and the grader it is audited with."""
+
+    sf: SamplesFile
+    grader: str
+    rows: list[dict[str, Any]]
+    dropped: int
+    questions: list[str | None]
+    info: dict[str, Any]
+
+
+def _read_planned(planned: list[tuple[SamplesFile, str]], lookup: Questions) -> list[_Loaded]:
+    """Read every planned file and find its questions, before anything is graded: a file that cannot be read
+    fails first."""
+    loaded = []
+    for sf, g in planned:
+        rows, dropped = read_rows(sf.path)
+        qs, info = _questions_for(sf, rows, lookup)
+        loaded.append(_Loaded(sf, g, rows, dropped, qs, info))
+    return loaded
+
+
+def _regrade(f: _Loaded, pool: Any, timeout: float, bar: _Bar) -> list:
+    """The verdicts of ``f``'s rows under its grader, CHUNK rows per call (in ``pool``'s processes, else in this
+    one), the progress bar advanced after each."""
+    from pacs_rl.rewards import verify_batch  # math-verify, sympy
+
+    verdicts: list = []
+    for i in range(0, len(f.rows), CHUNK):
+        chunk, prompts = f.rows[i : i + CHUNK], f.questions[i : i + CHUNK]
+        args = ([r["completion"] for r in chunk], [str(r["answer"]) for r in chunk])
+        if pool is not None:
+            result = pool.verify_batch(*args, grader=f.grader, prompts=prompts)
+        else:
+            result = verify_batch(*args, f.grader, num_workers=0, timeout=timeout, prompts=prompts)
+        verdicts += result.verdicts
+        bar.advance(len(chunk))
+    return verdicts
 
 
 def _name(path: Path, root: str | Path | None) -> str:

@@ -6,7 +6,9 @@ The command parses its options, checks them (the output folder, the model names)
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,17 @@ import typer
 from rich.console import Console
 
 from pacs_rl.command import data_option, end_dry_run, fail, note, typed_command
+from pacs_rl.data import DataError, hub_dataset, load_problems
+from pacs_rl.data.procedural import ARITHMETIC_DIGITS, ARITHMETIC_OPS, parse_query
+from pacs_rl.evaluation.audit import (
+    AuditError,
+    audit,
+    default_json_path,
+    dry_run_lines,
+    plan,
+    report_lines,
+    write_json,
+)
 from pacs_rl.evaluation.report import (
     NOT_PLAIN_WARN,
     forms_text,
@@ -22,6 +35,9 @@ from pacs_rl.evaluation.report import (
     results_table,
     write_report,
 )
+from pacs_rl.evaluation.samples import SAMPLES_FILE
+from pacs_rl.models import ModelError, model_problem
+from pacs_rl.run_folder import recorded_protocol, run_folder
 from pacs_rl.settings import DATA_KEYS, output_dir_problem
 
 
@@ -54,29 +70,9 @@ DEFAULTS = {"benchmarks": ["math500"], "n": "32", "temperature": 0.6, "top_p": 0
 CUT_OFF_WARN = 0.5  # warn when more than this share of the samples hit the token limit
 
 
-def run_folder(model: str) -> Path | None:
-    """The `pacs-rl train` run folder ``model`` is (RUN) or holds the final weights of (RUN/final, RUN/checkpoint-N),
-    by its settings.json; None for any other model."""
-    path = Path(model)
-    for folder in (path, path.parent):
-        if (folder / "settings.json").is_file() and (folder / "final").is_dir():
-            return folder
-    return None
-
-
-def run_protocol(folder: Path) -> dict[str, Any] | None:
-    """How the run in ``folder`` measured its held-out accuracy (settings.json's ``heldout``, rebuilt for a run
-    recorded before that key); None when it had no held-out set."""
-    from pacs_rl.training.card import recorded_protocol
-
-    return recorded_protocol(folder)
-
-
 def arithmetic_note(sources: list[str]) -> str | None:
     """What an ``arithmetic`` source without ops= or digits= draws here, beside `pacs-rl train`'s default task (None
     when every arithmetic source names both)."""
-    from pacs_rl.data.procedural import ARITHMETIC_DIGITS, ARITHMETIC_OPS, parse_query
-
     bare = [s for s in sources if s.split("?")[0] == "arithmetic" and not {"ops", "digits"} <= set(parse_query(s.partition("?")[2]))]  # fmt: skip
     if not bare:
         return None
@@ -87,19 +83,18 @@ def arithmetic_note(sources: list[str]) -> str | None:
     )
 
 
-def _own_task(
-    protocol: dict[str, Any], folder: Path, n, temperature, top_p, max_new_tokens, grader, output_dir
-):
+def _own_task(protocol: dict[str, Any], folder: Path, given: dict[str, Any]) -> dict[str, Any]:
     """The settings of evaluating run ``folder``'s model on its own held-out task: the run's ``protocol`` (n = 1,
-    its sampling, token limit, grader, prompt and fields), each replaced by an option given here; the folder
-    RUN/eval/<protocol>; and the line that says so."""
+    its sampling, token limit, grader, prompt and fields), each replaced by an option ``given`` here (by the keys of
+    DEFAULTS, None where not given); the folder RUN/eval/<protocol>; and the line that says so."""
+    temperature, top_p = given["temperature"], given["top_p"]
     t = protocol.get("temperature", 0.0) if temperature is None else temperature
     own = {
-        "n": n or "1",
+        "n": given["n"] or "1",
         "temperature": t,
         "top_p": (protocol.get("top_p", 1.0) if t > 0 else 1.0) if top_p is None else top_p,
-        "max_new_tokens": max_new_tokens or protocol.get("max_new_tokens", 1024),
-        "grader": grader or protocol.get("grader", "auto"),
+        "max_new_tokens": given["max_new_tokens"] or protocol.get("max_new_tokens", 1024),
+        "grader": given["grader"] or protocol.get("grader", "auto"),
         "limit": protocol.get("limit"),
         "seed": int(protocol.get("seed", 0)),
         "data": {
@@ -109,7 +104,9 @@ def _own_task(
         },
     }
     how = "greedy" if own["temperature"] == 0 else f"T{own['temperature']}"
-    own["output_dir"] = output_dir or str(folder / "eval" / f"{how}-n{own['n']}-{own['max_new_tokens']}tok")
+    own["output_dir"] = given["output_dir"] or str(
+        folder / "eval" / f"{how}-n{own['n']}-{own['max_new_tokens']}tok"
+    )
     own["data"] = {k: v for k, v in own["data"].items() if v is not None}
     sampling = "greedy" if own["temperature"] == 0 else f"T {own['temperature']}, top-p {own['top_p']}"
     own["line"] = (
@@ -270,133 +267,169 @@ def eval_command(
     """
     console = Console(stderr=True)
     if merge:
-        output_dir = output_dir or DEFAULTS["output_dir"]
-        problem = output_dir_problem(output_dir)
-        if problem:
-            fail(problem)
-        _merge(run_dirs, output_dir, console)
+        _merge(run_dirs, output_dir or DEFAULTS["output_dir"], console)
         return
     if run_dirs:
         fail(f"unexpected arguments {run_dirs}; to merge finished runs add --merge")
     if not model:
         fail("give --model (several allowed), or --merge with run folders")
-    own: dict[str, Any] = {}  # a training run's own held-out protocol, when that is what is evaluated
-    folder = run_folder(model[0]) if len(model) == 1 and not benchmarks else None
+    given = {"benchmarks": benchmarks, "n": n, "temperature": temperature, "top_p": top_p,
+             "max_new_tokens": max_new_tokens, "grader": grader, "output_dir": output_dir}  # fmt: skip
+    task = resolve_task(list(model), given)
+    _announce(task, console)
+    options = RunOptions(
+        k=k, limit=limit, seed=seed, chat_template_kwargs=chat_template_kwargs, vllm_engine_kwargs=vllm_engine_kwargs,
+        data=dict(zip(DATA_KEYS, (split, problem_field, answer_field, prompt_field, instruction, system_prompt,
+                                  skip_bad_rows), strict=True)),
+        engine={"backend": backend, "dtype": dtype, "batch_size": batch_size, "device": device,
+                "num_threads": threads, "verify_workers": verify_workers, "plain_prompt": plain_prompt,
+                "tensor_parallel_size": tensor_parallel_size, "data_parallel_size": data_parallel_size,
+                "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len,
+                "progress": not no_progress},
+    )  # fmt: skip
+    config, n_by_bench = eval_config(task, options, hub=not dry_run)  # a plan may be made away from the Hub
+    labels = list(label) if label else None
+    if dry_run:
+        _dry_run(config, task.models, labels, task.sources, n_by_bench)
+        return
+    results = _run_evals(config, task, labels, n_by_bench, no_progress)
+    typer.echo(results_table(results))
+    for r in results:
+        _print_run_summary(r, console)
+    console.print(f"results in {task.output_dir}")
+
+
+@dataclass
+class EvalTask:
+    """What one `pacs-rl eval` call evaluates and how: its models and benchmark sources, and the options whose
+    default depends on what is evaluated (DEFAULTS, or a training run's own held-out protocol), resolved."""
+
+    models: list[str]
+    sources: list[str]
+    n: str
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    grader: str
+    output_dir: str
+    own: dict[str, Any]  # the run's own protocol (prompt and fields, limit, seed, line); {} for other models
+
+
+def resolve_task(models: list[str], given: dict[str, Any]) -> EvalTask:
+    """The task of ``models`` under the options ``given`` (by the keys of DEFAULTS, None where not given): a
+    `pacs-rl train` run's model without --benchmarks is evaluated on the run's own held-out task and protocol,
+    anything else on DEFAULTS where an option is not given. Fails on a run without a held-out set, an output
+    folder that cannot be used, or no benchmark."""
+    own: dict[str, Any] = {}
+    folder = run_folder(models[0]) if len(models) == 1 and not given["benchmarks"] else None
     if folder is not None:
-        protocol = run_protocol(folder)
+        protocol = recorded_protocol(folder)
         if protocol is None:
             fail(f"{folder} is a training run without a held-out set (eval_size 0): give --benchmarks SOURCE")
-        model = [str(folder / "final") if Path(model[0]) == folder else model[0]]
-        own = _own_task(protocol, folder, n, temperature, top_p, max_new_tokens, grader, output_dir)
-        benchmarks, n, temperature, top_p = [protocol["source"]], own["n"], own["temperature"], own["top_p"]
-        max_new_tokens, grader, output_dir = own["max_new_tokens"], own["grader"], own["output_dir"]
-    values = {"benchmarks": benchmarks, "n": n, "temperature": temperature, "top_p": top_p,
-              "max_new_tokens": max_new_tokens, "grader": grader, "output_dir": output_dir}  # fmt: skip
-    values = {k: DEFAULTS[k] if v is None else v for k, v in values.items()}
-    benchmarks, n, temperature, top_p = (
-        values["benchmarks"],
-        values["n"],
-        values["temperature"],
-        values["top_p"],
-    )
-    max_new_tokens, grader, output_dir = values["max_new_tokens"], values["grader"], values["output_dir"]
-    problem = output_dir_problem(output_dir)
+        models = [str(folder / "final") if Path(models[0]) == folder else models[0]]
+        own = _own_task(protocol, folder, given)
+        given = {
+            "benchmarks": [protocol["source"]],
+            **{key: own[key] for key in given if key != "benchmarks"},
+        }
+    values = {key: DEFAULTS[key] if value is None else value for key, value in given.items()}
+    problem = output_dir_problem(values["output_dir"])
     if problem:
         fail(problem)
-    sources = split_benchmarks(benchmarks)
+    sources = split_benchmarks(values.pop("benchmarks"))
     if not sources:
         fail("give at least one --benchmarks source")
-    if own:
-        console.print(own["line"], soft_wrap=True, markup=False, highlight=False)
-    else:
-        bare = arithmetic_note(sources)
-        if bare:
-            note(bare)
-    # The runner imports numpy and the data loaders (torch and the verifier load when sampling starts):
-    # imported here, when a run starts, so that `pacs-rl --help` does not pay for them.
-    from pacs_rl.data import DataError
-    from pacs_rl.evaluation.runner import EvalConfig, ResumeMismatch, parse_samples, run_evals
-    from pacs_rl.models import ModelError, model_problem
+    return EvalTask(models=models, sources=sources, own=own, **values)
 
-    for name in model:
-        problem = model_problem(name, hub=not dry_run)  # a plan may be made away from the Hub
+
+def _announce(task: EvalTask, console: Console) -> None:
+    """Say what is evaluated where the call does not name it: a training run's own held-out task and protocol, or
+    what a bare ``arithmetic`` source draws."""
+    if task.own:
+        console.print(task.own["line"], soft_wrap=True, markup=False, highlight=False)
+        return
+    bare = arithmetic_note(task.sources)
+    if bare:
+        note(bare)
+
+
+@dataclass
+class RunOptions:
+    """The options of `pacs-rl eval` that the task does not resolve, as given: --k and the JSON options still to
+    be parsed, the limit, seed and data settings (None where not given) and the EvalConfig fields that pass
+    through unchanged (``engine``: engine, device, vLLM, verifier and progress settings)."""
+
+    k: str | None
+    limit: int | None
+    seed: int
+    chat_template_kwargs: str | None
+    vllm_engine_kwargs: str | None
+    data: dict[str, Any]
+    engine: dict[str, Any]
+
+
+def eval_config(task: EvalTask, options: RunOptions, hub: bool = True):
+    """The EvalConfig of the call's first run (plan_evals derives one per model and benchmark) and the samples per
+    benchmark, after checking every model name (on the Hub too when ``hub``) and --n. A training run's own prompt,
+    fields, limit and seed apply where the call gives none. The runner is imported here, when a run is planned:
+    it imports numpy and the data loaders, which `pacs-rl --help` need not pay for."""
+    from pacs_rl.evaluation.runner import EvalConfig, parse_samples
+
+    for name in task.models:
+        problem = model_problem(name, hub=hub)
         if problem:
             fail(problem)
     try:
-        n_default, n_by_bench = parse_samples(n, sources)
+        n_default, n_by_bench = parse_samples(task.n, task.sources)
     except ValueError as e:
         fail(e)
-    given = dict(zip(DATA_KEYS, (split, problem_field, answer_field, prompt_field, instruction, system_prompt,
-                                 skip_bad_rows), strict=True))  # fmt: skip
-    for key, value in own.get("data", {}).items():  # the run's own prompt and fields, unless given here
-        given[key] = value if given.get(key) is None else given[key]
-    if own.get("limit") is not None and limit is None:
-        limit = own["limit"]
-    if own and seed == 0:
-        seed = own["seed"]
+    data = dict(options.data)
+    for key, value in task.own.get("data", {}).items():  # the run's own prompt and fields, unless given here
+        data[key] = value if data.get(key) is None else data[key]
+    limit, seed = options.limit, options.seed
+    if task.own.get("limit") is not None and limit is None:
+        limit = task.own["limit"]
+    if task.own and seed == 0:
+        seed = task.own["seed"]
     config = EvalConfig(
-        model=model[0],
-        benchmark=sources[0],
-        output_dir=output_dir,
-        n=n_default,
-        ks=_parse_ks(k),
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        backend=backend,
-        dtype=dtype,
-        batch_size=batch_size,
-        device=device,
-        num_threads=threads,
-        limit=limit,
-        seed=seed,
-        grader=grader,
-        verify_workers=verify_workers,
-        plain_prompt=plain_prompt,
-        chat_template_kwargs=_parse_json(chat_template_kwargs, "--chat-template-kwargs"),
-        tensor_parallel_size=tensor_parallel_size,
-        data_parallel_size=data_parallel_size,
-        gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len,
-        vllm_engine_kwargs=_parse_json(vllm_engine_kwargs, "--vllm-engine-kwargs"),
-        progress=not no_progress,
-        **{key: value for key, value in given.items() if value is not None},
-    )
-    if dry_run:
-        _dry_run(config, list(model), list(label) if label else None, sources, n_by_bench)
-        return
+        model=task.models[0], benchmark=task.sources[0], output_dir=task.output_dir, n=n_default,
+        ks=_parse_ks(options.k), temperature=task.temperature, top_p=task.top_p,
+        max_new_tokens=task.max_new_tokens, grader=task.grader, limit=limit, seed=seed,
+        chat_template_kwargs=_parse_json(options.chat_template_kwargs, "--chat-template-kwargs"),
+        vllm_engine_kwargs=_parse_json(options.vllm_engine_kwargs, "--vllm-engine-kwargs"),
+        **options.engine, **{key: value for key, value in data.items() if value is not None},
+    )  # fmt: skip
+    return config, n_by_bench
+
+
+def _run_evals(
+    config, task: EvalTask, labels: list[str] | None, n: dict[str, int], no_progress: bool
+) -> list:
+    """Run every evaluation of the call and return their metrics; a setting or data the runner refuses fails with
+    its message, and Ctrl-C says where the samples drawn so far are kept and how to go on."""
+    from pacs_rl.evaluation.runner import ResumeMismatch, run_evals
+
     if no_progress:  # transformers' own bars too ("Loading weights")
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
     try:
-        results = run_evals(
-            config, list(model), labels=list(label) if label else None, benchmarks=sources, n=n_by_bench
-        )
+        return run_evals(config, task.models, labels=labels, benchmarks=task.sources, n=n)
     except (DataError, ModelError, ResumeMismatch, ValueError) as e:
         fail(e)
     except KeyboardInterrupt:
         typer.echo(
-            f"interrupted: the samples drawn so far are kept in {output_dir} (samples.jsonl); go on with: "
-            f"{typed_command(output_dir)}",
+            f"interrupted: the samples drawn so far are kept in {task.output_dir} (samples.jsonl); go on with: "
+            f"{typed_command(task.output_dir)}",
             err=True,
         )
         raise typer.Exit(130) from None
-    typer.echo(results_table(results))
-    for r in results:
-        _print_run_summary(r, console)
-    console.print(f"results in {output_dir}")
 
 
 def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str, int]) -> None:
     """``--dry-run``: every run of the call, checked, without loading a model or reading the Hub; exit 1 with
     every refusal when something cannot run."""
-    import importlib.util
-    from pathlib import Path
-
-    from pacs_rl.data import DataError, hub_dataset, load_problems
     from pacs_rl.evaluation.runner import plan_evals
-    from pacs_rl.evaluation.samples import SAMPLES_FILE
 
     refusals = []
     if config.backend == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -444,6 +477,9 @@ def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str,
 
 def _merge(run_dirs: list[str] | None, output: str, console: Console) -> None:
     """``--merge``: one table and plot from the metrics of finished runs."""
+    problem = output_dir_problem(output)
+    if problem:
+        fail(problem)
     if not run_dirs:
         fail("--merge needs run folders: pacs-rl eval --merge DIR1 DIR2 --output-dir OUT")
     try:
@@ -553,18 +589,6 @@ def audit_command(
     expression, restated), a few completions of each change, and for eval folders pass@k under --grader. The whole
     result goes to --json.
     """
-    from pathlib import Path
-
-    from pacs_rl.evaluation.audit import (
-        AuditError,
-        audit,
-        default_json_path,
-        dry_run_lines,
-        plan,
-        report_lines,
-        write_json,
-    )
-
     if examples < 0 or workers < 0 or timeout <= 0:
         fail(
             f"--examples {examples}, --workers {workers}, --timeout {timeout}: give numbers >= 0 (timeout > 0)"

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pacs_rl.data import Problem, ProblemSet, benchmark_name, format_prompt, load_problems
+from pacs_rl.device import cuda_info, eval_dtype
 from pacs_rl.evaluation.passk import mean_pass_at_k
 from pacs_rl.evaluation.report import METRICS_FILE, write_report
 from pacs_rl.evaluation.samples import (
@@ -202,8 +203,6 @@ class EvalConfig(DataSettings):
             return self.dtype
         if self.backend == "transformers" and self.device != "auto" and not self.device.startswith("cuda"):
             return "float32"
-        from pacs_rl.device import cuda_info, eval_dtype
-
         return eval_dtype(cuda_info())
 
     def locked(self) -> dict[str, Any]:

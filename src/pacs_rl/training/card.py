@@ -14,20 +14,23 @@ Everything here reads files; nothing needs torch, so a card can be rewritten at 
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
 from pacs_rl.data.procedural import parse_query
 from pacs_rl.data.prompts import INSTRUCTION, user_turn
 from pacs_rl.models import BUNDLED_MODELS, TINY_MODEL
+from pacs_rl.run_folder import (
+    FINAL_DIR,
+    FINISHED_FILE,
+    HELDOUT_FILE,
+    SETTINGS_FILE,
+    read_json,
+    recorded_protocol,
+)
 from pacs_rl.training.monitor import FORMS_FILE, PAID_FORMS, SAMPLES_DIR
 
 CARD_FILE = "README.md"
-SETTINGS_FILE = "settings.json"
-HELDOUT_FILE = "heldout.json"
-DONE_FILE = "run_complete.json"
-FINAL_DIR = "final"
 ADAPTER_CONFIG = "adapter_config.json"
 
 # loss_type -> (name, paper title, link)
@@ -74,13 +77,6 @@ KEY_SETTINGS = (
     "temperature", "top_p", "max_grad_norm", "weight_decay", "beta", "pacs_beta", "pacs_score", "pacs_weighted",
     "reference", "bf16", "seed",
 )  # fmt: skip
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -286,51 +282,43 @@ def _lora_lines(model_dir: str, base: str, adapter: dict[str, Any]) -> list[str]
     ]
 
 
-def card_text(
-    out: str | Path, in_final: bool = False, evaluations: list[dict[str, Any]] | None = None
-) -> str:
-    """The card of the run in ``out`` (its README.md; ``in_final``: the copy inside final/, whose quick start loads
-    that folder). ``evaluations``: metrics.json contents of `pacs-rl eval` runs of the final model (a comparison's),
-    shown as a table."""
-    out = Path(out)
-    recorded = _read_json(out / SETTINGS_FILE)
-    run, data = recorded.get("run", {}), recorded.get("data", {})
-    config = recorded.get("config", {})  # a run recorded before key_settings: its non-default fields
-    key = recorded.get("key_settings") or {
+UNFINISHED = (
+    "**Unfinished.** This run has not finished training (or was interrupted); `final/` does not hold its weights "
+    "yet. Rerunning the command below into this folder continues it from its last checkpoint, and rewrites this "
+    "card when it finishes."
+)
+
+
+def _key_settings(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The run's key settings as settings.json records them; for a run recorded before key_settings, those of its
+    recorded config fields (the ones that differ from their defaults), PACS unless it says otherwise."""
+    config = recorded.get("config", {})
+    return recorded.get("key_settings") or {
         "loss_type": "pacs",
         **{k: config[k] for k in KEY_SETTINGS if k in config},
     }
-    protocol = recorded_protocol(out) or {}
-    held = _read_json(out / HELDOUT_FILE)
-    forms = _read_json(out / FORMS_FILE)
-    done = _read_json(out / DONE_FILE)
-    loss = str(key.get("loss_type", "pacs"))
-    name, title, link = LOSS_PAPERS.get(loss, (loss, "", ""))
-    base_text, hub = base_model_text(str(run.get("model", "?")))
-    final = out / FINAL_DIR
-    lora = bool(run.get("use_lora"))
-    model_dir = "." if in_final else str(final)
-    steps = done.get("global_step")
-    max_steps = key.get("max_steps")
-    command = recorded.get("command")
-    eval_command = (
-        f"pacs-rl eval --model {final}" if protocol else f"pacs-rl eval --model {final} --benchmarks SOURCE"
-    )
+
+
+def _front_matter(hub: str | None, lora: bool, loss: str) -> list[str]:
+    """The card's YAML metadata, which the Hub reads: the base model (when it is a Hub id), library and tags."""
     meta = ["---"]
     if hub:
         meta.append(f"base_model: {hub}")
     meta += [f"library_name: {'peft' if lora else 'transformers'}", "pipeline_tag: text-generation", "tags:",
              "- pacs-rl", "- rlvr", f"- {loss}", "---"]  # fmt: skip
-    lines = [*meta, "", f"# {out.name}: {name} on {run.get('dataset', '?')}", ""]
-    if steps is None:
-        lines += [
-            "**Unfinished.** This run has not finished training (or was interrupted); `final/` does not hold its "
-            "weights yet. Rerunning the command below into this folder continues it from its last checkpoint, and "
-            "rewrites this card when it finishes.",
-            "",
-        ]
-    lines += [
-        f"{'A LoRA adapter on ' if lora else ''}{base_text}, post-trained with **{name}**"
+    return meta
+
+
+def _training_lines(
+    run: dict[str, Any], data: dict[str, Any], key: dict[str, Any], steps: int | None, model_text: str
+) -> list[str]:
+    """What was trained: one sentence (``model_text``, the loss and its paper), then the Training section: the
+    loss, data, grader and steps, and the key settings' table."""
+    loss = str(key.get("loss_type", "pacs"))
+    name, title, link = LOSS_PAPERS.get(loss, (loss, "", ""))
+    max_steps = key.get("max_steps")
+    return [
+        f"{model_text}, post-trained with **{name}**"
         + (f" ([{title}]({link}))" if link else "")
         + " by reinforcement learning from verifiable rewards (pacs-rl, on TRL).",
         "",
@@ -346,24 +334,68 @@ def card_text(
         " from their defaults).",
         "",
         *_settings_table(key, run),
-        "",
-        "## Evaluation",
-        "",
-        *_accuracy_lines(held, protocol),
-        "",
     ]
+
+
+def _evaluation_section(
+    out: Path, protocol: dict[str, Any], evaluations: list[dict[str, Any]] | None
+) -> list[str]:
+    """The Evaluation section: held-out accuracy before and after, `pacs-rl eval` results (``evaluations``) and
+    the paid answers by form."""
+    lines = ["## Evaluation", "", *_accuracy_lines(read_json(out / HELDOUT_FILE), protocol), ""]
     if evaluations:
         lines += _evaluation_lines(evaluations)
-    lines += [*_forms_lines(forms, out), "", "## Reproduce, evaluate, audit", "", "```bash"]
+    return [*lines, *_forms_lines(read_json(out / FORMS_FILE), out)]
+
+
+def _reproduce_lines(out: Path, command: str | None, protocol: dict[str, Any]) -> list[str]:
+    """The commands that reproduce the run (``command``, as recorded), evaluate its final model (on its held-out
+    task when ``protocol`` records one) and audit its kept answers, and why a rerun may differ."""
+    final = out / FINAL_DIR
+    eval_command = (
+        f"pacs-rl eval --model {final}" if protocol else f"pacs-rl eval --model {final} --benchmarks SOURCE"
+    )
+    lines = ["## Reproduce, evaluate, audit", "", "```bash"]
     if command:
         lines.append(f"{command}   # the command that made this run (into another --output-dir to repeat it)")
-    lines += [
+    return [
+        *lines,
         f"{eval_command}   # {'its held-out task and protocol, as above' if protocol else 'on a benchmark of yours'}",
         f"pacs-rl audit {out}   # its kept answers graded again by another grader",
         "```",
         "",
         "A run repeats itself bit for bit only with `--threads 1` on the same machine; with more threads the float "
         "sums differ and a run drifts after a few steps.",
+    ]
+
+
+def card_text(
+    out: str | Path, in_final: bool = False, evaluations: list[dict[str, Any]] | None = None
+) -> str:
+    """The card of the run in ``out`` (its README.md; ``in_final``: the copy inside final/, whose quick start loads
+    that folder). ``evaluations``: metrics.json contents of `pacs-rl eval` runs of the final model (a comparison's),
+    shown as a table."""
+    out = Path(out)
+    recorded = read_json(out / SETTINGS_FILE)
+    run = recorded.get("run", {})
+    key = _key_settings(recorded)
+    protocol = recorded_protocol(out) or {}
+    loss = str(key.get("loss_type", "pacs"))
+    name, title, link = LOSS_PAPERS.get(loss, (loss, "", ""))
+    base_text, hub = base_model_text(str(run.get("model", "?")))
+    lora = bool(run.get("use_lora"))
+    model_dir = "." if in_final else str(out / FINAL_DIR)
+    steps = read_json(out / FINISHED_FILE).get("global_step")
+    lines = [*_front_matter(hub, lora, loss), "", f"# {out.name}: {name} on {run.get('dataset', '?')}", ""]
+    if steps is None:
+        lines += [UNFINISHED, ""]
+    model_text = f"{'A LoRA adapter on ' if lora else ''}{base_text}"
+    lines += [
+        *_training_lines(run, recorded.get("data", {}), key, steps, model_text),
+        "",
+        *_evaluation_section(out, protocol, evaluations),
+        "",
+        *_reproduce_lines(out, recorded.get("command"), protocol),
         "",
         "## Quick start",
         "",
@@ -373,14 +405,9 @@ def card_text(
         "",
     ]
     if lora:
-        base = hub or str(run.get("model"))
-        lines += [*_lora_lines(model_dir, base, _read_json(final / ADAPTER_CONFIG)), ""]
-    lines += [
-        "## Citation",
-        "",
-        f"{name}: {title}, {link}." if link else f"{name}.",
-        "",
-    ]
+        adapter = read_json(out / FINAL_DIR / ADAPTER_CONFIG)
+        lines += [*_lora_lines(model_dir, hub or str(run.get("model")), adapter), ""]
+    lines += ["## Citation", "", f"{name}: {title}, {link}." if link else f"{name}.", ""]
     return "\n".join(lines)
 
 
@@ -402,32 +429,6 @@ def _evaluation_lines(evaluations: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def recorded_protocol(folder: str | Path) -> dict[str, Any] | None:
-    """How the run in ``folder`` measured its held-out accuracy: settings.json's ``heldout``; for a run recorded
-    before that key, rebuilt from its settings and heldout.json. None when it had no held-out set."""
-    folder = Path(folder)
-    recorded = _read_json(folder / SETTINGS_FILE)
-    if "heldout" in recorded:
-        return recorded["heldout"]
-    from pacs_rl.training.settings import RunSettings, heldout_protocol
-
-    run, config = recorded.get("run", {}), recorded.get("config", {})
-    try:
-        settings = RunSettings(**{k: v for k, v in run.items() if k in RunSettings.__dataclass_fields__})
-    except (TypeError, ValueError):
-        return None
-    held = _read_json(folder / HELDOUT_FILE)
-    n = (held.get("before") or held.get("after") or {}).get("n", settings.eval_size)
-    tokens = config.get("max_completion_length")
-    if tokens is None:
-        from pacs_rl.training.config import (
-            PACSConfig,  # the default it ran with (torch: only for such old runs)
-        )
-
-        tokens = PACSConfig.__dataclass_fields__["max_completion_length"].default
-    return heldout_protocol(settings, int(tokens), int(config.get("seed", 42)), int(n))
-
-
 def write_model_card(out: str | Path, evaluations: list[dict[str, Any]] | None = None) -> list[Path]:
     """Write the card into ``out``/README.md and, when the run has its final weights, ``out``/final/README.md.
     Returns the paths written."""
@@ -437,17 +438,10 @@ def write_model_card(out: str | Path, evaluations: list[dict[str, Any]] | None =
     path.write_text(card_text(out, evaluations=evaluations))
     written.append(path)
     final = out / FINAL_DIR
-    if (out / DONE_FILE).is_file() and final.is_dir():
+    if (out / FINISHED_FILE).is_file() and final.is_dir():
         (final / CARD_FILE).write_text(card_text(out, in_final=True, evaluations=evaluations))
         written.append(final / CARD_FILE)
     return written
-
-
-def command_line(argv: list[str]) -> str:
-    """The `pacs-rl` command a process was started with, as a user would type it again (without --resume: a rerun
-    into the same folder continues it)."""
-    args = [a for a in argv if a != "--resume"]
-    return shlex.join(["pacs-rl", *args])
 
 
 __all__ = [
@@ -455,7 +449,5 @@ __all__ = [
     "LOSS_PAPERS",
     "base_model_text",
     "card_text",
-    "command_line",
-    "recorded_protocol",
     "write_model_card",
 ]

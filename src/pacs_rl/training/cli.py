@@ -1,13 +1,13 @@
 """`pacs-rl train`: merge the settings layers, check them, call `pacs_rl.training.run.run_training`, print the
 summary.
 
-With no arguments it runs the CPU default (`RunSettings()` and `CPU_DEFAULTS` in training/settings.py, mirrored
+With no arguments it runs the CPU default (`RunSettings()` and `CPU_DEFAULTS` in training/schema.py, mirrored
 by configs/cpu_default.yaml); on a machine with CUDA, on CUDA (pacs_rl.device). Settings are one flat
 namespace: every trainer config field plus the run keys. Later layers win: CPU defaults < the device choice <
 --config FILE.yaml < the options below (--model, --dataset, ...) < --set (and any setting written as an option,
 TRL's way: --learning_rate 1e-5).
 
-Everything that can be checked without torch and TRL is checked first (training/settings.py: names, types,
+Everything that can be checked without torch and TRL is checked first (training/checks.py: names, types,
 paths, the model name, the data, installed packages), so that a mistake is answered in about a second; the
 training library is imported only then.
 """
@@ -17,18 +17,24 @@ from __future__ import annotations
 import functools
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from pacs_rl import device as devices
 from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes, typed_command
 from pacs_rl.models import ModelError
+from pacs_rl.run_folder import folder_state, last_complete_checkpoint
 from pacs_rl.settings import SettingsError
-from pacs_rl.training import settings as schema
+from pacs_rl.training import checks
+from pacs_rl.training.card import write_model_card
 from pacs_rl.training.monitor import summary_line
+from pacs_rl.training.schema import CONFIG_FIELDS, RUN_FIELDS, default_settings, known_keys
 
-_DEFAULTS = schema.default_settings()
+_DEFAULTS = default_settings()
+DECLARED = {**RUN_FIELDS, **CONFIG_FIELDS}
 
 
 CUT_OFF_WARN = 0.5  # a run warns when more than this share of its answers hit the token limit
@@ -127,46 +133,30 @@ def user_settings(
     """What the user gave above the CPU default (--config < options < --set), keys under their current names
     (``notes`` gets a line per older spelling). ``output_dir`` is among them when given."""
     layers = [
-        schema.load_settings_file(config, notes) if config else {},
-        schema.parse_assignments(sets, notes=notes),
+        checks.load_settings_file(config, notes) if config else {},
+        checks.parse_assignments(sets, notes=notes),
     ]
     for layer, where in zip(layers, (config, "--set"), strict=True):
         taken = sorted(set(layer) & set(COMMAND_FIELDS))
         if taken:
             raise SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
     # typed here (an option's text, "4"), as --set's values are by split_settings: the dry run's plan reads them
-    given = {k: schema.coerce_setting(k, v) for k, v in options.items() if v is not None}
+    given = {k: checks.coerce_setting(k, v) for k, v in options.items() if v is not None}
     return {**layers[0], **given, **layers[1]}
 
 
-def merge_settings(
-    config: str | None, options: dict[str, Any], sets: list[str], notes: list[str] | None = None
-) -> dict[str, Any]:
-    """The layers (CPU defaults < --config < options < --set) merged into one flat mapping, without the device
-    choice (no torch: what the cheap checks read)."""
-    return {**schema.default_settings(), **user_settings(config, options, sets, notes)}
+def merge_settings(user: dict[str, Any]) -> dict[str, Any]:
+    """The CPU default with the user's layers (`user_settings`) over it, without the device choice (no torch:
+    what the cheap checks read)."""
+    return {**default_settings(), **user}
 
 
 def with_device(user: dict[str, Any]):
     """(the settings with the device layer, the device choice): CPU defaults < the device choice < ``user``. The
     hardware picks CUDA and its precision over the CPU default unless ``user`` sets use_cpu / bf16
     (pacs_rl.device); this imports torch to ask it."""
-    from pacs_rl.device import choose_device, cuda_info
-
-    choice = choose_device(user, cuda_info())
-    return {**schema.default_settings(), **choice.settings, **user}, choice
-
-
-def merge_with_device(config: str | None, options: dict[str, Any], sets: list[str]):
-    """(the merged settings with the device layer, the device choice)."""
-    return with_device(user_settings(config, options, sets))
-
-
-def resolve_settings(config: str | None, options: dict[str, Any], sets: list[str]):
-    """Merge the layers (CPU defaults < --config < options < --set) into (RunSettings, config kwargs)."""
-    values = merge_settings(config, options, sets)
-    values.pop("output_dir", None)
-    return schema.split_settings(values)
+    choice = devices.choose_device(user, devices.cuda_info())
+    return {**default_settings(), **choice.settings, **user}, choice
 
 
 def _is_main_process() -> bool:
@@ -179,8 +169,10 @@ def _with_default(text: str, key: str) -> str:
     return f"{text}  [default: {_DEFAULTS[key]}]"
 
 
-def _setting_option(key: str, text: str, *flags: str, metavar: str) -> Any:
-    """The option of run setting ``key``: default None (the layer below decides), its help with the CPU default."""
+def _setting_option(key: str, *flags: str, metavar: str, text: str | None = None) -> Any:
+    """The option of setting ``key``: default None (the layer below decides); its help is the declaration's
+    (training/schema.py; ``text`` for one of TRL's fields, or a shorter line), with the CPU default."""
+    text = text or DECLARED[key].metadata["help"]
     return typer.Option(None, *flags, help=_with_default(text, key), metavar=metavar, show_default=False)
 
 
@@ -216,28 +208,18 @@ def train_command(
         "Without it, rerunning the command that made a run into its folder continues it (a finished run says so) "
         "and other settings are refused.",
     ),
-    model: str = _setting_option(
-        "model",
-        "Bundled alias (smollm2-135m), tiny (a tiny random model: a smoke run), Hub id or local folder.",
-        "--model",
-        "-m",
-        metavar="NAME",
-    ),
-    dataset: str = _setting_option(
-        "dataset",
-        "Training problems: arithmetic | reasoning_gym:<task> | file.jsonl | Hub id | benchmark name.",
-        "--dataset",
-        "-d",
-        metavar="SOURCE",
-    ),
+    model: str = _setting_option("model", "--model", "-m", metavar="NAME"),
+    dataset: str = _setting_option("dataset", "--dataset", "-d", metavar="SOURCE"),
     loss_type: str = _setting_option(
-        "loss_type", "Policy loss: {losses}.", "--loss-type", "-l", metavar="NAME"
+        "loss_type", "--loss-type", "-l", metavar="NAME", text="Policy loss: {losses}."
     ),
-    max_steps: str = _setting_option("max_steps", "Optimizer steps.", "--max-steps", metavar="N"),
+    max_steps: str = _setting_option("max_steps", "--max-steps", metavar="N", text="Optimizer steps."),
     learning_rate: str = _setting_option(
-        "learning_rate", "Peak learning rate.", "--learning-rate", "--lr", metavar="LR"
+        "learning_rate", "--learning-rate", "--lr", metavar="LR", text="Peak learning rate."
     ),
-    seed: str = _setting_option("seed", "Random seed (data order, sampling, init).", "--seed", metavar="N"),
+    seed: str = _setting_option(
+        "seed", "--seed", metavar="N", text="Random seed (data order, sampling, init)."
+    ),
     split: str = data_option("split"),
     problem_field: str = data_option("problem_field"),
     answer_field: str = data_option("answer_field"),
@@ -245,9 +227,7 @@ def train_command(
     instruction: str = data_option("instruction"),
     system_prompt: str = data_option("system_prompt"),
     skip_bad_rows: bool = data_option("skip_bad_rows"),
-    eval_size: str = _setting_option(
-        "eval_size", "Held-out problems for before/after accuracy (0 = off).", "--eval-size", metavar="N"
-    ),
+    eval_size: str = _setting_option("eval_size", "--eval-size", metavar="N"),
     threads: str = typer.Option(
         None,
         "--threads",
@@ -268,91 +248,110 @@ def train_command(
     --model tiny trains a tiny random model (a smoke run, or a check of a launch setup). TRL's names work too:
     --model_name_or_path, --dataset_name, --output_dir, --use_peft, --report_to, --use_vllm."""
     if list_keys:
-        for key in schema.known_keys():
+        for key in known_keys():
             typer.echo(key)
         raise typer.Exit()
-    options = {
-        "output_dir": output_dir,
-        "model": model,
-        "dataset": dataset,
-        "loss_type": loss_type,
-        "max_steps": max_steps,
-        "learning_rate": learning_rate,
-        "seed": seed,
-        "split": split,
-        "problem_field": problem_field,
-        "answer_field": answer_field,
-        "prompt_field": prompt_field,
-        "instruction": instruction,
-        "system_prompt": system_prompt,
-        "skip_bad_rows": skip_bad_rows,
-        "eval_size": eval_size,
-        "num_threads": threads,
-    }
     if num_processes is not None and not dry_run:
         fail("--num-processes plans a --dry-run; a run has the processes it was launched with")
     if gpu_memory_gib is not None and (not dry_run or gpu_memory_gib <= 0):
         fail("--gpu-memory-gib plans a --dry-run: give the GiB of each GPU (> 0)")
-    notes: list[str] = []
+    options = {
+        "output_dir": output_dir, "model": model, "dataset": dataset, "loss_type": loss_type,
+        "max_steps": max_steps, "learning_rate": learning_rate, "seed": seed, "split": split,
+        "problem_field": problem_field, "answer_field": answer_field, "prompt_field": prompt_field,
+        "instruction": instruction, "system_prompt": system_prompt, "skip_bad_rows": skip_bad_rows,
+        "eval_size": eval_size, "num_threads": threads,
+    }  # fmt: skip
+    launch = None
     try:
-        user = user_settings(config, options, set_, notes)
-        values = {**schema.default_settings(), **user}
-        output_dir = values.pop("output_dir", None)
-        user.pop("output_dir", None)
-        if resume and not output_dir:
-            fail("--resume needs --output-dir: the folder of the run to continue")
-        output_dir = output_dir or os.path.join(
-            "runs", f"{values.get('loss_type', 'pacs')}-{time.strftime('%Y%m%d-%H%M%S')}"
-        )
-        for message in notes:
-            note(message)
-        # a rerun into a run's own folder continues it (decided below, once its settings can be compared)
-        state = "new" if resume else schema.folder_state(output_dir)
-        checked_resume = resume or (
-            state in ("checkpointed", "finished") and schema.last_complete_checkpoint(output_dir) is not None
-        )
+        launch = resolve_launch(config, options, set_, resume)
         if dry_run:
-            values, device = with_device(user)  # the plan names the device; it may import torch
-            if state in ("checkpointed", "finished"):
-                _rerun(values, output_dir, state)  # refuses other settings; else the plan shows the resume
-            _dry_run(values, output_dir, num_processes, checked_resume, device, gpu_memory_gib)
+            _dry_run(launch, num_processes, gpu_memory_gib)
             return
-        settings, cfg = schema.split_settings(values)
-        if _is_main_process():
-            show_library_notes()
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        problems, data = schema.preflight(settings, cfg, output_dir, checked_resume, world)
-        if problems:
-            fail("; ".join(problems))
-        os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-        values, device = with_device(user)  # torch: only now, once the cheap checks passed
-        if state in ("checkpointed", "finished", "started"):
-            resume = _rerun(values, output_dir, state) if state != "started" else _restart(values, output_dir)
-        if _is_main_process():
-            typer.echo(f"device: {device.line()}")
-        settings, cfg = schema.split_settings(values)
-        run = _library()  # torch, TRL
-        from pacs_rl.training.quiet import quiet_libraries
-
-        quiet_libraries()
-        config = run.build_config(cfg, output_dir)
-        if state == "finished" and schema.last_complete_checkpoint(output_dir) is None:
-            result = run._result(settings, config, Path(output_dir), already_complete=True)
-        else:
-            result = run.run_training(
-                settings, config, resume=resume, data=data, command=typed_command(), progress=not no_progress,
-                stop_on_signal=True,
-            )  # fmt: skip
+        result = _train(launch, progress=not no_progress)
     except (SettingsError, ModelError) as e:  # a setting, a data row, a config check, a model name
         fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was kept and how to go on
-        _interrupted(e, output_dir)
-    if not _is_main_process():
-        return
+        _interrupted(e, launch.output_dir if launch else output_dir)
+    if _is_main_process():
+        _print_result(result)
+
+
+@dataclass
+class Launch:
+    """What a `pacs-rl train` command line asks for, resolved before anything heavy loads."""
+
+    user: dict[str, Any]  # the settings the user gave, above the CPU default (without output_dir)
+    values: dict[str, Any]  # CPU default < user
+    output_dir: str
+    state: str  # the folder's state (run_folder.folder_state); 'new' with --resume
+    resume: bool  # --resume as given
+    checked_resume: bool  # whether the run continues from a checkpoint: --resume, or a rerun into its folder
+
+
+def resolve_launch(config: str | None, options: dict[str, Any], sets: list[str], resume: bool) -> Launch:
+    """The layers merged and the output folder chosen and read; the notes of older spellings printed."""
+    notes: list[str] = []
+    user = user_settings(config, options, sets, notes)
+    values = merge_settings(user)
+    output_dir = values.pop("output_dir", None)
+    user.pop("output_dir", None)
+    if resume and not output_dir:
+        fail("--resume needs --output-dir: the folder of the run to continue")
+    loss = values.get("loss_type", "pacs")
+    output_dir = output_dir or os.path.join("runs", f"{loss}-{time.strftime('%Y%m%d-%H%M%S')}")
+    for message in notes:
+        note(message)
+    # a rerun into a run's own folder continues it (decided in _train, once its settings can be compared)
+    state = "new" if resume else folder_state(output_dir)
+    checked = resume or (
+        state in ("checkpointed", "finished") and last_complete_checkpoint(output_dir) is not None
+    )
+    return Launch(user, values, output_dir, state, resume, checked)
+
+
+def _train(launch: Launch, progress: bool):
+    """Check what needs no torch, then choose the device, load the library and train (or report a finished run):
+    the run's `TrainResult`."""
+    settings, cfg = checks.split_settings(launch.values)
+    if _is_main_process():
+        show_library_notes()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    problems, data = checks.preflight(settings, cfg, launch.output_dir, launch.checked_resume, world)
+    if problems:
+        fail("; ".join(problems))
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    device = devices.choose_device(
+        launch.user, devices.cuda_info()
+    )  # torch: only now, after the cheap checks
+    cfg |= {k: v for k, v in device.settings.items() if k not in launch.user}  # the user's settings win
+    resume, out, state = launch.resume, launch.output_dir, launch.state
+    if state in ("checkpointed", "finished", "started"):
+        resume = _rerun(settings, cfg, out, state) if state != "started" else _restart(settings, cfg, out)
+    if _is_main_process():
+        typer.echo(f"device: {device.line()}")
+    run = _library()  # torch, TRL
+    from pacs_rl.training.output import quiet_libraries  # beside the library it quiets
+
+    quiet_libraries()
+    config = run.build_config(cfg, out)
+    if state == "finished" and last_complete_checkpoint(out) is None:
+        return run._result(settings, config, Path(out), already_complete=True)
+    return run.run_training(
+        settings,
+        config,
+        resume=resume,
+        data=data,
+        command=typed_command(),
+        progress=progress,
+        stop_on_signal=True,
+    )
+
+
+def _print_result(result) -> None:
+    """The summary of a run; a folder that was already finished gets its model card and says so."""
     typer.echo("")
     if result.already_complete:
-        from pacs_rl.training.card import write_model_card
-
         write_model_card(result.output_dir)  # a folder from before the run's own card gets it
         typer.echo(
             f"{result.output_dir} is finished (step {result.global_step} of {result.max_steps or result.global_step}): "
@@ -362,11 +361,10 @@ def train_command(
         typer.echo(line)
 
 
-def _rerun(values: dict[str, Any], output_dir: str, state: str) -> bool:
+def _rerun(settings, cfg: dict[str, Any], output_dir: str, state: str) -> bool:
     """A command rerun into the folder of a run with a checkpoint or finished: True (resume it) when it holds a run
     of the same settings, with a note; else SettingsError naming what differs."""
     run = _library()
-    settings, cfg = schema.split_settings(values)
     diffs = run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
     if diffs:
         raise SettingsError(
@@ -375,16 +373,15 @@ def _rerun(values: dict[str, Any], output_dir: str, state: str) -> bool:
             "or give another --output-dir"
         )
     if state == "checkpointed" and _is_main_process():
-        checkpoint = schema.last_complete_checkpoint(output_dir)
+        checkpoint = last_complete_checkpoint(output_dir)
         note(f"{output_dir} holds this run, stopped: continuing it from {checkpoint}")
     return True
 
 
-def _restart(values: dict[str, Any], output_dir: str) -> bool:
+def _restart(settings, cfg: dict[str, Any], output_dir: str) -> bool:
     """A command rerun into the folder of a run that stopped before its first checkpoint: start it again (same
     settings, with a note) or SettingsError naming what differs. Returns False (no resume)."""
     run = _library()
-    settings, cfg = schema.split_settings(values)
     diffs = run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
     if diffs:
         raise SettingsError(
@@ -409,14 +406,16 @@ def _interrupted(e: KeyboardInterrupt, output_dir: str) -> None:
     raise typer.Exit(143 if name == "SIGTERM" else 130)
 
 
-def _dry_run(
-    values: dict[str, Any], output_dir: str, num_processes: int | None, resume: bool, device, gpu_memory_gib
-) -> None:
-    """Print the plan and every refusal; exit 1 when anything is refused."""
-    from pacs_rl.training.plan import dry_run
+def _dry_run(launch: Launch, num_processes: int | None, gpu_memory_gib: float | None) -> None:
+    """Print the plan and every refusal; exit 1 when anything is refused. The plan names the device (it may import
+    torch); a rerun into a run's folder refuses other settings, else the plan shows the resume."""
+    from pacs_rl.training.plan import dry_run  # the plan reads the run's library (torch)
 
+    values, device = with_device(launch.user)
+    if launch.state in ("checkpointed", "finished"):
+        _rerun(*checks.split_settings(values), launch.output_dir, launch.state)
     n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
-    lines, refusals = dry_run(values, output_dir, n, resume, device, gpu_memory_gib)
+    lines, refusals = dry_run(values, launch.output_dir, n, launch.checked_resume, device, gpu_memory_gib)
     typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
     for line in lines:
         typer.echo(f"  {line}")

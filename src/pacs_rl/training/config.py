@@ -17,19 +17,17 @@ setting that would split a group and names the setting to change.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from trl import GRPOConfig
 
-from pacs_rl.algorithms import POLICY_LOSSES, SCORE_METHODS, loss_names, policy_loss_options
+from pacs_rl.algorithms import POLICY_LOSSES, loss_names, policy_loss_options
 from pacs_rl.training.batch import group_split_problem
-from pacs_rl.training.fields import KL_OPTION_FIELDS, PACS_OPTION_FIELDS, refused_fields
+from pacs_rl.training.schema import CONFIG_FIELDS, PACS_OPTION_FIELDS, PACSFields, declared_problems
+from pacs_rl.training.trl_fields import KL_OPTION_FIELDS, refused_fields
 from pacs_rl.training.vllm_colocate import engine_kwargs_problems
-
-REFERENCES = ("old", "frozen")
-LOGPROB_IMPLS = ("auto", "trl", "logits")
 
 
 class ServedLosses:
@@ -54,214 +52,13 @@ def _config_classes() -> list[type]:
 
 
 @dataclass
-class PACSConfig(GRPOConfig):
-    """Configuration of `PACSTrainer`: every `GRPOConfig` field plus the fields below.
+class PACSConfig(PACSFields, GRPOConfig):
+    """Configuration of `PACSTrainer`: every `GRPOConfig` field plus the PACS fields, declared with their help,
+    defaults and checks in `pacs_rl.training.schema.PACSFields` (which also changes a few TRL defaults).
 
     TRL's KL coefficient `beta` stays 0 for PACS (the paper uses no KL term; PACS's β is `pacs_beta`); for the
     group baselines it is their KL coefficient, with TRL's reference model.
     """
-
-    # ---- which loss -------------------------------------------------------------------------------------
-    loss_type: str = field(
-        default="pacs",
-        metadata={
-            "help": "Policy loss: a name registered in pacs_rl.algorithms (pacs_rl.algorithms.loss_names()), "
-            "computed by compute_policy_loss on the same rollouts for every method; 'pacs' (default) is the BCE "
-            "between σ(ψ) and the 0/1 reward (PACS paper eq. 9). A loss that needs a learned critic is served by "
-            "its own config class (see the choices of `pacs-rl train --help`).",
-            "choices": list(POLICY_LOSSES),
-        },
-    )
-    loss_options: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "Extra keyword options passed to the loss (pacs_rl.algorithms.policy_loss_options(loss_type) lists "
-            "them), e.g. {'loss_agg_mode': 'seq-mean-token-sum-norm', 'clip_ratio_c': 3.0} for the PACS authors' "
-            "GRPO. The PACS options have their own fields (pacs_beta, pacs_score, pacs_weighted); the clipped losses "
-            "get clip_eps / clip_eps_high from `epsilon` / `epsilon_high` and max_completion_length from the field of "
-            "that name unless set here. A baseline's KL term is TRL's `beta` (not an option here)."
-        },
-    )
-
-    # ---- PACS -------------------------------------------------------------------------------------------
-    pacs_beta: float = field(
-        default=1.0,
-        metadata={
-            "help": "β of the PACS reward proxy r̂ = β·Σ_t (log π_θ − log π_ref) (paper eq. 8). Distinct from TRL's "
-            "KL coefficient `beta`, which stays 0."
-        },
-    )
-    pacs_score: str = field(
-        default="rloo",
-        metadata={
-            "help": "How ψ is formed from the r̂ of a group: 'rloo' (default, eq. 7: r̂_i minus the mean of the others), "
-            "'grpo' (standardised within the group), 'dr_grpo' (minus the group mean).",
-            "choices": list(SCORE_METHODS),
-        },
-    )
-    pacs_weighted: bool = field(
-        default=True,
-        metadata={
-            "help": "Class-imbalance weights (paper §3.4.2): in a group with both labels, a completion of label y "
-            "gets weight G / (2·count(y)); single-label groups keep weight 1. False sets every weight to 1."
-        },
-    )
-    reference: str = field(
-        default="old",
-        metadata={
-            "help": "π_ref of the reward proxy. 'old' (default, the authors' code): the policy that generated the "
-            "rollout batch; r̂ = 0 on the first mini-batch of a rollout (its gradient is not 0) and informative on "
-            "the later ones. 'frozen' (the paper's text): a copy of the policy, hard-reset to the current policy "
-            "every `ref_reset_steps` optimizer steps.",
-            "choices": list(REFERENCES),
-        },
-    )
-    ref_reset_steps: int = field(
-        default=0,
-        metadata={
-            "help": "With reference='frozen': copy the current policy into the reference every this many optimizer "
-            "steps (0 = never). Must be a multiple of mini_batches_per_rollout so a reset falls between rollouts."
-        },
-    )
-    reset_optimizer: bool = field(
-        default=False,
-        metadata={
-            "help": "With reference='frozen' and ref_reset_steps > 0: clear the optimizer state (Adam moments) at "
-            "each reference reset, as in the paper."
-        },
-    )
-    mini_batches_per_rollout: int | None = field(
-        default=None,
-        metadata={
-            "help": "Optimizer steps taken on each rollout batch (4 in the paper). Sets TRL's steps_per_generation = "
-            "mini_batches_per_rollout × gradient_accumulation_steps. Default: 4, or derived from "
-            "steps_per_generation / generation_batch_size when you set one of those instead."
-        },
-    )
-    reject_non_binary_rewards: bool = field(
-        default=True,
-        metadata={
-            "help": "With loss_type='pacs', stop with an error naming the reward function when a reward is not 0 or "
-            "1 (PACS treats the reward as a label). False thresholds at 0.5 instead, counted in the metrics."
-        },
-    )
-
-    # ---- generation -------------------------------------------------------------------------------------
-    fast_sampler: bool = field(
-        default=False,
-        metadata={
-            "help": "Generate rollouts with pacs_rl.sampling.TransformersSampler (each prompt prefilled once and its "
-            "KV cache shared by its G samples, exact inverse-CDF sampling, finished rows leave the batch) instead "
-            "of transformers' generate. Same distribution in fp32; CPU/single-device text-only runs; ignored "
-            "with use_vllm."
-        },
-    )
-    fast_sampler_dtype: str | None = field(
-        default=None,
-        metadata={
-            "help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (bf16 matmul units of the CPU or GPU); None = model dtype."
-        },
-    )
-    old_logprobs_from_sampler: bool = field(
-        default=False,
-        metadata={
-            "help": "With fast_sampler in fp32 (bf16=False, fast_sampler_dtype=None, fp32 weights): the log-probs the "
-            "sampler computed while drawing the rollout (at the sampling temperature) are the old log-probs, so "
-            "TRL's extra forward over the rollout batch is skipped. Same policy, same weights: they differ from that "
-            "forward by float rounding only. Otherwise (bf16, vLLM) the forward runs as usual, with a warning."
-        },
-    )
-    fast_sampler_batch_size: int = field(
-        default=64,
-        metadata={"help": "With fast_sampler: sequences decoded together (bounds memory)."},
-    )
-    vllm_engine_kwargs: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "With use_vllm and vllm_mode='colocate': further vllm.LLM arguments (JSON on the command line), "
-            "e.g. {'enforce_eager': true, 'kv_cache_memory_bytes': 1000000000}. The arguments TRL sets from its own "
-            "vllm_* fields are refused here. On vLLM's CPU build the dtype defaults to the policy's (vLLM would run "
-            "an fp32 checkpoint in bf16)."
-        },
-    )
-
-    logprob_impl: str = field(
-        default="auto",
-        metadata={
-            "help": "How per-token log-probs are computed for the loss and the reference: 'trl' (TRL's fused, "
-            "tiled LM head: low memory on GPUs, but without Triton it scores every prompt position too, in "
-            "Python-level tiles), 'logits' (the model's own forward with logits_to_keep: the LM head on the "
-            "completion positions only, then log-softmax), 'auto' = 'logits' on CPU, 'trl' elsewhere."
-        },
-    )
-
-    shared_prompt_forward: bool = field(
-        default=True,
-        metadata={
-            "help": "With the 'logits' log-prob path (logprob_impl='logits', or 'auto' on CPU): run each distinct "
-            "prompt of a batch once and share its KV cache (with gradient) among its G completions, and trim the "
-            "completions to the longest one. Same function as a forward over every full row, with (G-1)/G of the "
-            "prompt work and the trailing padding left out. Off under gradient checkpointing (it drops the cache)."
-        },
-    )
-
-    update_token_budget: int | None = field(
-        default=None,
-        metadata={
-            "help": "Run the update's backward in pieces of at most this many completion tokens (rows sorted by "
-            "length, each piece padded to its own longest row): the log-probs' gradient is taken first (on the "
-            "rollout's log-probs while the policy has not stepped since it, else on a forward without gradient), "
-            "then each piece runs a forward and backward with it. Same gradient; activation memory bounded by the "
-            "budget instead of the micro-batch, and the padding to the batch's longest completion left out. "
-            "One process, the 'logits' log-prob path, no DeepSpeed/FSDP/activation checkpointing (otherwise "
-            "ignored with a warning). None: one forward and backward per micro-batch (TRL's way)."
-        },
-    )
-
-    # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
-    max_grad_norm: float | None = field(
-        default=1.0,
-        metadata={
-            "help": "Clip the gradient norm at this value before each optimizer step. None or 0: no clipping, as the "
-            "PACS authors' actor (configs/paper_*.yaml); the norm is still computed and logged as grad_norm. "
-            "Whatever the clip, a step whose gradient norm is not finite is skipped (the weights and optimizer "
-            "state stay as they were) and counted in optimizer/skipped_nonfinite."
-        },
-    )
-    vllm_importance_sampling_correction: bool | None = field(
-        default=None,
-        metadata={
-            "help": "With use_vllm: weight the baselines' token losses by TRL's importance-sampling ratio between the "
-            "trainer's and vLLM's log-probs (vllm_importance_sampling_mode / _clip_min / _clip_max choose it). "
-            "Default (None): False for PACS, which has no ratio to correct (nor had the authors'); True for the "
-            "baselines, TRL's default. True with loss_type='pacs' and use_vllm is refused."
-        },
-    )
-    bf16: bool | None = field(
-        default=None,
-        metadata={
-            "help": "bf16 mixed precision. Default: True on a CUDA machine, False otherwise (TRL's default True "
-            "fails or slows down on CPU)."
-        },
-    )
-    logging_steps: float = field(
-        default=1,
-        metadata={"help": "Log every this many optimizer steps (also the rate of metrics.jsonl rows)."},
-    )
-    activation_checkpointing: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Recompute activations in the backward pass to save memory (slower; off by default, i.e. None "
-            "reads as False)."
-        },
-    )
-    gradient_checkpointing: bool | None = field(
-        default=None,
-        metadata={
-            "help": "The older name of activation_checkpointing (transformers 5 renamed it); either name works, "
-            "without transformers' deprecation warning."
-        },
-    )
 
     # The loss types this config class (and its trainer) serves: every group loss registered (now, not at import);
     # subclasses serve others (PPOConfig: 'ppo').
@@ -304,10 +101,6 @@ class PACSConfig(GRPOConfig):
         """max_grad_norm None means no clip (transformers reads 0 so); the IS correction's loss-dependent default."""
         if self.max_grad_norm is None:
             self.max_grad_norm = 0.0
-        if self.max_grad_norm < 0:
-            raise ValueError(
-                f"max_grad_norm={self.max_grad_norm}; give a norm > 0, or 0 / None for no clipping."
-            )
         if self.vllm_importance_sampling_correction is None:
             self.vllm_importance_sampling_correction = self.loss_type != "pacs"
         if self.loss_type == "pacs" and self.use_vllm and self.vllm_importance_sampling_correction:
@@ -334,16 +127,9 @@ class PACSConfig(GRPOConfig):
                 f"serves {list(self.served_loss_types)}. `pacs-rl train --loss-type {self.loss_type}` (or "
                 f"pacs_rl.training.config_and_trainer_classes({self.loss_type!r})) picks the right classes."
             )
-        if self.pacs_score not in SCORE_METHODS:
-            raise ValueError(f"pacs_score={self.pacs_score!r}; use one of {list(SCORE_METHODS)}.")
-        if self.reference not in REFERENCES:
-            raise ValueError(f"reference={self.reference!r}; use one of {list(REFERENCES)}.")
-        if self.logprob_impl not in LOGPROB_IMPLS:
-            raise ValueError(f"logprob_impl={self.logprob_impl!r}; use one of {list(LOGPROB_IMPLS)}.")
-        if self.update_token_budget is not None and self.update_token_budget < 1:
-            raise ValueError(
-                f"update_token_budget={self.update_token_budget!r}; use a positive number of tokens, or None."
-            )
+        problems = declared_problems(self, (f for n, f in CONFIG_FIELDS.items() if n != "loss_type"))
+        if problems:
+            raise ValueError(" ".join(problems))
 
     def _alias_activation_checkpointing(self) -> None:
         """gradient_checkpointing is transformers' old name of activation_checkpointing: take either, quietly."""
@@ -368,8 +154,6 @@ class PACSConfig(GRPOConfig):
                 self.mini_batches_per_rollout = 4
                 self.steps_per_generation = 4 * ga
             return
-        if self.mini_batches_per_rollout < 1:
-            raise ValueError(f"mini_batches_per_rollout={self.mini_batches_per_rollout}; it must be >= 1.")
         wanted = self.mini_batches_per_rollout * ga
         if self.generation_batch_size is not None:
             raise ValueError(
@@ -411,8 +195,6 @@ class PACSConfig(GRPOConfig):
                 "would ignore it. Leave reference='old'; for a baseline's KL reference set beta > 0 (TRL's reference "
                 "model, the initial policy)."
             )
-        if self.ref_reset_steps < 0:
-            raise ValueError(f"ref_reset_steps={self.ref_reset_steps}; it must be >= 0 (0 = never reset).")
         if self.reference == "frozen" and self.ref_reset_steps % self.mini_batches_per_rollout != 0:
             raise ValueError(
                 f"ref_reset_steps={self.ref_reset_steps} is not a multiple of mini_batches_per_rollout="

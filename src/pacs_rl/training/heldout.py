@@ -1,23 +1,47 @@
-"""Held-out accuracy before/after training and the training-curve plot.
+"""Held-out accuracy: before and after training, and periodically during it.
 
-Greedy decoding (temperature 0) by default: one completion per problem, scored by the same verifier as
-the training reward. Kept small on purpose; `pacs-rl eval` is the full pass@k protocol.
+One process without vLLM: `heldout_accuracy` evaluates the local model with the fast sampler. Greedy decoding
+(temperature 0) by default: one completion per problem, scored by the same verifier as the training reward. Kept
+small on purpose; `pacs-rl eval` is the full pass@k protocol.
+
+A run on several processes, with sharded weights (DeepSpeed ZeRO-3, FSDP) or with vLLM generating the rollouts
+evaluates through the trainer's own generation engine instead (`needs_engine`), once per run across processes,
+through `PACSTrainer._generate_single_turn` (vLLM colocate or server, transformers `generate` with the ZeRO-3
+gather, or the fast sampler: whatever generates the rollouts):
+
+    problems  ->  process r takes the r-th contiguous share, padded to the same length on every process
+              ->  n samples per problem at the evaluation's temperature / top-p / length
+              ->  graded by the run's reward function, gathered on every process (accelerate gather_object)
+
+Every process makes the same number of generation calls (collectives inside vLLM, ZeRO-3 and FSDP need that);
+padding rows are generated and dropped. The sampling settings are swapped in for the evaluation only, and the
+random state of every generator (python, numpy, torch, CUDA) is restored afterwards, so evaluating does not
+change the training run's random stream. `PeriodicEvalCallback` runs an evaluation every ``eval_steps`` optimizer
+steps, `CallOnTrainBegin` the "before" one once training is set up.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import math
+import random
 from collections import Counter
-from pathlib import Path
 
+import numpy as np
 import torch
+from accelerate.utils import gather_object
+from transformers import TrainerCallback
 
 from pacs_rl.data import encode_prompts
+from pacs_rl.evaluation.passk import pass_at_k
 from pacs_rl.rewards import math_reward_func
 from pacs_rl.sampling import SamplingParams, TransformersSampler
-from pacs_rl.training.callbacks import progress_bar, read_metrics
-from pacs_rl.training.monitor import METRIC_PREFIX, PAID_FORMS, paid_form
+from pacs_rl.training.monitor import paid_form
+from pacs_rl.training.output import progress_bar
 
 
+# ------------------------------------------------------------------------------------------ on the local model
 def heldout_accuracy(
     model,
     tokenizer,
@@ -44,7 +68,7 @@ def heldout_accuracy(
     reward_func = reward_func or math_reward_func
     rng_state = torch.get_rng_state()
     sampler = TransformersSampler(model, tokenizer, batch_size=batch_size)  # restores train/eval mode itself
-    correct, lengths, rows, paid_forms = 0, [], [], Counter()
+    rows, paid_forms = [], Counter()
     try:
         batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
         bar = _progress(progress, description, len(problems))
@@ -58,39 +82,51 @@ def heldout_accuracy(
                 seed=seed + k,
             )
             samples = [group[0] for group in sampler.generate_ids(prompt_ids, params)]
-            scores = reward_func(
-                [[{"role": "assistant", "content": s.text}] for s in samples],
-                answer=[p.answer for p in batch],
-                problem=[p.problem for p in batch],  # the question, for graders that read it
-            )
-            correct += int(sum(s == 1.0 for s in scores))
-            lengths += [len(s.token_ids) for s in samples]
-            result = getattr(reward_func, "last_result", None)
-            verdicts = result.verdicts if result is not None else [None] * len(samples)
-            for p, s, score, v in zip(batch, samples, scores, verdicts, strict=True):
-                rows.append(
-                    {
-                        "problem_id": p.id,
-                        "problem": p.problem,
-                        "answer": p.answer,
-                        "completion": s.text,
-                        "score": float(score),
-                        "reason": v and v.reason,
-                        "extracted": v and v.extracted,
-                        "form": v and v.form,
-                        "num_tokens": len(s.token_ids),
-                        "finish_reason": s.finish_reason,
-                    }
-                )
-                if score == 1.0 and v is not None:
-                    paid_forms[paid_form(v.form, s.finish_reason == "length")] += 1
+            rows += _graded_rows(batch, samples, reward_func, paid_forms)
             if bar is not None:
                 bar[0].update(bar[1], advance=len(batch))
         if bar is not None:
             bar[0].stop()
     finally:
         torch.set_rng_state(rng_state)
-    n = len(problems)
+    return _accuracy_result(len(problems), rows, paid_forms)
+
+
+def _graded_rows(batch, samples, reward_func, paid_forms: Counter) -> list[dict]:
+    """One row per problem of ``batch`` (its completion, score and verdict), ``samples`` graded by ``reward_func``
+    as in training; the forms of the paid answers are counted into ``paid_forms``."""
+    scores = reward_func(
+        [[{"role": "assistant", "content": s.text}] for s in samples],
+        answer=[p.answer for p in batch],
+        problem=[p.problem for p in batch],  # the question, for graders that read it
+    )
+    result = getattr(reward_func, "last_result", None)
+    verdicts = result.verdicts if result is not None else [None] * len(samples)
+    rows = []
+    for p, s, score, v in zip(batch, samples, scores, verdicts, strict=True):
+        rows.append(
+            {
+                "problem_id": p.id,
+                "problem": p.problem,
+                "answer": p.answer,
+                "completion": s.text,
+                "score": float(score),
+                "reason": v and v.reason,
+                "extracted": v and v.extracted,
+                "form": v and v.form,
+                "num_tokens": len(s.token_ids),
+                "finish_reason": s.finish_reason,
+            }
+        )
+        if score == 1.0 and v is not None:
+            paid_forms[paid_form(v.form, s.finish_reason == "length")] += 1
+    return rows
+
+
+def _accuracy_result(n: int, rows: list[dict], paid_forms: Counter) -> dict:
+    """`heldout_accuracy`'s result from its ``n`` graded rows: a sample is correct when it scored 1."""
+    correct = int(sum(r["score"] == 1.0 for r in rows))
+    lengths = [r["num_tokens"] for r in rows]
     return {
         "accuracy": correct / n if n else float("nan"),
         "n": n,
@@ -102,6 +138,7 @@ def heldout_accuracy(
 
 
 def _progress(enabled: bool, description: str, total: int):
+    """The held-out pass's bar, started: (progress, its task); None with ``enabled`` False (``progress=False``)."""
     if not enabled:
         return None
     p = progress_bar()
@@ -109,62 +146,196 @@ def _progress(enabled: bool, description: str, total: int):
     return p, p.add_task(description, total=total)
 
 
-# (metric keys, panel title): one line per key. The implicit critic is shown by its within-group AUC; its accuracy and
-# Brier score at threshold ½ are not, since with π_ref = the rollout policy ψ is 0 on a rollout's first update,
-# where both sit at chance by construction.
-CURVES = [
-    (("reward",), "rollout reward (mean)"),
-    (("accuracy",), "mini-batch accuracy"),
-    (("groups/mixed_frac",), "groups with mixed outcomes"),
-    (("entropy",), "entropy / token"),
-    (("completions/mean_length",), "completion length"),
-    (("grad_norm",), "gradient norm"),
-    (("pacs/critic_auc",), "critic AUC of ψ within mixed groups"),
-    (tuple(f"{METRIC_PREFIX}{f}" for f in PAID_FORMS[1:]), "paid answers not plain (share, by form)"),
-    (("loss",), "loss"),
-]
+# ------------------------------------------------------------------------------- through the trainer's engine
+def needs_engine(trainer) -> bool:
+    """Whether held-out accuracy must go through the trainer's engine (vLLM, several processes, sharded weights)
+    rather than `heldout_accuracy` on the local model."""
+    acc = trainer.accelerator
+    sharded = acc.distributed_type.value in ("DEEPSPEED", "FSDP")
+    return bool(trainer.use_vllm) or acc.num_processes > 1 or sharded
 
 
-def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "") -> Path | None:
-    """Plot the main training curves of a metrics.jsonl into a PNG; None when there is nothing to plot."""
-    import matplotlib  # only when plotting: selecting the Agg backend is a process-wide side effect
+def engine_name(trainer) -> str:
+    """What generates through `PACSTrainer._generate_single_turn`: 'vllm-colocate', 'vllm-server', 'fast-sampler'
+    (pacs_rl.sampling) or 'transformers-generate'. Recorded with each held-out result."""
+    if trainer.use_vllm:
+        return f"vllm-{trainer.vllm_mode}"
+    return "fast-sampler" if trainer.args.fast_sampler else "transformers-generate"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    rows = read_metrics(metrics_path)
-    curves = [
-        (keys, label) for keys, label in CURVES if any(r.get(k) is not None for r in rows for k in keys)
-    ]
-    if not curves:
-        return None
-    cols = 3
-    nrows = (len(curves) + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 2.8 * nrows), squeeze=False)
-    for ax, (keys, label) in zip(axes.flat, curves, strict=False):
-        for key in keys:
-            pts = [(r["step"], r[key]) for r in rows if r.get(key) is not None and "step" in r]
-            if len(keys) > 1 and not any(p[1] for p in pts):
-                continue  # a form never paid: no line
-            name = key.removeprefix(METRIC_PREFIX) if len(keys) > 1 else None
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", linewidth=1, label=name)
-        if len(keys) > 1:
-            ax.set_ylim(-0.02, 1.02)
-            if ax.get_legend_handles_labels()[0]:
-                ax.legend(fontsize=7)
-            else:
-                ax.text(0.5, 0.5, "every paid answer plain", ha="center", va="center", fontsize=8,
-                        transform=ax.transAxes)  # fmt: skip
-        ax.set_title(label, fontsize=9)
-        ax.set_xlabel("optimizer step", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(curves) :]:
-        ax.axis("off")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    png_path = Path(png_path)
-    fig.savefig(png_path, dpi=110)
-    plt.close(fig)
-    return png_path
+@contextlib.contextmanager
+def _rng_preserved():
+    state = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.set_rng_state(state[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+@contextlib.contextmanager
+def _evaluation_sampling(trainer, temperature: float, top_p: float, max_new_tokens: int):
+    """Point every generation engine of ``trainer`` at the evaluation's sampling settings, then restore them:
+    the fast sampler reads trainer.temperature / top_p / max_completion_length, transformers' generate reads
+    trainer.generation_config, vLLM reads the same names on trainer.vllm_generation."""
+    greedy = temperature == 0
+    saved = {k: getattr(trainer, k) for k in ("temperature", "top_p", "max_completion_length")}
+    gen = getattr(trainer, "generation_config", None)  # TRL builds none when vLLM generates
+    if gen is not None:
+        saved["generation_config"] = gen
+        gen = copy.deepcopy(gen)
+        gen.max_new_tokens = max_new_tokens
+        gen.do_sample = not greedy
+        gen.temperature, gen.top_p = (None, None) if greedy else (temperature, top_p)
+    vllm = getattr(trainer, "vllm_generation", None)
+    vllm_saved = (
+        {k: getattr(vllm, k) for k in ("temperature", "top_p", "max_completion_length")} if vllm else {}
+    )
+    values = {
+        "temperature": temperature,
+        "top_p": 1.0 if greedy else top_p,
+        "max_completion_length": max_new_tokens,
+    }
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    was_training = unwrapped.training
+    try:
+        for k, v in values.items():
+            setattr(trainer, k, v)
+            if vllm is not None:
+                setattr(vllm, k, v)  # vLLM: temperature 0 is greedy
+        if gen is not None:
+            trainer.generation_config = gen
+        unwrapped.eval()
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(trainer, k, v)
+        for k, v in vllm_saved.items():
+            setattr(vllm, k, v)
+        unwrapped.train(was_training)
+
+
+def sample_and_grade(
+    trainer,
+    problems,
+    n: int,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    reward_func,
+    batch_size: int,
+    seed: int,
+    prompt_kwargs: dict | None = None,
+) -> tuple[list[int], list[float]]:
+    """(correct samples out of n, mean completion length) per problem, in the order of ``problems``, on every
+    process. A sample is correct when the reward function scores it 1. ``prompt_kwargs``: the run's prompt
+    settings, as ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt)."""
+    acc = trainer.accelerator
+    world, rank = acc.num_processes, acc.process_index
+    per = math.ceil(len(problems) / world)  # every process: the same number of rows, padded
+    mine = list(range(rank * per, min((rank + 1) * per, len(problems))))
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    local: list[tuple[int, int, float]] = []
+    with _rng_preserved(), _evaluation_sampling(trainer, temperature, top_p, max_new_tokens), torch.no_grad():
+        torch.manual_seed(seed + rank)
+        for start in range(0, per, batch_size):
+            rows = mine[start : start + batch_size]
+            size = min(batch_size, per - start)
+            batch = [problems[i] for i in rows] + [problems[0]] * (size - len(rows))  # padding rows
+            prompt_ids = encode_prompts(tokenizer, batch, prompt_kwargs)
+            completions, _ = trainer._generate_single_turn(
+                [ids for ids in prompt_ids for _ in range(n)], None, {}, n
+            )  # n samples of each prompt, contiguous
+            kept = completions[: len(rows) * n]
+            if not rows:  # this process's share ended: it only kept the others' collectives in step
+                continue
+            texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
+            scores = reward_func(
+                [[{"role": "assistant", "content": t}] for t in texts],
+                answer=[problems[i].answer for i in rows for _ in range(n)],
+                problem=[problems[i].problem for i in rows for _ in range(n)],  # for graders that read it
+            )
+            for j, i in enumerate(rows):
+                group = slice(j * n, (j + 1) * n)
+                correct = sum(s == 1.0 for s in scores[group])
+                local.append((i, int(correct), sum(len(c) for c in kept[group]) / n))
+    if world > 1:
+        local = gather_object(local)
+    ordered = sorted(local)
+    return [c for _, c, _ in ordered], [length for _, _, length in ordered]
+
+
+def engine_accuracy(
+    trainer, problems, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs=None
+) -> dict:
+    """Held-out accuracy (one completion per problem) through the engine: the keys of `heldout_accuracy`, and
+    `engine` (`engine_name`)."""
+    correct, lengths = sample_and_grade(
+        trainer, problems, 1, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs
+    )
+    n = len(problems)
+    return {
+        "accuracy": sum(correct) / n if n else float("nan"),
+        "n": n,
+        "correct": sum(correct),
+        "mean_length": sum(lengths) / max(n, 1),
+        "engine": engine_name(trainer),
+    }
+
+
+def passk_ks(n: int) -> list[int]:
+    """The k of pass@k reported for n samples: powers of two up to n, and n itself."""
+    ks = [2**i for i in range(int(math.log2(n)) + 1)] if n >= 1 else []
+    return ks + ([n] if n not in ks else [])
+
+
+def engine_pass_at_k(
+    trainer,
+    problems,
+    n,
+    temperature,
+    top_p,
+    max_new_tokens,
+    reward_func,
+    batch_size,
+    seed,
+    prompt_kwargs=None,
+) -> dict[str, float]:
+    """pass@k (the unbiased estimator, mean over problems) for k in passk_ks(n), and the mean completion length."""
+    correct, lengths = sample_and_grade(
+        trainer, problems, n, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs
+    )
+    out = {f"pass@{k}": float(np.mean(pass_at_k(n, np.asarray(correct), k))) for k in passk_ks(n)}
+    out["mean_length"] = float(np.mean(lengths)) if lengths else float("nan")
+    return out
+
+
+class PeriodicEvalCallback(TrainerCallback):
+    """Every ``every`` optimizer steps, run ``evaluate()`` (a dict of floats) and queue its values as
+    ``eval/<key>`` in the trainer's metrics, so they reach metrics.jsonl and the trackers in the step's log row
+    (verl's test_freq, OpenRLHF's eval_steps)."""
+
+    def __init__(self, trainer, every: int, evaluate):
+        self.trainer, self.every, self.evaluate = trainer, every, evaluate
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every > 0 and state.global_step % self.every == 0:
+            for key, value in self.evaluate().items():
+                self.trainer._metrics["train"][f"eval/{key}"].append(value)
+        return control
+
+
+class CallOnTrainBegin(TrainerCallback):
+    """Call ``fn()`` once training is set up (model prepared and placed, checkpoint loaded), before the first
+    step: where the held-out "before" evaluation runs on every engine."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.fn(state)
+        return control

@@ -33,14 +33,25 @@ from typing import Any
 from pacs_rl.data import BENCHMARKS, DATA_DIR_ENV, benchmark_name
 from pacs_rl.data.procedural import is_procedural
 from pacs_rl.device import DeviceChoice, choose_device, cuda_info
-from pacs_rl.models import BUNDLED_MODELS, cache_dir, model_problem
-from pacs_rl.settings import install_line, missing_requirements
-from pacs_rl.training import fields as grpo_fields
+from pacs_rl.models import (
+    BUNDLED_MODELS,
+    TINY_MODEL,
+    cache_dir,
+    load_tokenizer,
+    model_problem,
+    tiny_random_model,
+    tiny_tokenizer,
+)
+from pacs_rl.run_folder import FINAL_DIR
+from pacs_rl.settings import SettingsError, install_line, missing_requirements
 from pacs_rl.training import memory, run
-from pacs_rl.training import settings as schema
 from pacs_rl.training.batch import PAPER_BATCH, batch_note
+from pacs_rl.training.checks import coerce_setting, max_steps_problem, rollout_prompts, too_few_problems
+from pacs_rl.training.data import load_run_data
+from pacs_rl.training.logprobs import pieces_problems
 from pacs_rl.training.memory import DTYPE_BYTES, GIB, training_state_bytes
-from pacs_rl.training.pieces import pieces_problems
+from pacs_rl.training.schema import RUN_FIELDS, RunSettings
+from pacs_rl.training.trl_fields import refused_fields
 
 PLANNING_GPU_GIB = 79.0  # an 80 GB A100 / H100 as torch reports it (79.2-79.4 GiB)
 HARDWARE_FIELDS = {
@@ -54,10 +65,10 @@ HARDWARE_FIELDS = {
 
 
 # ---------------------------------------------------------------------------------------------------- checks
-def _unchecked_run_settings(values: Mapping[str, Any]) -> run.RunSettings:
+def _unchecked_run_settings(values: Mapping[str, Any]) -> RunSettings:
     """RunSettings from ``values`` without its __post_init__ refusal, so its problems join the others."""
-    settings = run.RunSettings.__new__(run.RunSettings)
-    for f in dataclasses.fields(run.RunSettings):
+    settings = RunSettings.__new__(RunSettings)
+    for f in dataclasses.fields(RunSettings):
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         setattr(settings, f.name, values.get(f.name, default))
     return settings
@@ -121,27 +132,17 @@ def _model_folder(model: str) -> Path | None:
 
 def model_shape(model: str) -> tuple[memory.ModelShape | None, str]:
     """(the model's shape, where it comes from) without loading it or using the network."""
-    if model == run.TINY_MODEL:
-        from pacs_rl.models import tiny_random_model
-
+    if model == TINY_MODEL:
         tiny = tiny_random_model()
         shape = memory.shape_from_config(tiny.config.to_dict())
         return dataclasses.replace(shape, weight_bytes=4), "the tiny model, built in code"
     return memory.model_shape(model, _model_folder(model))
 
 
-def parameter_count(model: str) -> tuple[int | None, str]:
-    """(parameters, where the figure comes from) for a model name, without loading it or using the network."""
-    shape, source = model_shape(model)
-    return (shape.params if shape else None), source
-
-
 def _offline_tokenizer(model: str):
     """The model's tokenizer when it reads from this machine without writing anything (the tiny model's is built
     in code, a local folder, a converted bundled model, the Hub cache); None otherwise."""
-    from pacs_rl.models import load_tokenizer, tiny_tokenizer
-
-    if model == run.TINY_MODEL:
+    if model == TINY_MODEL:
         return tiny_tokenizer()
     folder = _model_folder(model)
     if folder is None and "/" not in model:
@@ -193,93 +194,110 @@ def dry_run(
     cuda = cuda_info()
     if device is None:
         device = choose_device({k: values[k] for k in ("use_cpu", "bf16", "fp16") if k in values}, cuda)
-    gpu_gib = gpu_memory_gib or cuda.memory_gib or PLANNING_GPU_GIB
-    refusals: list[str] = []
     settings = _unchecked_run_settings(values)
-    refusals += settings.problems()
-    run_keys = run.run_fields()
-    cfg = {k: run.coerce_setting(k, v) for k, v in values.items() if k not in run_keys}
-    loss_type = str(cfg.get("loss_type", "pacs"))
-    refused = grpo_fields.refused_fields(cfg, loss_type)
-    refusals += refused
-    # an engine, tracker or adapter library that is not installed: refused where this machine trains, listed as
-    # needed there where the plan is for another machine (CUDA asked for, none here: a laptop planning a node)
-    missing, tracker_problems = missing_requirements({**cfg, "use_lora": settings.use_lora})
-    elsewhere = device.device == "cuda" and not cuda.available
-    refusals += tracker_problems + ([] if elsewhere else [m.refusal() for m in missing])
-    # a max_steps that trains nothing; a model folder that is not there (a Hub name is checked where the run starts)
-    refusals += [
-        p
-        for p in (schema.max_steps_problem(cfg.get("max_steps")), model_problem(settings.model, hub=False))
-        if p
-    ]
-    refused_names = {m.split("=", 1)[0] for m in refused}
-    ds_config, ds_problem = (None, None)
-    if cfg.get("deepspeed"):
-        ds_config, ds_problem = _read_deepspeed(cfg["deepspeed"])
-        refusals += [ds_problem] if ds_problem else deepspeed_problems(ds_config, cfg, num_processes)
-    planning = {k: v for k, v in cfg.items() if k not in refused_names} | HARDWARE_FIELDS
-    config = None
-    try:
-        config = run.build_config(planning, output_dir)
-    except (run.SettingsError, TypeError) as e:
-        refusals.append(str(e))
-    if config is not None:
-        planned = _with(config, cfg)
-        refusals += run.run_problems(settings, planned, run.training_engine(planned, num_processes))
-    train, held_n, train_note, held_note = None, None, "", ""
-    hub = " (from the Hub: read when the run starts, not in a dry run)"
-    if not settings.problems():
-        local_train, local_held = _local_source(settings.dataset), _local_source(settings.eval_dataset)
-        train_note, held_note = ("" if local_train else hub), ("" if local_held else hub)
-        try:
-            if local_train:
-                data_settings = settings if local_held else dataclasses.replace(settings, eval_size=0)
-                train, held = run.load_run_data(data_settings, int(cfg.get("seed", 42)))
-                held_n = len(held) if local_held else None
-                per_rollout = schema.rollout_prompts(cfg, num_processes)
-                few = per_rollout and schema.too_few_problems(len(train), per_rollout, settings.dataset)
-                refusals += [few] if few else []
-        except run.SettingsError as e:
-            refusals.append(str(e))
-    resume_note = ""
-    # a fresh run needs no config here: it only refuses a folder that holds checkpoints
-    if config is not None or not resume:
-        try:
-            checkpoint, complete = run.resume_point(Path(output_dir), resume, config, num_processes)
-            if checkpoint:
-                resume_note = f"continues from {checkpoint}" + (
-                    " (already complete: nothing to train)" if complete else ""
-                )
-        except run.SettingsError as e:
-            refusals.append(str(e))
-            resume_note = "cannot resume (see below)" if resume else ""
+    cfg = {k: coerce_setting(k, v) for k, v in values.items() if k not in RUN_FIELDS}
+    check = _SettingChecks(settings, cfg, device.device == "cuda" and not cuda.available, num_processes)
+    config = check.config(output_dir)
+    train, held_n, notes = check.data()
+    resume_note = check.resume(config, output_dir, resume)
     if config is None:
-        return [], refusals
-    lengths, why_not = _prompt_counts(settings, config, train)
-    if lengths is not None:
-        kept, dropped = run.drop_long_prompts(train, lengths, settings.max_prompt_tokens)
-        if settings.max_prompt_tokens is not None and not kept:
-            refusals.append(
-                f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(train)} training prompts is "
-                f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
-            )
-        prompts = _Prompts(len(train), dropped, max(lengths), "")
-    else:
-        prompts = _Prompts(len(train) if train is not None else None, None, None, why_not)
+        return [], check.refusals
+    prompts = check.prompts(config, train)
     lines = [f"device: {device.line()}"]
-    if elsewhere and missing:
-        lines.append(needed_line(missing))
+    if check.elsewhere and check.missing:
+        lines.append(needed_line(check.missing))
     note = batch_note(settings, config, num_processes)
-    if note:
-        lines.append(note)
-    lines += _plan_lines(
-        settings, cfg, config, num_processes, prompts, train_note, (held_n, held_note), resume_note
-    )
+    lines += [note] if note else []
+    held = (held_n, notes[1])
+    lines += _plan_lines(settings, cfg, config, num_processes, prompts, notes[0], held, resume_note)
+    gpu_gib = gpu_memory_gib or cuda.memory_gib or PLANNING_GPU_GIB
     memory_lines, memory_refusals = _memory_lines(
         settings, cfg, config, num_processes, device, gpu_gib, prompts
     )
-    return lines + memory_lines, refusals + memory_refusals
+    return lines + memory_lines, check.refusals + memory_refusals
+
+
+class _SettingChecks:
+    """The dry run's checks, each adding its refusals to ``refusals``: the settings as given (at once), the
+    trainer config built from them, the data when it is local, the resume point, and the prompts' lengths."""
+
+    def __init__(self, settings: RunSettings, cfg: dict[str, Any], elsewhere: bool, num_processes: int):
+        self.settings, self.cfg, self.elsewhere, self.n = settings, cfg, elsewhere, num_processes
+        self.refusals: list[str] = settings.problems()
+        self.refused = refused_fields(cfg, str(cfg.get("loss_type", "pacs")))
+        self.refusals += self.refused
+        # an engine, tracker or adapter library that is not installed: refused where this machine trains, listed
+        # as needed there where the plan is for another machine (CUDA asked for, none here: a laptop planning a node)
+        self.missing, tracker_problems = missing_requirements({**cfg, "use_lora": settings.use_lora})
+        self.refusals += tracker_problems + ([] if elsewhere else [m.refusal() for m in self.missing])
+        # a max_steps that trains nothing; a model folder that is not there (a Hub name: where the run starts)
+        found = (max_steps_problem(cfg.get("max_steps")), model_problem(settings.model, hub=False))
+        self.refusals += [p for p in found if p]
+        if cfg.get("deepspeed"):
+            ds_config, ds_problem = _read_deepspeed(cfg["deepspeed"])
+            self.refusals += [ds_problem] if ds_problem else deepspeed_problems(ds_config, cfg, num_processes)
+
+    def config(self, output_dir: str | Path):
+        """The trainer config the run would build (its refused fields left out), checked against the run."""
+        refused_names = {m.split("=", 1)[0] for m in self.refused}
+        planning = {k: v for k, v in self.cfg.items() if k not in refused_names} | HARDWARE_FIELDS
+        try:
+            config = run.build_config(planning, output_dir)
+        except (SettingsError, TypeError) as e:
+            self.refusals.append(str(e))
+            return None
+        planned = _with(config, self.cfg)
+        self.refusals += run.run_problems(self.settings, planned, run.training_engine(planned, self.n))
+        return config
+
+    def data(self) -> tuple[list | None, int | None, tuple[str, str]]:
+        """(the training problems, the held-out count, notes for data read only where the run starts)."""
+        settings, cfg = self.settings, self.cfg
+        if settings.problems():
+            return None, None, ("", "")
+        hub = " (from the Hub: read when the run starts, not in a dry run)"
+        local_train, local_held = _local_source(settings.dataset), _local_source(settings.eval_dataset)
+        notes = ("" if local_train else hub), ("" if local_held else hub)
+        if not local_train:
+            return None, None, notes
+        try:
+            data_settings = settings if local_held else dataclasses.replace(settings, eval_size=0)
+            train, held = load_run_data(data_settings, int(cfg.get("seed", 42)))
+        except SettingsError as e:
+            self.refusals.append(str(e))
+            return None, None, notes
+        per_rollout = rollout_prompts(cfg, self.n)
+        few = per_rollout and too_few_problems(len(train), per_rollout, settings.dataset)
+        self.refusals += [few] if few else []
+        return train, (len(held) if local_held else None), notes
+
+    def resume(self, config, output_dir: str | Path, resume: bool) -> str:
+        """Where the run would continue from ('' for a fresh run). A fresh run needs no config here: it only
+        refuses a folder that holds checkpoints."""
+        if config is None and resume:
+            return ""
+        try:
+            checkpoint, complete = run.resume_point(Path(output_dir), resume, config, self.n)
+        except SettingsError as e:
+            self.refusals.append(str(e))
+            return "cannot resume (see below)" if resume else ""
+        if not checkpoint:
+            return ""
+        return f"continues from {checkpoint}" + (" (already complete: nothing to train)" if complete else "")
+
+    def prompts(self, config, train) -> _Prompts:
+        """The training prompts' count and lengths where a tokenizer is at hand (max_prompt_tokens applied)."""
+        settings = self.settings
+        lengths, why_not = _prompt_counts(settings, config, train)
+        if lengths is None:
+            return _Prompts(len(train) if train is not None else None, None, None, why_not)
+        kept, dropped = run.drop_long_prompts(train, lengths, settings.max_prompt_tokens)
+        if settings.max_prompt_tokens is not None and not kept:
+            self.refusals.append(
+                f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(train)} training prompts is "
+                f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
+            )
+        return _Prompts(len(train), dropped, max(lengths), "")
 
 
 def needed_line(missing) -> str:
@@ -309,13 +327,40 @@ def _engine(settings, cfg, config, n_proc) -> tuple[str, int, str]:
 
 
 def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, held, resume_note) -> list[str]:
-    held_n, held_note = held
-    G = config.num_generations
+    """The plan's lines, in the order a run does things: the model and engine, the batch, the data, generation,
+    the update, the held-out evaluation, checkpoints and the resume point."""
     engine, zero_stage, dtype = _engine(settings, cfg, config, n_proc)
+    lines = _batch_lines(settings, cfg, config, n_proc, engine, zero_stage, dtype)
+    lines += _data_lines(settings, config, n_proc, prompts, train_note)
+    lines.append(f"max_steps: {config.max_steps}")
+    lines.append(_generation_line(config, zero_stage))
+    lines += _update_lines(cfg, config, n_proc, engine)
+    lines += _heldout_lines(settings, config, engine, held)
+    out = Path(config.output_dir)
+    save = f"every {config.save_steps} steps, keeping {config.save_total_limit or 'all'}"
+    strategy = getattr(config.save_strategy, "value", config.save_strategy)
+    lines.append(
+        f"checkpoints: {out}/checkpoint-<step> ({save if strategy == 'steps' else config.save_strategy}); "
+        f"final weights {out}/{FINAL_DIR}; metrics {out}/metrics.jsonl"
+    )
+    if resume_note:
+        lines.append(f"resume: {resume_note}")
+    return lines
+
+
+def _rollout_sizes(config, n_proc: int) -> tuple[int, int, int]:
+    """(sequences per optimizer step, prompts per rollout batch, optimizer steps per rollout batch)."""
     seqs_per_step = config.per_device_train_batch_size * config.gradient_accumulation_steps * n_proc
-    rollout_seqs = config.per_device_train_batch_size * config.steps_per_generation * n_proc
-    rollout_prompts = rollout_seqs // G
-    steps_per_rollout = config.mini_batches_per_rollout * config.num_iterations
+    rollout_prompts = (
+        config.per_device_train_batch_size * config.steps_per_generation * n_proc // config.num_generations
+    )
+    return seqs_per_step, rollout_prompts, config.mini_batches_per_rollout * config.num_iterations
+
+
+def _batch_lines(settings, cfg, config, n_proc, engine, zero_stage, dtype) -> list[str]:
+    """The model, the processes and engine, the loss, what is trained, and the batch at each level."""
+    G = config.num_generations
+    seqs_per_step, rollout_prompts, steps_per_rollout = _rollout_sizes(config, n_proc)
     paper = (G, seqs_per_step // G, rollout_prompts) == PAPER_BATCH
     engine_text = {
         "single": "one process",
@@ -323,25 +368,28 @@ def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, he
         "deepspeed": f"DeepSpeed ZeRO-{zero_stage}, {n_proc} processes",
         "fsdp": f"FSDP, {n_proc} processes",
     }[engine]
-    lines = [
-        f"model: {settings.model}, weights loaded in {dtype} "
-        f"({'bf16 autocast' if cfg.get('bf16') else 'fp16 autocast' if cfg.get('fp16') else 'no autocast'})",
+    autocast = "bf16 autocast" if cfg.get("bf16") else "fp16 autocast" if cfg.get("fp16") else "no autocast"
+    lora = (
+        f"a LoRA adapter (use_lora: r {settings.lora_r}, alpha {settings.lora_alpha}, dropout "
+        f"{settings.lora_dropout}, modules {settings.lora_target_modules})"
+    )
+    return [
+        f"model: {settings.model}, weights loaded in {dtype} ({autocast})",
         f"processes: {n_proc}; training engine: {engine_text}",
         f"loss: {config.loss_type}; G = {G} completions per prompt",
-        "trained weights: "
-        + (
-            f"a LoRA adapter (use_lora: r {settings.lora_r}, alpha {settings.lora_alpha}, dropout "
-            f"{settings.lora_dropout}, modules {settings.lora_target_modules})"
-            if settings.use_lora
-            else "all of them (use_lora false)"
-        ),
+        "trained weights: " + (lora if settings.use_lora else "all of them (use_lora false)"),
         f"sequences per optimizer step: {seqs_per_step} ({seqs_per_step // G} prompts) = "
         f"{config.per_device_train_batch_size} per device x {config.gradient_accumulation_steps} accumulation x {n_proc}",
-        f"prompts per rollout batch: {rollout_prompts} ({rollout_seqs} sequences)"
+        f"prompts per rollout batch: {rollout_prompts} ({rollout_prompts * G} sequences)"
         + (" = the paper's batch (Appendix B.2)" if paper else ""),
         f"optimizer steps per rollout batch: {steps_per_rollout} "
         f"(mini_batches_per_rollout {config.mini_batches_per_rollout} x num_iterations {config.num_iterations})",
     ]
+
+
+def _data_lines(settings, config, n_proc, prompts: _Prompts, train_note: str) -> list[str]:
+    """The training prompts (with the epochs max_steps makes of them) and the prompt-length filter."""
+    _, rollout_prompts, steps_per_rollout = _rollout_sizes(config, n_proc)
     if prompts.loaded is not None:
         train_n = prompts.loaded - (prompts.dropped or 0)
         rollouts = train_n // rollout_prompts
@@ -351,12 +399,12 @@ def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, he
             if per_epoch
             else ""
         )
-        lines.append(
+        lines = [
             f"training prompts: {train_n}; per epoch {rollouts * rollout_prompts} prompts in {rollouts} rollout "
             f"batches = {per_epoch} optimizer steps{epochs}"
-        )
+        ]
     else:
-        lines.append(f"training data: {settings.dataset}{train_note}")
+        lines = [f"training data: {settings.dataset}{train_note}"]
     if settings.max_prompt_tokens is not None:
         counted = (
             f"{prompts.dropped} of {prompts.loaded} dropped here (longest {prompts.longest} tokens)"
@@ -367,7 +415,11 @@ def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, he
             f"prompt-length filter: training prompts over {settings.max_prompt_tokens} tokens after the chat "
             f"template are dropped (max_prompt_tokens): {counted}"
         )
-    lines.append(f"max_steps: {config.max_steps}")
+    return lines
+
+
+def _generation_line(config, zero_stage: int) -> str:
+    """What generates the rollouts, and how."""
     if config.use_vllm and config.vllm_mode == "server":
         where = config.vllm_server_base_url or f"{config.vllm_server_host}:{config.vllm_server_port}"
         gen = f"vLLM server at {where} (start `vllm serve` on other GPUs first: docs/SCALING.md)"
@@ -383,69 +435,70 @@ def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, he
         gen = "pacs_rl.sampling.TransformersSampler (fast_sampler)"
     else:
         gen = "transformers generate" + (" (ZeRO-3 weights gathered for it)" if zero_stage == 3 else "")
-    lines.append(f"generation: {gen}; temperature {config.temperature}, top_p {config.top_p}, "
-                 f"up to {config.max_completion_length} tokens")  # fmt: skip
-    if getattr(config, "update_token_budget", None):
-        why = pieces_problems(
-            num_processes=n_proc,
-            deepspeed=engine == "deepspeed",
-            fsdp=engine == "fsdp",
-            activation_checkpointing=bool(
-                cfg.get("gradient_checkpointing") or cfg.get("activation_checkpointing")
-            ),
-            completion_only_head=config.logprob_impl == "logits"
-            or (config.logprob_impl == "auto" and bool(cfg.get("use_cpu"))),
-            logprob_impl=config.logprob_impl,
-            device="cpu" if cfg.get("use_cpu") else "GPUs",
-            shared_prompt_forward=config.shared_prompt_forward,
-        )
-        budget = config.update_token_budget
-        lines.append(
+    return (
+        f"generation: {gen}; temperature {config.temperature}, top_p {config.top_p}, "
+        f"up to {config.max_completion_length} tokens"
+    )
+
+
+def _update_lines(cfg, config, n_proc, engine) -> list[str]:
+    """How the update runs its backward: in pieces of update_token_budget tokens, or why it cannot here."""
+    budget = getattr(config, "update_token_budget", None)
+    if not budget:
+        return []
+    why = pieces_problems(
+        num_processes=n_proc,
+        deepspeed=engine == "deepspeed",
+        fsdp=engine == "fsdp",
+        activation_checkpointing=bool(
+            cfg.get("gradient_checkpointing") or cfg.get("activation_checkpointing")
+        ),
+        completion_only_head=config.logprob_impl == "logits"
+        or (config.logprob_impl == "auto" and bool(cfg.get("use_cpu"))),
+        logprob_impl=config.logprob_impl,
+        device="cpu" if cfg.get("use_cpu") else "GPUs",
+        shared_prompt_forward=config.shared_prompt_forward,
+    )
+    if why:
+        return [
             f"  warning: update_token_budget={budget} is ignored here ({', '.join(why)}; it needs one process and "
             "the 'logits' log-prob path): one forward and backward per micro-batch"
-            if why
-            else f"update: backward in pieces of at most {budget} completion tokens (update_token_budget)"
-        )
+        ]
+    return [f"update: backward in pieces of at most {budget} completion tokens (update_token_budget)"]
+
+
+def _heldout_lines(settings, config, engine, held) -> list[str]:
+    """The held-out evaluation before and after training, and the periodic one (eval_steps)."""
+    held_n, held_note = held
     if settings.eval_size and settings.eval_dataset is None and not settings.on_arithmetic():
-        lines.append(
+        return [
             "held-out evaluation: off (no held-out set for this training data: set eval_dataset, e.g. math500 or "
             "a file, for the accuracy before and after)"
-        )
-    elif settings.eval_size:
-        where = "on one process (fast sampler)" if engine == "single" and not config.use_vllm else (
-            "through the rollout engine, split across the processes and gathered"
-        )  # fmt: skip
-        held = (
-            f"{held_n} problems" if held_n is not None else f"up to {settings.eval_size} problems{held_note}"
-        )
-        how = (
-            "greedy"
-            if settings.eval_temperature == 0
-            else f"T={settings.eval_temperature}, top-p {settings.eval_top_p}"
-        )
-        lines.append(
-            f"held-out evaluation before and after: {held} of "
-            f"{settings.eval_dataset or 'the held-out arithmetic split'}, {how}, {where}"
-        )
-        if config.eval_steps:
-            every = int(config.eval_steps)
-            rollouts = every / config.mini_batches_per_rollout
-            lines.append(
-                f"periodic evaluation: every {every} optimizer steps"
-                + (f" ({rollouts:g} rollout batches)" if rollouts == int(rollouts) else "")
-                + f", pass@k with {config.num_generations_eval or 1} samples per problem, {how} "
-                "(metrics.jsonl, trackers)"
-            )
-    else:
-        lines.append("held-out evaluation: off (eval_size 0)")
-    out = Path(config.output_dir)
-    save = f"every {config.save_steps} steps, keeping {config.save_total_limit or 'all'}"
-    lines.append(
-        f"checkpoints: {out}/checkpoint-<step> ({save if getattr(config.save_strategy, 'value', config.save_strategy) == 'steps' else config.save_strategy}); "
-        f"final weights {out}/{run.FINAL_DIR}; metrics {out}/metrics.jsonl"
+        ]
+    if not settings.eval_size:
+        return ["held-out evaluation: off (eval_size 0)"]
+    where = "on one process (fast sampler)" if engine == "single" and not config.use_vllm else (
+        "through the rollout engine, split across the processes and gathered"
     )  # fmt: skip
-    if resume_note:
-        lines.append(f"resume: {resume_note}")
+    count = f"{held_n} problems" if held_n is not None else f"up to {settings.eval_size} problems{held_note}"
+    how = (
+        "greedy"
+        if settings.eval_temperature == 0
+        else f"T={settings.eval_temperature}, top-p {settings.eval_top_p}"
+    )
+    lines = [
+        f"held-out evaluation before and after: {count} of "
+        f"{settings.eval_dataset or 'the held-out arithmetic split'}, {how}, {where}"
+    ]
+    if config.eval_steps:
+        every = int(config.eval_steps)
+        rollouts = every / config.mini_batches_per_rollout
+        lines.append(
+            f"periodic evaluation: every {every} optimizer steps"
+            + (f" ({rollouts:g} rollout batches)" if rollouts == int(rollouts) else "")
+            + f", pass@k with {config.num_generations_eval or 1} samples per problem, {how} "
+            "(metrics.jsonl, trackers)"
+        )
     return lines
 
 
@@ -551,8 +604,7 @@ def memory_plan(
     max_prompt_tokens, else an assumed 1,024 tokens); None when the model's shape is not known here.
     benchmarks/gpu_check.py compares it with the peak a run measures."""
     settings = _unchecked_run_settings(values)
-    run_keys = run.run_fields()
-    cfg = {k: run.coerce_setting(k, v) for k, v in values.items() if k not in run_keys}
+    cfg = {k: coerce_setting(k, v) for k, v in values.items() if k not in RUN_FIELDS}
     config = run.build_config({**cfg, **HARDWARE_FIELDS}, output_dir)
     shape, _source = model_shape(settings.model)
     if shape is None or not shape.has_dims:

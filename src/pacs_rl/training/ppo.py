@@ -40,7 +40,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -50,7 +50,6 @@ from transformers import AutoConfig, AutoModelForTokenClassification, get_schedu
 
 from pacs_rl.algorithms import (
     CRITIC_LOSSES,
-    LOSS_AGG_MODES,
     compute_gae,
     masked_mean,
     masked_var,
@@ -59,8 +58,9 @@ from pacs_rl.algorithms import (
     ppo_value_loss,
 )
 from pacs_rl.training.config import PACSConfig, ServedLosses
-from pacs_rl.training.fields import CLIP_OPTION_FIELDS
+from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields, declared_problems
 from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors
+from pacs_rl.training.trl_fields import CLIP_OPTION_FIELDS
 
 CRITIC_DIR = "critic"  # inside a checkpoint folder (and beside a saved final model)
 CRITIC_OPTIMIZER_FILE = "optimizer.pt"
@@ -79,7 +79,7 @@ PPO_OPTIONS = tuple(
 
 
 @dataclass
-class PPOConfig(PACSConfig):
+class PPOConfig(CriticFields, PACSConfig):
     """Configuration of `PPOTrainer`: every `PACSConfig` field plus the critic and GAE fields below.
 
     The policy's clip range is TRL's `epsilon` / `epsilon_high` (0.2 by default), its learning rate
@@ -96,73 +96,6 @@ class PPOConfig(PACSConfig):
             "choices": list(CRITIC_LOSSES),
         },
     )
-    critic_model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "Where the critic's backbone comes from: a local folder or Hub id loaded with "
-            "AutoModelForTokenClassification(num_labels=1). Default: the policy's own weights (its path, or a copy of "
-            "the model object you pass). A folder holding a saved critic (a checkpoint's critic/) keeps its value head; "
-            "otherwise the head is new and zero-initialised."
-        },
-    )
-    critic_learning_rate: float = field(
-        default=1e-5,
-        metadata={
-            "help": "Learning rate of the critic's AdamW (1e-5 in the paper, Appendix B.2; actor 1e-6)."
-        },
-    )
-    critic_max_grad_norm: float | None = field(
-        default=None,
-        metadata={
-            "help": "Gradient-norm clip of the critic; default: the policy's max_grad_norm. 0 disables it (the norm is "
-            "still logged). A critic step whose gradient norm is not finite is skipped and counted, as verl does."
-        },
-    )
-    critic_loss_agg_mode: str = field(
-        default="token-mean",
-        metadata={
-            "help": "How the value loss's token terms are reduced (pacs_rl.algorithms.aggregate_token_loss): 'token-mean' "
-            "(default, TRL's and verl's), 'seq-mean-token-mean', or 'seq-mean-token-sum-norm' (the PACS authors' "
-            "PPO: in their verl the critic follows the actor's loss_agg_mode; L = max_completion_length).",
-            "choices": list(LOSS_AGG_MODES),
-        },
-    )
-    critic_warmup_steps: int = field(
-        default=0,
-        metadata={
-            "help": "For the first this many optimizer steps only the critic trains: the policy gets no gradient and "
-            "its optimizer skips it (weights and Adam state untouched). The steps count towards max_steps and the "
-            "policy's learning-rate schedule."
-        },
-    )
-    gae_gamma: float = field(
-        default=1.0,
-        metadata={
-            "help": "Discount γ of GAE over response tokens. 1.0 (default, verl's too): the outcome reward is not "
-            "discounted, so every token's return is the reward itself."
-        },
-    )
-    gae_lambda: float = field(
-        default=1.0,
-        metadata={
-            "help": "λ of GAE. 1.0 (default): A_t = R − V(s_t), unbiased Monte-Carlo advantages with the critic as "
-            "baseline; smaller values trade bias from the critic for lower variance."
-        },
-    )
-    value_clip_eps: float = field(
-        default=0.5,
-        metadata={
-            "help": "Clip range of the value loss: V may move at most this far from the rollout-time value before its "
-            "error stops counting down (0.5 as in verl's cliprange_value). Use a large value to disable."
-        },
-    )
-    whiten_advantages: bool = field(
-        default=True,
-        metadata={
-            "help": "Whiten the GAE advantages over the whole rollout batch (all processes): zero mean, unit "
-            "variance over response tokens (verl does this for GAE). The critic's targets are not whitened."
-        },
-    )
 
     def __post_init__(self):
         if self.loss_type not in self.served_loss_types:
@@ -170,25 +103,9 @@ class PPOConfig(PACSConfig):
             raise ValueError(
                 f"PPOConfig is for loss_type={served}, got {self.loss_type!r}; use PACSConfig for the other losses."
             )
-        for name, value in (("gae_gamma", self.gae_gamma), ("gae_lambda", self.gae_lambda)):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value} must be in [0, 1]; 1.0 is the default for outcome rewards.")
-        if not self.value_clip_eps > 0:
-            raise ValueError(
-                f"value_clip_eps={self.value_clip_eps} must be > 0 (e.g. 0.5; a large value disables the clip)."
-            )
-        if not self.critic_learning_rate > 0:
-            raise ValueError(
-                f"critic_learning_rate={self.critic_learning_rate} must be > 0 (1e-5 in the paper)."
-            )
-        if self.critic_warmup_steps < 0:
-            raise ValueError(f"critic_warmup_steps={self.critic_warmup_steps} must be >= 0.")
-        if self.critic_max_grad_norm is not None and self.critic_max_grad_norm < 0:
-            raise ValueError(f"critic_max_grad_norm={self.critic_max_grad_norm} must be >= 0 (0 disables).")
-        if self.critic_loss_agg_mode not in LOSS_AGG_MODES:
-            raise ValueError(
-                f"critic_loss_agg_mode={self.critic_loss_agg_mode!r}; choose one of {list(LOSS_AGG_MODES)}."
-            )
+        problems = declared_problems(self, CRITIC_FIELDS.values())
+        if problems:
+            raise ValueError(" ".join(problems))
         if self.reference != "old":
             raise ValueError(
                 f"reference={self.reference!r} applies to PACS's reward proxy only; PPO's ratio is always against the "
@@ -627,12 +544,6 @@ class PPOTrainer(PACSTrainer):
         self.critic_lr_scheduler.load_state_dict(torch.load(paths[1], map_location="cpu", weights_only=True))
 
 
-def ppo_only_fields() -> tuple[str, ...]:
-    """Names of the fields PPOConfig adds to PACSConfig (the critic's and GAE's)."""
-    base = {f.name for f in fields(PACSConfig)}
-    return tuple(f.name for f in fields(PPOConfig) if f.init and f.name not in base)
-
-
 __all__ = [
     "PPOConfig",
     "PPOTrainer",
@@ -640,5 +551,4 @@ __all__ = [
     "critic_values",
     "explained_variance",
     "ppo_advantages",
-    "ppo_only_fields",
 ]

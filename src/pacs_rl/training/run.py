@@ -2,25 +2,23 @@
 
 `pacs-rl train`, `pacs-rl compare` and the benchmarks all train through this module:
 
-    from pacs_rl.training.run import RunSettings, build_config, run_training
+    from pacs_rl.training import RunSettings, build_config, run_training
     result = run_training(RunSettings(eval_size=50), build_config({"max_steps": 4}, "runs/x"))
     result.heldout["after"]["accuracy"]
 
-Two kinds of settings, one flat namespace for users:
+Two kinds of settings, one flat namespace for users, all declared in `pacs_rl.training.schema`:
 
 - `RunSettings`: what to train on and what to report (model, dataset, held-out set, reward, LoRA, ...);
 - the trainer's config (`PACSConfig`, or `PPOConfig` for loss_type='ppo'): every TRL `GRPOConfig` field
   plus the PACS fields. `CPU_DEFAULTS` are the config values of the CPU default run.
 
-`split_settings` turns one flat mapping (a YAML file, `--set key=value`, a comparison's train section) into
-both, converting text to each field's type once (`coerce_setting`). Every refusal is a `SettingsError`
-(a `ValueError`) naming the setting and what to do. The settings and the checks that need neither torch nor TRL
-live in `pacs_rl.training.settings` (so that `pacs-rl train` answers a mistake before they load); this module
-re-exports them.
+`pacs_rl.training.checks.split_settings` turns one flat mapping (a YAML file, `--set key=value`, a comparison's
+train section) into both, typing each value once; every refusal is a `SettingsError` naming the setting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -43,81 +41,47 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from pacs_rl.data import Problem, build_messages, encode_prompts
 from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
 from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
-from pacs_rl.training.batch import batch_note
-from pacs_rl.training.callbacks import (
-    METRICS_FILE,
-    MetricsJsonlCallback,
-    RichProgressCallback,
-    StopAtStepEnd,
-    read_metrics,
+from pacs_rl.run_folder import (
+    BASE_MODEL_DIR,
+    CURVES_FILE,
+    FINAL_DIR,
+    FINISHED_FILE,
+    HELDOUT_FILE,
+    SETTINGS_FILE,
+    heldout_protocol,
+    last_complete_checkpoint,
+    read_json,
 )
+from pacs_rl.settings import SettingsError
+from pacs_rl.training.batch import batch_note
 from pacs_rl.training.card import KEY_SETTINGS, write_model_card
+from pacs_rl.training.checks import output_folder_problem, too_few_problems
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.heldout import heldout_accuracy, plot_curves
-from pacs_rl.training.monitor import FORMS_FILE, SAMPLES_DIR
-from pacs_rl.training.ppo import PPOConfig, PPOTrainer
-from pacs_rl.training.quiet import expect_tied_missing_keys
-from pacs_rl.training.rollout_eval import (
+from pacs_rl.training.data import load_run_data
+from pacs_rl.training.heldout import (
     CallOnTrainBegin,
     PeriodicEvalCallback,
     engine_accuracy,
     engine_pass_at_k,
+    heldout_accuracy,
     needs_engine,
 )
-from pacs_rl.training.settings import (  # re-exported: the settings of a run, checked before torch loads
-    CPU_DEFAULTS,
-    HELDOUT_SEED,
-    MODEL_DTYPES,
-    RunSettings,
-    SettingsError,
-    coerce_setting,
-    default_settings,
-    heldout_protocol,
-    known_keys,
-    last_complete_checkpoint,
-    load_run_data,
-    load_settings_file,
-    output_folder_problem,
-    parse_assignments,
-    run_fields,
-    split_settings,
-    too_few_problems,
+from pacs_rl.training.monitor import FORMS_FILE, SAMPLES_DIR
+from pacs_rl.training.output import (
+    METRICS_FILE,
+    MetricsJsonlCallback,
+    RichProgressCallback,
+    StopAtStepEnd,
+    expect_tied_missing_keys,
+    plot_curves,
+    read_metrics,
 )
+from pacs_rl.training.ppo import PPOConfig, PPOTrainer
+from pacs_rl.training.schema import RunSettings
 from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, sharding_problems
-
-__all__ = [  # the library API of a run (with what pacs_rl.training.settings defines)
-    "CPU_DEFAULTS",
-    "HELDOUT_SEED",
-    "MODEL_DTYPES",
-    "TINY_MODEL",
-    "RunInterrupted",
-    "RunSettings",
-    "SettingsError",
-    "TrainResult",
-    "build_config",
-    "build_dataset",
-    "build_reward_funcs",
-    "coerce_setting",
-    "config_and_trainer_classes",
-    "config_fields",
-    "default_settings",
-    "known_keys",
-    "load_run_data",
-    "load_settings_file",
-    "parse_assignments",
-    "run_differences",
-    "run_fields",
-    "run_training",
-    "split_settings",
-    "tiny_model_folder",
-]  # fmt: skip
 
 log = logging.getLogger("pacs_rl.training")
 
-HELDOUT_FILE = "heldout.json"
-SETTINGS_FILE = "settings.json"
-CURVES_FILE = "training_curves.png"
-FINAL_DIR = "final"
 
 # (config class, trainer class); each config class declares the loss types it serves.
 TRAINERS: tuple[tuple[type[PACSConfig], type], ...] = ((PACSConfig, PACSTrainer), (PPOConfig, PPOTrainer))
@@ -289,10 +253,6 @@ class RunInterrupted(KeyboardInterrupt):
 
     def describe(self) -> str:
         return f"interrupted ({self.signal_name}) at step {self.step} of {self.max_steps}; {self.kept()}"
-
-
-BASE_MODEL_DIR = "base_model"  # where --model tiny is saved inside the run folder
-DONE_FILE = "run_complete.json"  # written last: the run finished (final/, held-out after, curves)
 
 
 def training_engine(config: PACSConfig, num_processes: int) -> str:
@@ -484,7 +444,7 @@ class _HeldOut:
 
     One process without vLLM: `heldout_accuracy` on the local model (the fast sampler). Several processes, sharded
     weights or vLLM: the trainer's own engine, each process a share of the problems, gathered
-    (`rollout_eval.engine_accuracy`). Only the main process writes the file."""
+    (`heldout.engine_accuracy`). Only the main process writes the file."""
 
     def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path, progress=True):
         self.settings, self.config, self.problems, self.reward = settings, config, problems, reward
@@ -543,7 +503,7 @@ class _HeldOut:
 
 
 def _periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems, reward):
-    """pass@k on the held-out set with num_generations_eval samples per problem (rollout_eval.engine_pass_at_k)."""
+    """pass@k on the held-out set with num_generations_eval samples per problem (heldout.engine_pass_at_k)."""
     n = config.num_generations_eval or 1
     top_p = settings.eval_top_p if settings.eval_temperature > 0 else 1.0
     tokens = settings.eval_max_new_tokens or config.max_completion_length
@@ -600,166 +560,206 @@ def run_training(
 
 def _run_training(settings, config, resume, data, command, progress, stop) -> TrainResult:
     """run_training's body; ``stop``: the _StopRequest its signal handlers set."""
-    out = Path(config.output_dir)
-    if settings.num_threads:
-        torch.set_num_threads(settings.num_threads)  # before any op: see the setting's help
-    state = PartialState()
-    engine = training_engine(config, state.num_processes)
-    problems = run_problems(settings, config, engine)
-    if problems:
-        raise SettingsError("; ".join(problems))
-    if config.use_cpu and torch.cuda.is_available():
-        log.warning(
-            "CUDA is available but use_cpu=True: training on the CPU; set use_cpu=false to train on CUDA"
-        )
-    if state.is_main_process:
-        note = batch_note(settings, config, state.num_processes)
+    run = _Session(settings, config, stop)
+    if run.find_checkpoint(resume):
+        return _result(settings, config, run.out, already_complete=True)
+    run.read_data(data)
+    run.load_tokenizer_and_record(command)
+    trainer = run.build_trainer(progress)
+    train_seconds = run.train(trainer)
+    global_step = run.finish(trainer, train_seconds)
+    device = str(trainer.accelerator.device)
+    return _result(
+        settings, config, run.out, train_seconds=train_seconds, global_step=global_step, device=device,
+        first_step=run.first_step,
+    )  # fmt: skip
+
+
+class _Session:
+    """One call of run_training, in the order it happens: the checks and the resume point, the data, the model's
+    name and tokenizer (and the run's record), the trainer, training, and the end (final weights, held-out
+    accuracy after, curves, card)."""
+
+    def __init__(self, settings: RunSettings, config: PACSConfig, stop: _StopRequest):
+        self.settings, self.config, self.stop = settings, config, stop
+        self.out = Path(config.output_dir)
+        if settings.num_threads:
+            torch.set_num_threads(settings.num_threads)  # before any op: see the setting's help
+        self.state = PartialState()
+        self.engine = training_engine(config, self.state.num_processes)
+        problems = run_problems(settings, config, self.engine)
+        if problems:
+            raise SettingsError("; ".join(problems))
+        if config.use_cpu and torch.cuda.is_available():
+            log.warning(
+                "CUDA is available but use_cpu=True: training on the CPU; set use_cpu=false to train on CUDA"
+            )
+        note = batch_note(settings, config, self.state.num_processes) if self.state.is_main_process else None
         if note:
             log.warning(note)
-    checkpoint, complete = resume_point(out, resume, config, state.num_processes)
-    if complete and (out / DONE_FILE).is_file():
-        return _result(settings, config, out, already_complete=True)
-    first_step = int(_trainer_state(checkpoint)["global_step"]) if checkpoint else 0
-    stop.first_step = first_step
-    torch.manual_seed(config.seed)
-    train_problems, held = data or load_run_data(settings, config.seed)  # before the model loads: fail fast
-    few = too_few_problems(
-        len(train_problems), config.generation_batch_size // config.num_generations, settings.dataset
-    )
-    if few:
-        raise SettingsError(few)
-    if settings.eval_size and not held and state.is_main_process:
-        log.info(
-            "held-out evaluation off: no held-out set for %s (set eval_dataset, e.g. math500)",
-            settings.dataset,
-        )
-    if state.is_main_process:
-        out.mkdir(parents=True, exist_ok=True)
-    earlier = _read_json(out / SETTINGS_FILE) if checkpoint else {}
-    recorded = {
-        "run": dataclasses.asdict(settings),
-        "config": _non_default_fields(config),  # as given
-        "key_settings": _key_settings(config),
-        "heldout": heldout_protocol(settings, config.max_completion_length, config.seed, len(held)),
-        "command": earlier.get("command") or command,  # the command that started the run
-    }
-    with state.main_process_first():  # --model tiny is written once; the bundled model converts once
-        model_id = (
-            str(tiny_model_folder(out / BASE_MODEL_DIR))
-            if settings.model == TINY_MODEL
-            else resolve_model(settings.model)
-        )
-    # read by TRL when it loads the model
-    config.model_init_kwargs = model_init_kwargs(settings, config, engine)
-    init = config.model_init_kwargs
-    tokenizer = load_tokenizer(
-        model_id,
-        revision=init.get("revision"),
-        trust_remote_code=init.get("trust_remote_code", config.trust_remote_code),
-    )
-    loaded = len(train_problems)
-    skipped_rows = getattr(train_problems, "skipped", 0)
-    skipped_examples = list(getattr(train_problems, "skip_messages", []))
-    train_problems = filter_prompts(train_problems, tokenizer, settings, config)
-    if state.is_main_process:
-        recorded["data"] = {
-            "training_prompts": len(train_problems),
-            "dropped_long_prompts": loaded - len(train_problems),
-            "skipped_rows": skipped_rows,  # bad rows of the training data (skip_bad_rows), with their messages
-            "skipped_examples": skipped_examples[:20],
+
+    def find_checkpoint(self, resume: bool) -> bool:
+        """Where training starts (a checkpoint, or step 0); True when the run in the folder already finished."""
+        config = self.config
+        self.checkpoint, self.complete = resume_point(self.out, resume, config, self.state.num_processes)
+        if self.complete and (self.out / FINISHED_FILE).is_file():
+            return True
+        self.first_step = int(_trainer_state(self.checkpoint)["global_step"]) if self.checkpoint else 0
+        self.stop.first_step = self.first_step
+        # DeepSpeed builds its engine only inside train(): without it transformers can neither load a checkpoint
+        # into the bare model (ZeRO-3 holds a shard of each weight) nor save it. A run that finished training takes
+        # its last checkpoint's consolidated weights as the model, and final/ is a copy of them.
+        self.finish_from_weights = self.complete and self.engine == "deepspeed"
+        return False
+
+    def read_data(self, data: tuple[list[Problem], list[Problem]] | None) -> None:
+        """The training and held-out problems (read before the model loads: a bad source fails fast)."""
+        settings, config = self.settings, self.config
+        torch.manual_seed(config.seed)
+        self.train_problems, self.held = data or load_run_data(settings, config.seed)
+        per_rollout = config.generation_batch_size // config.num_generations
+        few = too_few_problems(len(self.train_problems), per_rollout, settings.dataset)
+        if few:
+            raise SettingsError(few)
+        if settings.eval_size and not self.held and self.state.is_main_process:
+            log.info(
+                "held-out evaluation off: no held-out set for %s (set eval_dataset, e.g. math500)",
+                settings.dataset,
+            )
+
+    def load_tokenizer_and_record(self, command: str | None) -> None:
+        """The model's name and tokenizer, the training prompts that fit, and settings.json and the card."""
+        settings, config, out = self.settings, self.config, self.out
+        if self.state.is_main_process:
+            out.mkdir(parents=True, exist_ok=True)
+        with self.state.main_process_first():  # --model tiny is written once; the bundled model converts once
+            tiny = settings.model == TINY_MODEL
+            self.model_id = (
+                str(tiny_model_folder(out / BASE_MODEL_DIR)) if tiny else resolve_model(settings.model)
+            )
+        given = _non_default_fields(config)  # the config as given, before the run fills in model_init_kwargs
+        config.model_init_kwargs = model_init_kwargs(settings, config, self.engine)  # TRL reads it to load
+        init = config.model_init_kwargs
+        trust = init.get("trust_remote_code", config.trust_remote_code)
+        self.tokenizer = load_tokenizer(self.model_id, revision=init.get("revision"), trust_remote_code=trust)
+        loaded = self.train_problems
+        self.train_problems = filter_prompts(loaded, self.tokenizer, settings, config)
+        if self.state.is_main_process:
+            self._record(command, loaded, given)
+        if self.finish_from_weights:
+            self.model_id = _consolidated_weights(self.checkpoint)
+
+    def _record(self, command: str | None, loaded: list[Problem], given: dict[str, Any]) -> None:
+        """settings.json (the run, its config, how held-out accuracy is measured, its data) and the card."""
+        settings, config, out = self.settings, self.config, self.out
+        earlier = read_json(out / SETTINGS_FILE) if self.checkpoint else {}
+        recorded = {
+            "run": dataclasses.asdict(settings),
+            "config": given,
+            "key_settings": _key_settings(config),
+            "heldout": heldout_protocol(
+                dataclasses.asdict(settings), config.max_completion_length, config.seed, len(self.held)
+            ),
+            "command": earlier.get("command") or command,  # the command that started the run
+            "data": {
+                "training_prompts": len(self.train_problems),
+                "dropped_long_prompts": len(loaded) - len(self.train_problems),
+                "skipped_rows": getattr(
+                    loaded, "skipped", 0
+                ),  # bad rows (skip_bad_rows), with their messages
+                "skipped_examples": list(getattr(loaded, "skip_messages", []))[:20],
+            },
         }
         (out / SETTINGS_FILE).write_text(json.dumps(recorded, indent=2, default=str))
-        (out / DONE_FILE).unlink(
+        (out / FINISHED_FILE).unlink(
             missing_ok=True
         )  # a finished run continued (a larger max_steps) is unfinished
         write_model_card(out)  # "unfinished" until the run ends
-    # DeepSpeed builds its engine only inside train(): without it transformers can neither load a checkpoint into
-    # the bare model (ZeRO-3 holds a shard of each weight) nor save it. A run that finished training takes its
-    # last checkpoint's consolidated weights as the model, and final/ is a copy of them.
-    finish_from_weights = complete and engine == "deepspeed"
-    if finish_from_weights:
-        model_id = _consolidated_weights(checkpoint)
-    rewards = build_reward_funcs(settings, config)
-    reward = heldout_reward(settings)
-    heldout = _HeldOut(settings, config, held, reward, out, progress=progress)
 
-    start_deepspeed_comm(config, engine, state.num_processes)
-    _, trainer_cls = config_and_trainer_classes(config.loss_type)
-    trainer = trainer_cls(
-        model_id,
-        rewards,
-        args=config,
-        train_dataset=build_dataset(train_problems, settings),
-        processing_class=tokenizer,
-        callbacks=[MetricsJsonlCallback()],
-        peft_config=_peft_config(settings),
-    )
-    # TRL writes its generic card ("a fine-tuned version of [None]", "trained with GRPO") at every checkpoint and
-    # on a push to the Hub: this run's own card instead
-    trainer.create_model_card = lambda *args, **kwargs: state.is_main_process and write_model_card(out)
-    trainer.remove_callback(PrinterCallback)
-    expect_tied_missing_keys(
-        trainer.model
-    )  # a resume says nothing of the tied LM head it did not need to load
-    trainer.remove_callback(ProgressCallback)
-    stop.trainer = trainer
-    if needs_engine(trainer):
-        # once the engine has placed (or sharded) the model, before the first step of a fresh run
-        trainer.add_callback(
-            CallOnTrainBegin(lambda st: st.global_step or heldout.measure(trainer, "before"))
-        )
-    elif checkpoint is None:
-        # one process: the weights as loaded, before accelerate wraps the forward in (bf16) autocast
-        heldout.measure(trainer, "before")
-    # the reward-hacking monitor's saved rollouts: those of steps this run will redo go (a fresh run: all)
-    trainer.answer_monitor.forget_after(first_step if checkpoint else -1)
-    # after the "before" evaluation's own bar
-    trainer.add_callback(RichProgressCallback(config.loss_type, enabled=progress))
-    trainer.add_callback(StopAtStepEnd(stop))
-    if config.eval_steps:
-        trainer.add_callback(_periodic_eval(trainer, settings, config, held, reward))
-    t0 = time.time()
-    if complete:  # the last checkpoint is the last step: finish the run from it, without another step
-        if not finish_from_weights:
-            trainer._load_from_checkpoint(checkpoint)
-    else:
-        stop.armed = True
-        trainer.train(resume_from_checkpoint=checkpoint)
-        stop.armed = False
-    if stop.signal_name:  # stopped at the end of a step, its checkpoint saved
-        raise RunInterrupted(
-            out, trainer.state.global_step, config.max_steps, last_complete_checkpoint(out), config.save_steps,
-            stop.signal_name, at_step_end=True,
+    def build_trainer(self, progress: bool):
+        """The trainer, its callbacks, and the held-out accuracy before training (on a fresh run)."""
+        settings, config, out, state = self.settings, self.config, self.out, self.state
+        rewards = build_reward_funcs(settings, config)
+        self.reward = heldout_reward(settings)
+        self.heldout = _HeldOut(settings, config, self.held, self.reward, out, progress=progress)
+        start_deepspeed_comm(config, self.engine, state.num_processes)
+        _, trainer_cls = config_and_trainer_classes(config.loss_type)
+        trainer = trainer_cls(
+            self.model_id, rewards, args=config, train_dataset=build_dataset(self.train_problems, settings),
+            processing_class=self.tokenizer, callbacks=[MetricsJsonlCallback()], peft_config=_peft_config(settings),
         )  # fmt: skip
-    train_seconds = time.time() - t0
-    if finish_from_weights:
+        # TRL writes its generic card ("a fine-tuned version of [None]", "trained with GRPO") at every checkpoint
+        # and on a push to the Hub: this run's own card instead
+        trainer.create_model_card = lambda *args, **kwargs: state.is_main_process and write_model_card(out)
+        trainer.remove_callback(PrinterCallback)
+        expect_tied_missing_keys(trainer.model)  # a resume says nothing of the tied LM head it did not load
+        trainer.remove_callback(ProgressCallback)
+        self.stop.trainer = trainer
+        if needs_engine(
+            trainer
+        ):  # once the engine has placed (or sharded) the model, before a fresh run's step
+            before = CallOnTrainBegin(lambda st: st.global_step or self.heldout.measure(trainer, "before"))
+            trainer.add_callback(before)
+        elif (
+            self.checkpoint is None
+        ):  # one process: the weights as loaded, before accelerate's (bf16) autocast
+            self.heldout.measure(trainer, "before")
+        # the reward-hacking monitor's saved rollouts: those of steps this run will redo go (a fresh run: all)
+        trainer.answer_monitor.forget_after(self.first_step if self.checkpoint else -1)
+        trainer.add_callback(RichProgressCallback(config.loss_type, enabled=progress))  # after "before"'s bar
+        trainer.add_callback(StopAtStepEnd(self.stop))
+        if config.eval_steps:
+            trainer.add_callback(_periodic_eval(trainer, settings, config, self.held, self.reward))
+        return trainer
+
+    def train(self, trainer) -> float:
+        """Train from the resume point (a complete run only loads its last checkpoint); the seconds it took."""
+        t0 = time.time()
+        if (
+            self.complete
+        ):  # the last checkpoint is the last step: finish the run from it, without another step
+            if not self.finish_from_weights:
+                trainer._load_from_checkpoint(self.checkpoint)
+        else:
+            self.stop.armed = True
+            trainer.train(resume_from_checkpoint=self.checkpoint)
+            self.stop.armed = False
+        if self.stop.signal_name:  # stopped at the end of a step, its checkpoint saved
+            raise RunInterrupted(
+                self.out, trainer.state.global_step, self.config.max_steps, last_complete_checkpoint(self.out),
+                self.config.save_steps, self.stop.signal_name, at_step_end=True,
+            )  # fmt: skip
+        return time.time() - t0
+
+    def finish(self, trainer, train_seconds: float) -> int:
+        """The final weights, held-out accuracy after, the answer forms, the curves and the card; the last step."""
+        config, out, state = self.config, self.out, self.state
+        if self.finish_from_weights:
+            if state.is_main_process:
+                shutil.copytree(self.checkpoint, out / FINAL_DIR, dirs_exist_ok=True, ignore=_not_model_files)
+            state.wait_for_everyone()
+        else:
+            trainer.save_model(str(out / FINAL_DIR))
         if state.is_main_process:
-            shutil.copytree(checkpoint, out / FINAL_DIR, dirs_exist_ok=True, ignore=_not_model_files)
+            self.tokenizer.save_pretrained(str(out / FINAL_DIR))
+        self.heldout.measure(trainer, "after")
+        self.heldout.record(train_seconds_this_session=train_seconds)
+        if not self.complete:  # a finished run resumed trains nothing: its answer_forms.json stays as written
+            trainer.answer_monitor.save(heldout_after=self.heldout.results.get("after", {}).get("paid_forms"))
+        # resuming a complete run loads the weights only: its step count is the checkpoint's
+        complete = self.complete
+        global_step = (
+            int(_trainer_state(self.checkpoint)["global_step"]) if complete else trainer.state.global_step
+        )
+        if state.is_main_process:
+            if self.settings.plot:
+                title = f"{config.loss_type} on {self.settings.dataset}"
+                plot_curves(out / METRICS_FILE, out / CURVES_FILE, title=title)
+            (out / FINISHED_FILE).write_text(json.dumps({"global_step": global_step}))
+            (out / FINAL_DIR / "README.md").unlink(missing_ok=True)  # save_model's TRL card: ours follows
+            write_model_card(out)
         state.wait_for_everyone()
-    else:
-        trainer.save_model(str(out / FINAL_DIR))
-    if state.is_main_process:
-        tokenizer.save_pretrained(str(out / FINAL_DIR))
-    heldout.measure(trainer, "after")
-    heldout.record(train_seconds_this_session=train_seconds)
-    if not complete:  # a finished run resumed trains nothing: its answer_forms.json stays as written
-        trainer.answer_monitor.save(heldout_after=heldout.results.get("after", {}).get("paid_forms"))
-    # resuming a complete run loads the weights only: its step count is the checkpoint's
-    global_step = int(_trainer_state(checkpoint)["global_step"]) if complete else trainer.state.global_step
-    if state.is_main_process:
-        if settings.plot:
-            plot_curves(
-                out / METRICS_FILE, out / CURVES_FILE, title=f"{config.loss_type} on {settings.dataset}"
-            )
-        (out / DONE_FILE).write_text(json.dumps({"global_step": global_step}))
-        (out / FINAL_DIR / "README.md").unlink(missing_ok=True)  # save_model's TRL card: ours follows
-        write_model_card(out)
-    state.wait_for_everyone()
-    device = str(trainer.accelerator.device)
-    return _result(
-        settings, config, out, train_seconds=train_seconds, global_step=global_step, device=device,
-        first_step=first_step,
-    )  # fmt: skip
+        return global_step
 
 
 # config fields that name the folder itself, or that the command sets: not part of what a run is
@@ -770,7 +770,7 @@ def run_differences(out: str | Path, settings: RunSettings, config: PACSConfig) 
     """How ``settings`` and ``config`` differ from the run recorded in ``out``/settings.json, one
     ``"name: <there> there, <here> now"`` per setting (empty when they are the same run; a folder without a record
     differs as a whole)."""
-    recorded = _read_json(Path(out) / SETTINGS_FILE)
+    recorded = read_json(Path(out) / SETTINGS_FILE)
     if not recorded:
         return [f"{Path(out) / SETTINGS_FILE} is missing or unreadable"]
     now = json.loads(json.dumps({"run": dataclasses.asdict(settings), "config": _non_default_fields(config)},
@@ -782,13 +782,6 @@ def run_differences(out: str | Path, settings: RunSettings, config: PACSConfig) 
             if there.get(key) != here.get(key):
                 out_list.append(f"{key}: {there.get(key)!r} there, {here.get(key)!r} now")
     return out_list
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
 
 
 def _key_settings(config: PACSConfig) -> dict[str, Any]:
@@ -833,8 +826,6 @@ class _StopRequest:
         raise KeyboardInterrupt
 
     def handling(self):
-        import contextlib
-
         @contextlib.contextmanager
         def installed():
             if not self.enabled:
@@ -859,7 +850,7 @@ def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any)
     """The TrainResult of the run in ``out`` as its files record it."""
     held = json.loads((out / HELDOUT_FILE).read_text()) if (out / HELDOUT_FILE).is_file() else {}
     if "global_step" not in values:
-        values["global_step"] = json.loads((out / DONE_FILE).read_text())["global_step"]
+        values["global_step"] = json.loads((out / FINISHED_FILE).read_text())["global_step"]
     png = out / CURVES_FILE
     forms = json.loads((out / FORMS_FILE).read_text()) if (out / FORMS_FILE).is_file() else {}
     clipped = [
@@ -871,7 +862,7 @@ def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any)
     return TrainResult(
         answer_forms=forms,
         max_steps=config.max_steps,
-        heldout_protocol=_read_json(out / SETTINGS_FILE).get("heldout") or {},
+        heldout_protocol=read_json(out / SETTINGS_FILE).get("heldout") or {},
         rollout_truncated_frac=sum(clipped) / len(clipped) if clipped else None,
         output_dir=out,
         train_seconds=values.pop("train_seconds", 0.0),

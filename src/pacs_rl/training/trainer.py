@@ -12,12 +12,12 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
   again); groups with a non-finite log-prob are left out and counted. The baselines also get TRL's reference
   log-probs (KL, `beta` > 0), the vLLM importance-sampling ratio and which completions were scored. With
   `update_token_budget` (one process) the log-probs are values whose backward runs the model in pieces
-  (`pacs_rl.training.pieces`).
+  (`pacs_rl.training.logprobs`).
 - `_get_grad_norm`: a step whose gradient norm is not finite is skipped (gradients dropped before the
   optimizer step) and counted, whatever `max_grad_norm` (None/0: no clip, the norm still logged).
 - `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
   completion positions only, and (`shared_prompt_forward`) each distinct prompt runs once per batch with the
-  completions trimmed to the longest; otherwise TRL's fused head.
+  completions trimmed to the longest (`pacs_rl.training.logprobs`); otherwise TRL's fused head.
 - `_generate_single_turn`: with `fast_sampler`, each prompt is sampled once with n = G by pacs_rl.sampling; with
   `old_logprobs_from_sampler` (fp32 only) the sampler's log-probs of the rollout serve as TRL's old log-probs
   instead of a second forward over the rollout batch.
@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.utils import is_peft_available
 from trl import GRPOTrainer
@@ -59,19 +59,16 @@ from pacs_rl.algorithms import compute_policy_loss, finite_groups, policy_loss_o
 from pacs_rl.rewards.trl_reward import MathRewardFunction
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
-from pacs_rl.training.callbacks import ReferenceResetCallback
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.fields import CLIP_OPTION_FIELDS, KL_OPTION_FIELDS, PACS_OPTION_FIELDS
-from pacs_rl.training.monitor import AnswerMonitor
-from pacs_rl.training.pieces import (
+from pacs_rl.training.logprobs import (
     LogpsBackwardInPieces,
-    completion_forward,
     completion_logps,
+    completion_only_logps,
     pieces_problems,
-    prompt_forward,
-    token_logps,
 )
-from pacs_rl.training.settings import last_complete_checkpoint  # re-exported (light: the command's checks)
+from pacs_rl.training.monitor import AnswerMonitor
+from pacs_rl.training.schema import PACS_OPTION_FIELDS
+from pacs_rl.training.trl_fields import CLIP_OPTION_FIELDS, KL_OPTION_FIELDS
 from pacs_rl.training.vllm_colocate import (
     engine_arguments,
     logprob_mismatch,
@@ -86,6 +83,23 @@ if is_peft_available():
 PACS_STATE_FILE = "pacs_trainer_state_rank{rank}.pt"
 
 log = logging.getLogger("pacs_rl.training")
+
+
+def loss_options(args, loss_type: str) -> dict[str, Any]:
+    """The options the trainer passes to loss ``loss_type``: ``loss_options`` as given, then each option a config
+    field fills (an entry of loss_options wins): PACS's from the fields declared with a ``loss_option``
+    (training/schema.py); a baseline's clip range and length from TRL's epsilon, epsilon_high and
+    max_completion_length, and with a KL term (beta > 0) its coefficient, where the loss takes them."""
+    options = dict(args.loss_options)
+    if loss_type == "pacs":
+        fields = PACS_OPTION_FIELDS
+    else:
+        accepted = policy_loss_options(loss_type)
+        trl = {**CLIP_OPTION_FIELDS, **(KL_OPTION_FIELDS if args.beta != 0.0 else {})}
+        fields = {option: name for option, name in trl.items() if option in accepted}
+    for option, name in fields.items():
+        options.setdefault(option, getattr(args, name))
+    return options
 
 
 def shuffle_groups(batch: dict[str, Any], group_size: int) -> dict[str, Any]:
@@ -155,35 +169,26 @@ def sharding_problems(
     return out
 
 
-def completion_logits_shared_prompt(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
-) -> list[torch.Tensor]:
-    """Logits that predict the completion tokens, with each distinct prompt run through the model once.
+class ReferenceResetCallback(TrainerCallback):
+    """Every `ref_reset_steps` optimizer steps: copy the policy into the frozen reference and, with
+    `reset_optimizer`, clear the optimizer state (Adam moments) at the same moment (paper §3.4)."""
 
-    input_ids, attention_mask: (B, P + T), a left-padded prompt then a right-padded completion of
-    T = ``logits_to_keep`` tokens. Rows that share a prompt (the G completions of a group) share its
-    forward: the prompt's KV cache (with gradient) is computed for the distinct prompts and copied to their
-    rows, then only the completion tokens run, trimmed to the longest completion of the batch. The same
-    function as one forward over every full row (same positions relative to each row's first real token,
-    same masks), with (G − 1)/G of the prompt work and the trailing padding left out.
-    Returns the logits in two parts, in completion order (not concatenated: a copy of (B, used, V) floats):
-    (B, 1, V) from the last prompt position, predicting completion token 0, then (B, used − 1, V) predicting
-    tokens 1 .. used − 1, where ``used`` is the longest completion (the second part is absent when used = 1).
-    """
-    P = input_ids.size(1) - logits_to_keep
-    completion_ids, completion_mask = input_ids[:, P:], attention_mask[:, P:]
-    filled = completion_mask.any(0).nonzero()
-    used = int(filled[-1]) + 1 if len(filled) else 1  # longest completion in the batch (>= 1 column)
-    head, cache, inverse, prompt_mask = prompt_forward(model, input_ids[:, :P], attention_mask[:, :P])
-    if used == 1:
-        return [head[inverse]]
-    kv = [t for layer in cache.layers for t in (layer.keys, layer.values)]
-    mask = torch.cat([prompt_mask, completion_mask[:, : used - 1]], dim=1)  # (B, P' + used - 1)
-    start = prompt_mask.sum(-1, keepdim=True)  # (B, 1): position of completion token 0
-    positions = start + torch.arange(used - 1, device=input_ids.device)
-    # token t predicts token t + 1: (B, used - 1, V)
-    tail = completion_forward(model, kv, inverse, completion_ids[:, : used - 1], mask, positions)
-    return [head[inverse], tail]
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        every = args.ref_reset_steps
+        if every > 0 and state.global_step % every == 0:
+            self.trainer.reset_reference()
+            if args.reset_optimizer:
+                clear_optimizer_state(self.trainer.optimizer)
+        return control
+
+
+def clear_optimizer_state(optimizer) -> None:
+    """Forget every per-parameter state (moments, step counts) of a (possibly accelerate-wrapped) optimizer."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    inner.state.clear()
 
 
 class PACSTrainer(GRPOTrainer):
@@ -409,8 +414,8 @@ class PACSTrainer(GRPOTrainer):
         TRL's fused head would score every prompt position too and, without Triton, in Python-level tiles
         (docs/TRAINING.md has the measured cost). With ``shared_prompt_forward`` (default) each distinct prompt
         of a batch runs once and only the completion tokens, trimmed to the longest, run per row
-        (``completion_logits_shared_prompt``). Same values as TRL's path (tested); entropies carry no gradient
-        (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
+        (``pacs_rl.training.logprobs.completion_only_logps``). Same values as TRL's path (tested); entropies carry
+        no gradient (they are only logged). Multimodal inputs and MoE auxiliary losses go to TRL's path.
         """
         if (
             getattr(self, "_sampler_old_logps", None) is not None
@@ -435,40 +440,18 @@ class PACSTrainer(GRPOTrainer):
                 compute_aux_loss=compute_aux_loss,
                 **multimodal,
             )
-        batch_size = batch_size or input_ids.size(0)
-        shared = self.args.shared_prompt_forward and not _checkpoints_activations(model)
-        all_logps, all_entropies = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            rows = slice(start, start + batch_size)
-            with self.accelerator.autocast():
-                if shared:
-                    parts = completion_logits_shared_prompt(
-                        model, input_ids[rows], attention_mask[rows], logits_to_keep
-                    )
-                else:
-                    parts = [
-                        model(
-                            input_ids=input_ids[rows],
-                            attention_mask=attention_mask[rows],
-                            logits_to_keep=logits_to_keep + 1,
-                            use_cache=False,
-                        ).logits[:, :-1]  # position t predicts token t + 1
-                    ]
-            targets = input_ids[rows, input_ids.size(1) - logits_to_keep :]
-            logps, entropies, used = [], [], 0
-            for logits in parts:  # (b, t, V) each, in completion order
-                t = logits.size(1)
-                lp, ent = token_logps(logits, targets[:, used : used + t], self.temperature, compute_entropy)
-                logps.append(lp)
-                entropies.append(ent)
-                used += t
-            del parts, logits
-            pad = (0, logits_to_keep - used)  # trimmed padding columns: log-prob 0 (masked by the caller)
-            all_logps.append(torch.nn.functional.pad(torch.cat(logps, 1), pad))
-            if compute_entropy:
-                all_entropies.append(torch.nn.functional.pad(torch.cat(entropies, 1), pad))
-        logps = torch.cat(all_logps)
-        return logps, (torch.cat(all_entropies) if compute_entropy else None), None
+        logps, entropies = completion_only_logps(
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            self.temperature,
+            batch_size=batch_size or input_ids.size(0),
+            compute_entropy=compute_entropy,
+            shared_prompt=self.args.shared_prompt_forward and not _checkpoints_activations(model),
+            autocast=self.accelerator.autocast,
+        )
+        return logps, entropies, None
 
     def _completion_only_head(self) -> bool:
         """Whether log-probs come from the model's own forward on the completion positions only."""
@@ -620,24 +603,13 @@ class PACSTrainer(GRPOTrainer):
         rewards = inputs["rewards"]  # (B,) raw, 0/1 for PACS
         G = self.num_generations if mode == "train" else self.num_generations_eval
 
-        options = dict(self.args.loss_options)
+        options = loss_options(self.args, self.loss_type)
         batch = {"ref_logp": None, "scored": None, "is_weights": None}
-        if self.loss_type == "pacs":
-            for option, name in PACS_OPTION_FIELDS.items():
-                options.setdefault(option, getattr(self.args, name))
-            # eq. 8: π_ref = the rollout policy ("old") or the frozen copy
+        if self.loss_type == "pacs":  # eq. 8: π_ref = the rollout policy ("old") or the frozen copy
             batch["ref_logp"] = inputs.get("pacs_ref_per_token_logps", old_logp)
-        else:  # TRL's fields, where the loss takes them
-            accepted = policy_loss_options(self.loss_type)
-            trl_fields = {option: getattr(self.args, name) for option, name in CLIP_OPTION_FIELDS.items()}
+        else:
             if self.beta != 0.0:  # TRL's reference model (the initial policy) computed these at rollout time
-                trl_fields.update(
-                    {option: getattr(self.args, name) for option, name in KL_OPTION_FIELDS.items()}
-                )
                 batch["ref_logp"] = inputs["ref_per_token_logps"]
-            for key, value in trl_fields.items():
-                if key in accepted:
-                    options.setdefault(key, value)
             batch["scored"] = inputs.get("scored")
             # TRL computes it with use_vllm and vllm_importance_sampling_correction
             batch["is_weights"] = inputs.get("importance_sampling_ratio")
@@ -666,7 +638,7 @@ class PACSTrainer(GRPOTrainer):
         return loss
 
     def _logps_backward_in_pieces(self, model, inputs, input_ids, attention_mask, mask):
-        """(logp, entropies) for `_compute_loss` with update_token_budget (pacs_rl.training.pieces).
+        """(logp, entropies) for `_compute_loss` with update_token_budget (pacs_rl.training.logprobs).
 
         logp holds the values without a graph; its backward runs the model's forward and backward in pieces.
         The values: the rollout's old log-probs while the policy has not stepped since the rollout (the same
@@ -847,8 +819,9 @@ def _is_peft(model) -> bool:
 
 __all__ = [
     "PACSTrainer",
+    "ReferenceResetCallback",
+    "clear_optimizer_state",
     "group_mixed_fraction",
-    "last_complete_checkpoint",
     "sharding_problems",
     "shuffle_groups",
 ]

@@ -41,17 +41,15 @@ import torch
 from verl.trainer.ppo import core_algos
 from verl.workers.config import PolicyLossConfig
 
-from pacs_rl.algorithms import pacs_loss
+from pacs_rl.algorithms import SCORE_METHODS, pacs_loss
 
-from .guard import PACS_NAME, SCORE_METHODS
+from .guard import PACS_NAME
 from .labels import MAX_GROUPS, decode_labels, encode_labels
 
 __all__ = [
     "PACSPolicyLossConfig",
     "compute_pacs_label_advantage",
     "compute_pacs_policy_loss",
-    "decode_labels",
-    "encode_labels",
     "register",
 ]
 

@@ -40,7 +40,6 @@ from pacs_rl.algorithms import SCORE_METHODS
 
 __all__ = [
     "PACS_NAME",
-    "SCORE_METHODS",
     "VerlConfigError",
     "check_verl_config",
     "data_parallel_size",

@@ -1,0 +1,169 @@
+"""What a `pacs-rl train` run folder holds, for the code that writes it (training) and the code that reads it
+(`pacs-rl eval --model RUN/final`, the model card, `pacs-rl compare`): the names of its files, its state for a
+rerun into it, and the held-out protocol it measured with, as `pacs-rl eval` takes it.
+
+    RUN/settings.json        the run's settings, its data, how held-out accuracy was measured ("heldout")
+    RUN/heldout.json         held-out accuracy before and after training
+    RUN/checkpoint-N/        TRL's checkpoints; complete once trainer_state.json is written
+    RUN/final/               the trained weights (and their model card)
+    RUN/base_model/          the tiny random model a run of --model tiny started from
+    RUN/run_complete.json    written last, by a run that finished
+
+Light on purpose (no torch): the command checks a folder before anything heavy loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pacs_rl.data import benchmark_name
+from pacs_rl.data.procedural import is_procedural, parse_query
+from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
+from pacs_rl.settings import output_dir_problem
+
+SETTINGS_FILE = "settings.json"
+HELDOUT_FILE = "heldout.json"
+FINISHED_FILE = "run_complete.json"
+FINAL_DIR = "final"
+CURVES_FILE = "training_curves.png"
+BASE_MODEL_DIR = "base_model"  # where --model tiny is saved inside the run folder
+
+# The held-out arithmetic problems are drawn with this seed whatever the run's seed: every seed of a
+# comparison is measured on the same problems (a seed-dependent set added its own variance to the spread
+# over seeds). It is the set seed 0 drew before.
+HELDOUT_SEED = 10_000
+FIELD_KEYS = ("problem_field", "answer_field", "prompt_field")
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """A JSON file of the folder as a mapping; {} when it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
+    """The newest `checkpoint-N` folder whose save finished (it holds trainer_state.json), or None."""
+    if not os.path.isdir(output_dir):
+        return None
+    best, best_step = None, -1
+    for name in os.listdir(output_dir):
+        if not name.startswith("checkpoint-"):
+            continue
+        try:
+            step = int(name.split("-", 1)[1])
+        except ValueError:
+            continue
+        path = os.path.join(output_dir, name)
+        if os.path.isfile(os.path.join(path, "trainer_state.json")) and step > best_step:
+            best, best_step = path, step
+    return best
+
+
+def output_folder_problem(out: str | Path, resume: bool) -> str | None:
+    """Why a run cannot write into ``out`` (a file, a folder of checkpoints without --resume, --resume without
+    a complete checkpoint); None when it can."""
+    problem = output_dir_problem(out)
+    if problem:
+        return problem
+    out = Path(out)
+    if not resume:
+        if out.is_dir() and any(out.glob("checkpoint-*")):
+            return f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
+        return None
+    if last_complete_checkpoint(out) is None:
+        return f"--resume: no complete checkpoint-* folder in {out}"
+    return None
+
+
+def folder_state(out: str | Path) -> str:
+    """What a run folder holds, for the rule of a rerun into it: 'new' (nothing of a run), 'finished',
+    'checkpointed' (an unfinished run with a complete checkpoint), 'started' (a run stopped before its first
+    checkpoint), or 'unknown' (checkpoints but no record of their settings)."""
+    out = Path(out)
+    if not out.is_dir():
+        return "new"
+    recorded = (out / SETTINGS_FILE).is_file()
+    if recorded and (out / FINISHED_FILE).is_file():
+        return "finished"
+    if last_complete_checkpoint(out) is not None:
+        return "checkpointed" if recorded else "unknown"
+    if any(out.glob("checkpoint-*")):
+        return "unknown" if not recorded else "started"
+    return "started" if recorded else "new"
+
+
+def run_folder(model: str) -> Path | None:
+    """The run folder ``model`` is (RUN) or holds the final weights of (RUN/final, RUN/checkpoint-N), by its
+    settings.json; None for any other model."""
+    path = Path(model)
+    for folder in (path, path.parent):
+        if (folder / SETTINGS_FILE).is_file() and (folder / FINAL_DIR).is_dir():
+            return folder
+    return None
+
+
+def resolved_grader(name: str) -> str:
+    """A grader setting in its canonical name (``auto``, the old default's name, is the training grader)."""
+    return TRAINING_GRADER if name == "auto" else parse_grader(name).name
+
+
+def heldout_protocol(run: Mapping[str, Any], max_new_tokens: int, seed: int, n: int) -> dict[str, Any] | None:
+    """How a run measures held-out accuracy, as `pacs-rl eval` takes it: the source (with the arithmetic task's
+    split, seed, ops and digits spelled out, so that it draws the same problems), how many, the sampling, the
+    grader and the prompt. ``run``: the run keys (`RunSettings` as a mapping). None when the run has no held-out
+    set (``n`` = 0)."""
+    if not n:
+        return None
+    limit = None
+    if run["eval_dataset"] is None:  # the arithmetic task's held-out split (training/data.py)
+        task = parse_query(run["dataset"].partition("?")[2])
+        ops = task.get("ops", run["arithmetic_ops"])
+        digits = task.get("digits", run["arithmetic_digits"])
+        source = f"arithmetic?split=test&seed={HELDOUT_SEED}&n={n}&ops={ops}&digits={digits}"
+        fields: dict[str, Any] = {}
+    else:
+        source, limit = run["eval_dataset"], run["eval_size"]
+        own = benchmark_name(source) is not None or is_procedural(source)
+        fields = {} if own else {k: run[k] for k in FIELD_KEYS if run[k] is not None}
+    temperature = run["eval_temperature"]
+    return {
+        "source": source,
+        "limit": limit,
+        "n": n,
+        "fields": fields,
+        "temperature": temperature,
+        "top_p": run["eval_top_p"] if temperature > 0 else 1.0,
+        "max_new_tokens": run["eval_max_new_tokens"] or max_new_tokens,
+        "grader": resolved_grader(run["grader"]),
+        "seed": seed,
+        "instruction": run["instruction"],
+        "system_prompt": run["system_prompt"],
+    }
+
+
+def recorded_protocol(folder: str | Path) -> dict[str, Any] | None:
+    """How the run in ``folder`` measured its held-out accuracy: settings.json's ``heldout``; for a run recorded
+    before that key, rebuilt from its run keys, config and heldout.json. None when it had no held-out set, or
+    when its record is too old to tell."""
+    folder = Path(folder)
+    recorded = read_json(folder / SETTINGS_FILE)
+    if "heldout" in recorded:
+        return recorded["heldout"]
+    run, config = recorded.get("run", {}), recorded.get("config", {})
+    held = read_json(folder / HELDOUT_FILE)
+    n = (held.get("before") or held.get("after") or {}).get("n", run.get("eval_size"))
+    tokens = config.get("max_completion_length")
+    if tokens is None:
+        from trl import GRPOConfig  # the default it ran with (TRL: only for such old runs)
+
+        tokens = GRPOConfig.__dataclass_fields__["max_completion_length"].default
+    try:
+        return heldout_protocol(run, int(tokens), int(config.get("seed", 42)), int(n or 0))
+    except (KeyError, TypeError, ValueError):
+        return None
