@@ -4,6 +4,13 @@ status and the error line it printed. Writes docs/benchmarks/cli_error_latency.j
 
     python benchmarks/cli_error_latency.py                  # 5 runs of each command
     python benchmarks/cli_error_latency.py --repeat 1 --out /tmp/x.json
+    python benchmarks/cli_error_latency.py --vs-root /tmp/old      # paired against another checkout
+
+With --vs-root each command also runs from that checkout (its src/ first on PYTHONPATH), in turn with this
+one, and the record keeps the other's message and the median of the paired time ratios (this / that): whether a
+change answers the same mistakes with the same words in the same time. --bytecode lets Python cache compiled
+modules (as an installed package runs) where the environment says not to (PYTHONDONTWRITEBYTECODE), after one
+run of each command has compiled them.
 
 The commands run in a scratch folder holding the files they name (a YAML file with a syntax error, a file where
 a folder is expected, a JSONL file with two usable rows). Offline (HF_HUB_OFFLINE=1), so that no figure depends
@@ -58,12 +65,29 @@ def time_command(args: list[str], folder: Path, env: dict[str, str]) -> tuple[fl
     return seconds, done.returncode, lines[-1] if lines else done.stdout.splitlines()[0]
 
 
+def _commit(root: Path) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="Runs of each command.")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "cli_error_latency.json")
+    parser.add_argument("--vs-root", type=Path, help="Another checkout to time against, run for run.")
+    parser.add_argument("--bytecode", action="store_true", help="Cache compiled modules, as an install does.")
     args = parser.parse_args()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    if args.bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    other = None
+    if args.vs_root:
+        other = {
+            **env,
+            "PYTHONPATH": os.pathsep.join([str(args.vs_root.resolve() / "src"), env.get("PYTHONPATH", "")]),
+        }
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -71,7 +95,13 @@ def main() -> None:
         env["PACS_RL_CACHE"] = str(folder / "cache")
         load_before = os.getloadavg()
         for what, command in COMMANDS:
-            runs = [time_command(command, folder, env) for _ in range(args.repeat)]
+            if args.bytecode:  # a first run compiles and caches the modules
+                time_command(command, folder, env), other and time_command(command, folder, other)
+            runs, theirs = [], []
+            for _ in range(args.repeat):
+                runs.append(time_command(command, folder, env))
+                if other:
+                    theirs.append(time_command(command, folder, other))
             seconds = [s for s, _, _ in runs]
             row = {
                 "what": what,
@@ -82,8 +112,18 @@ def main() -> None:
                 "seconds_median": round(statistics.median(seconds), 3),
                 "seconds_worst": round(max(seconds), 3),
             }
+            if other:
+                row["vs_message"] = theirs[0][2]
+                row["vs_same_answer"] = (theirs[0][1], theirs[0][2]) == (runs[0][1], runs[0][2])
+                ratios = [a[0] / b[0] for a, b in zip(runs, theirs, strict=True)]
+                row["vs_ratio_median"] = round(statistics.median(ratios), 3)
             rows.append(row)
-            print(f"{row['seconds_median']:6.2f} s  exit {row['exit_status']}  {row['command']}")
+            vs = (
+                f"  {row['vs_ratio_median']:.3f}x the other's, same answer {row['vs_same_answer']}"
+                if other
+                else ""
+            )
+            print(f"{row['seconds_median']:6.2f} s  exit {row['exit_status']}  {row['command']}{vs}")
         load_after = os.getloadavg()
     import pacs_rl
     from pacs_rl.sampling.transformers_backend import cpu_capability  # torch: after the timed commands
@@ -91,7 +131,11 @@ def main() -> None:
     record = {
         "benchmark": "benchmarks/cli_error_latency.py",
         "date": time.strftime("%Y-%m-%d"),
-        "command": f"python benchmarks/cli_error_latency.py --repeat {args.repeat}",
+        "command": f"python benchmarks/cli_error_latency.py --repeat {args.repeat}"
+        + (" --bytecode" if args.bytecode else "")
+        + (" --vs-root <checkout of the other commit>" if other else ""),
+        "bytecode_cached": args.bytecode or not os.environ.get("PYTHONDONTWRITEBYTECODE"),
+        **({"vs_root_commit": _commit(args.vs_root)} if other else {}),
         "pacs_rl_version": pacs_rl.__version__,
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),

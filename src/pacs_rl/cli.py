@@ -11,7 +11,6 @@ from pacs_rl import __version__
 from pacs_rl.command import Command, Group
 from pacs_rl.compare.cli import compare_command
 from pacs_rl.compare.plan import method_names
-from pacs_rl.device import choose_device, cuda_info
 from pacs_rl.evaluation.cli import audit_command, eval_command
 from pacs_rl.models import BUNDLED_MODELS, bundled_gguf_path, cache_dir
 from pacs_rl.training.cli import train_command
@@ -49,6 +48,7 @@ def info() -> None:
             typer.echo(f"  bundled model {name}: {e}")
     typer.echo(f"  cache: {cache_dir()}")
     try:
+        from pacs_rl.device import choose_device, cuda_info  # `pacs-rl info` only
         from pacs_rl.sampling.transformers_backend import cpu_capability
 
         typer.echo(f"  CPU: {cpu_capability()}")

@@ -18,15 +18,6 @@ from rich.console import Console
 from pacs_rl.command import data_option, end_dry_run, fail, note, typed_command
 from pacs_rl.data import DataError, hub_dataset, load_problems
 from pacs_rl.data.procedural import ARITHMETIC_DIGITS, ARITHMETIC_OPS, parse_query
-from pacs_rl.evaluation.audit import (
-    AuditError,
-    audit,
-    default_json_path,
-    dry_run_lines,
-    plan,
-    report_lines,
-    write_json,
-)
 from pacs_rl.evaluation.report import (
     NOT_PLAIN_WARN,
     forms_text,
@@ -589,6 +580,17 @@ def audit_command(
     expression, restated), a few completions of each change, and for eval folders pass@k under --grader. The whole
     result goes to --json.
     """
+    # the graders' answer tables load with it: kept out of every other command's start
+    from pacs_rl.evaluation.audit import (
+        AuditError,
+        audit,
+        default_json_path,
+        dry_run_lines,
+        plan,
+        report_lines,
+        write_json,
+    )
+
     if examples < 0 or workers < 0 or timeout <= 0:
         fail(
             f"--examples {examples}, --workers {workers}, --timeout {timeout}: give numbers >= 0 (timeout > 0)"

@@ -23,13 +23,11 @@ from typing import Any
 
 import typer
 
-from pacs_rl import device as devices
 from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes, typed_command
 from pacs_rl.models import ModelError
 from pacs_rl.run_folder import folder_state, last_complete_checkpoint
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import checks
-from pacs_rl.training.card import write_model_card
 from pacs_rl.training.monitor import summary_line
 from pacs_rl.training.schema import CONFIG_FIELDS, RUN_FIELDS, default_settings, known_keys
 
@@ -155,7 +153,9 @@ def with_device(user: dict[str, Any]):
     """(the settings with the device layer, the device choice): CPU defaults < the device choice < ``user``. The
     hardware picks CUDA and its precision over the CPU default unless ``user`` sets use_cpu / bf16
     (pacs_rl.device); this imports torch to ask it."""
-    choice = devices.choose_device(user, devices.cuda_info())
+    from pacs_rl.device import choose_device, cuda_info  # kept out of the start: the checks come first
+
+    choice = choose_device(user, cuda_info())
     return {**default_settings(), **choice.settings, **user}, choice
 
 
@@ -321,9 +321,9 @@ def _train(launch: Launch, progress: bool):
     if problems:
         fail("; ".join(problems))
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    device = devices.choose_device(
-        launch.user, devices.cuda_info()
-    )  # torch: only now, after the cheap checks
+    from pacs_rl.device import choose_device, cuda_info
+
+    device = choose_device(launch.user, cuda_info())  # torch: only now, after the cheap checks
     cfg |= {k: v for k, v in device.settings.items() if k not in launch.user}  # the user's settings win
     resume, out, state = launch.resume, launch.output_dir, launch.state
     if state in ("checkpointed", "finished", "started"):
@@ -352,6 +352,8 @@ def _print_result(result) -> None:
     """The summary of a run; a folder that was already finished gets its model card and says so."""
     typer.echo("")
     if result.already_complete:
+        from pacs_rl.training.card import write_model_card  # only for this case: kept out of the start
+
         write_model_card(result.output_dir)  # a folder from before the run's own card gets it
         typer.echo(
             f"{result.output_dir} is finished (step {result.global_step} of {result.max_steps or result.global_step}): "

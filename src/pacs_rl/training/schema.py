@@ -291,7 +291,7 @@ class RunSettings(DataSettings):
 
 
 # ---------------------------------------------------------------------------------------------------- config
-@dataclass
+@dataclass(init=False, repr=False, eq=False)  # a declaration: PACSConfig builds the methods
 class PACSFields:
     """The fields `PACSConfig` adds to TRL's `GRPOConfig`, and the GRPOConfig defaults it changes. TRL's KL
     coefficient `beta` stays 0 for PACS (the paper uses no KL term; PACS's β is `pacs_beta`); for the group
@@ -512,7 +512,7 @@ class PACSFields:
     )
 
 
-@dataclass
+@dataclass(init=False, repr=False, eq=False)  # a declaration: PPOConfig builds the methods
 class CriticFields:
     """The fields `PPOConfig` adds for its learned critic and GAE; they apply to loss_type='ppo' alone."""
 

@@ -22,14 +22,12 @@ other, with its type, so a field added by a new TRL release fails the test until
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 HONOURED, REFUSED, IRRELEVANT = "honoured", "refused", "irrelevant"
 
 
-@dataclass(frozen=True)
-class FieldRule:
+class FieldRule(NamedTuple):
     status: str  # HONOURED | REFUSED | IRRELEVANT
     note: str  # what acts on it, or (refused) what to do instead
     losses: tuple[str, ...] | None = None  # REFUSED only for these loss types (None: every loss type)
