@@ -14,14 +14,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "pacs_rl"
 
-DECLARATION = """
-    pacs_label_smoothing: float = field(
-        default=0.0,
-        metadata={
-            "loss_option": "label_smoothing",
-            "help": "Smooth the 0/1 labels of the BCE towards 1/2 by this much.",
-            "check": _bounded(lambda v: 0 <= v < 1, " must be in [0, 1)."),
-        },
+DECLARATION = """\
+    pacs_label_smoothing: float = setting(
+        0.0,
+        "Smooth the 0/1 labels of the BCE towards 1/2 by this much.",
+        check=_bounded(lambda v: 0 <= v < 1, " must be in [0, 1)."),
+        loss_option="label_smoothing",
     )
 """
 
@@ -66,7 +64,7 @@ def test_a_pacs_option_is_two_files(tmp_path):
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     before = {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*.py")}
     schema, loss = copy / "training" / "schema.py", copy / "algorithms" / "pacs.py"
-    weighted = schema.read_text().index("    pacs_weighted: bool = field(")
+    weighted = schema.read_text().index("    pacs_weighted: bool = setting(")
     end = schema.read_text().index("\n    )\n", weighted) + len("\n    )\n")
     schema.write_text(schema.read_text()[:end] + DECLARATION + schema.read_text()[end:])
     _edit(

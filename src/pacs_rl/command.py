@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from pacs_rl.settings import DataSettings, SettingsError, canonical_key, one_line, rewrite_args
+from pacs_rl.settings import DataSettings, SettingsError, one_line, rewrite_args
 
 # click's exceptions and context as typer raises them: from the click package, or from the copy of it that newer
 # typers vendor (typer._click)
@@ -108,48 +108,12 @@ class Command(TyperCommand):
         notes: list[str] = []
         names = [o for p in self.params for o in (*p.opts, *p.secondary_opts)]
         try:
-            args = rewrite_args(self.name or "", args, names, notes)
-            if self.settings is not None:
-                args = settings_as_options(args, names, self.settings, notes)
+            args = rewrite_args(self.name or "", args, names, notes, self.settings)
         except SettingsError as e:
             raise CommandError(str(e), ctx=ctx) from None
         for message in notes:
             note(message)
         return super().parse_args(ctx, args)
-
-
-_BOOL_TEXT = ("true", "false", "yes", "no", "1", "0", "on", "off")
-
-
-def settings_as_options(
-    args: Sequence[str], options: Sequence[str], settings: Mapping[str, str], notes: list[str]
-) -> list[str]:
-    """``--name value`` (or ``--name=value``; a bool setting also bare, ``--use_vllm``) for any setting ``name``
-    the command has no option of, rewritten as ``--set name=value``: TRL's command-line spelling of its config."""
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            out += args[i - 1 :]
-            break
-        name, eq, value = arg.partition("=")
-        key = canonical_key(name[2:].replace("-", "_"), name, notes) if name.startswith("--") else ""
-        if name in options or key not in settings:
-            out.append(arg)
-            continue
-        if not eq:
-            nxt = args[i] if i < len(args) else None
-            bare = "bool" in settings[key] and (nxt is None or nxt.lower() not in _BOOL_TEXT)
-            if bare:
-                value = "true"
-            elif nxt is None:
-                raise SettingsError(f"{name} needs a value: {name} VALUE, or --set {key}=VALUE")
-            else:
-                value, i = nxt, i + 1
-        out += ["--set", f"{key}={value}"]
-    return out
 
 
 def data_option(name: str) -> Any:
@@ -183,6 +147,5 @@ __all__ = [
     "error_line",
     "fail",
     "note",
-    "settings_as_options",
     "typed_command",
 ]

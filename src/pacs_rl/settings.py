@@ -46,46 +46,49 @@ def one_line(text: str) -> str:
     return out
 
 
+# ---------------------------------------------------------------------------------------------------- declaring
+def setting(
+    default: Any,
+    help: str,
+    *,
+    check: Callable[[str, Any], Any] | None = None,
+    choices: Iterable[str] | None = None,
+    loss_option: str | None = None,
+) -> Any:
+    """The declaration of one setting, as a dataclass field: its default and help, and where it has them the check
+    that needs no torch (``check(name, value)``: a problem's text, a list of them, or None), the choices shown in
+    the help, and the loss option the trainer fills from it (``loss_option``: the loss's keyword)."""
+    extra = {"check": check, "choices": list(choices) if choices else None, "loss_option": loss_option}
+    return field(
+        default=default, metadata={"help": help, **{k: v for k, v in extra.items() if v is not None}}
+    )
+
+
 # ---------------------------------------------------------------------------------------------------- data
 @dataclass(kw_only=True)
 class DataSettings:
     """Where problems are read from and how each becomes a prompt: the settings of `pacs-rl train` (RunSettings)
     and `pacs-rl eval` (EvalConfig), and of both sections of a comparison."""
 
-    split: str | None = field(
-        default=None,
-        metadata={
-            "help": "Split of a Hub dataset or procedural task (default: test if it has one, else train)."
-        },
+    split: str | None = setting(
+        None, "Split of a Hub dataset or procedural task (default: test if it has one, else train)."
     )
-    problem_field: str | None = field(
-        default=None, metadata={"help": "Column holding the problem text (default problem)."}
+    problem_field: str | None = setting(None, "Column holding the problem text (default problem).")
+    answer_field: str | None = setting(None, "Column holding the reference answer (default answer).")
+    prompt_field: str | None = setting(
+        None,
+        "Column that already holds the prompt as chat messages, used as is (no instruction added); "
+        "the problem text is then problem_field if present, else the last user message.",
     )
-    answer_field: str | None = field(
-        default=None, metadata={"help": "Column holding the reference answer (default answer)."}
+    instruction: str = setting(
+        INSTRUCTION,
+        "Appended to each problem in the user turn; default the paper's (Appendix B.1); '' = none.",
     )
-    prompt_field: str | None = field(
-        default=None,
-        metadata={
-            "help": "Column that already holds the prompt as chat messages, used as is (no instruction added); "
-            "the problem text is then problem_field if present, else the last user message."
-        },
+    system_prompt: str | None = setting(
+        None, "A system turn before each problem; default none (the chat template adds its own)."
     )
-    instruction: str = field(
-        default=INSTRUCTION,
-        metadata={
-            "help": "Appended to each problem in the user turn; default the paper's (Appendix B.1); '' = none."
-        },
-    )
-    system_prompt: str | None = field(
-        default=None,
-        metadata={
-            "help": "A system turn before each problem; default none (the chat template adds its own)."
-        },
-    )
-    skip_bad_rows: bool = field(
-        default=True,
-        metadata={"help": "Skip bad data rows (counted and reported); false stops at the first one."},
+    skip_bad_rows: bool = setting(
+        True, "Skip bad data rows (counted and reported); false stops at the first one."
     )
 
     def loader_kwargs(self) -> dict[str, Any]:
@@ -158,43 +161,71 @@ def rename_keys(values: Mapping[str, Any], where: str, notes: list[str] | None =
     return out
 
 
-def rewrite_args(command: str, args: list[str], options: Iterable[str], notes: list[str]) -> list[str]:
-    """A command's arguments with every other spelling of an option replaced by its name: TRL's (``--output_dir``
-    for ``--output-dir``, ``--model_name_or_path`` for ``--model``) quietly, an older one (:data:`OLD_OPTIONS`,
-    :data:`RENAMED_SETTINGS`) with a note in ``notes``.
+_BOOL_TEXT = ("true", "false", "yes", "no", "1", "0", "on", "off")
+
+
+def rewrite_args(
+    command: str,
+    args: list[str],
+    options: Iterable[str],
+    notes: list[str],
+    settings: Mapping[str, str] | None = None,
+) -> list[str]:
+    """A command's arguments in one pass, every other spelling of an option replaced by its name: TRL's
+    (``--output_dir`` for ``--output-dir``) quietly, an older one (:data:`OLD_OPTIONS`, :data:`RENAMED_SETTINGS`)
+    with a note in ``notes``; and, with ``settings`` (setting -> its type as text), ``--name value`` for a setting
+    the command has no option of written ``--set name=value`` (a bool setting may stand bare: ``--use_vllm``),
+    TRL's command-line spelling of its config.
 
     options: the option names the command declares. Arguments after ``--`` are left alone."""
-    options = set(options)
-    old = OLD_OPTIONS.get(command, {})
+    options, old = set(options), OLD_OPTIONS.get(command, {})
     out: list[str] = []
-    it = iter(args)
-    for arg in it:
-        if arg == "--":
-            out += [arg, *it]
-            break
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
         name, eq, value = arg.partition("=")
+        if arg == "--":
+            return [*out, arg, *rest]
         if not name.startswith("--") or name in options:
             out.append(arg)
         elif name in old:
-            new = old[name]
-            if callable(new):
-                text = value if eq else next(it, "")
-                replaced = new(text)
-                notes.append(
-                    f"{name} {text} is now written {' '.join(replaced)}; the old spelling still works"
-                )
-                out += replaced
-            else:
-                notes.append(f"{name} is now called {new}; the old name still works")
-                out.append(new + eq + value)
+            out += _old_option(name, old[name], value if eq else None, rest, notes)
         else:
-            key = name[2:].replace("-", "_")
-            new_key, old_spelling = RENAMED_SETTINGS.get(key, (key, False))
-            flag = "--" + new_key.replace("_", "-")
-            if flag in options and old_spelling:
-                notes.append(f"{name} is now called {flag}; the old name still works")
-            out.append(flag + eq + value if flag in options else arg)
+            key = canonical_key(name[2:].replace("-", "_"), name, None)
+            flag = "--" + key.replace("_", "-")
+            if flag in options:
+                if RENAMED_SETTINGS.get(name[2:].replace("-", "_"), ("", False))[1]:
+                    notes.append(f"{name} is now called {flag}; the old name still works")
+                out.append(flag + eq + value)
+            elif settings is not None and key in settings:
+                canonical_key(name[2:].replace("-", "_"), name, notes)
+                out += ["--set", f"{key}={value if eq else _option_value(name, key, settings[key], rest)}"]
+            else:
+                out.append(arg)
     return out
+
+
+def _old_option(
+    name: str, new: str | Callable[[str], list[str]], value: str | None, rest: list[str], notes
+) -> list[str]:
+    """An older option's arguments now, with a note: a new name, or a function of the old value."""
+    if not callable(new):
+        notes.append(f"{name} is now called {new}; the old name still works")
+        return [new + ("" if value is None else f"={value}")]
+    text = value if value is not None else (rest.pop(0) if rest else "")
+    replaced = new(text)
+    notes.append(f"{name} {text} is now written {' '.join(replaced)}; the old spelling still works")
+    return replaced
+
+
+def _option_value(name: str, key: str, kind: str, rest: list[str]) -> str:
+    """The value of ``--name`` written apart (``--name VALUE``); a bool setting may stand bare."""
+    following = rest[0] if rest else None
+    if "bool" in kind and (following is None or following.lower() not in _BOOL_TEXT):
+        return "true"
+    if following is None:
+        raise SettingsError(f"{name} needs a value: {name} VALUE, or --set {key}=VALUE")
+    return rest.pop(0)
 
 
 def unknown_name(name: str, known: Iterable[str], where: str, hint: str) -> str:
@@ -398,6 +429,7 @@ __all__ = [
     "rename_keys",
     "resolve_paths",
     "rewrite_args",
+    "setting",
     "tracker_names",
     "unknown_name",
 ]

@@ -40,7 +40,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -57,6 +57,7 @@ from pacs_rl.algorithms import (
     ppo_policy_loss,
     ppo_value_loss,
 )
+from pacs_rl.settings import setting
 from pacs_rl.training.config import PACSConfig, ServedLosses
 from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields, declared_problems
 from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors
@@ -88,13 +89,11 @@ class PPOConfig(CriticFields, PACSConfig):
 
     served_loss_types: ClassVar[tuple[str, ...]] = ServedLosses(CRITIC_LOSSES)
 
-    loss_type: str = field(
-        default="ppo",
-        metadata={
-            "help": "Always 'ppo' here: the clipped policy loss of PACS paper Appendix A.1 with GAE advantages from a "
-            "learned critic. The other losses are served by PACSConfig / PACSTrainer.",
-            "choices": list(CRITIC_LOSSES),
-        },
+    loss_type: str = setting(
+        "ppo",
+        "Always 'ppo' here: the clipped policy loss of PACS paper Appendix A.1 with GAE advantages from a learned "
+        "critic. The other losses are served by PACSConfig / PACSTrainer.",
+        choices=CRITIC_LOSSES,
     )
 
     def __post_init__(self):

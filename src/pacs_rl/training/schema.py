@@ -25,11 +25,11 @@ import dataclasses
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader, reward_spec_problem, split_reward_specs
-from pacs_rl.settings import DataSettings, SettingsError
+from pacs_rl.settings import DataSettings, SettingsError, setting
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
 # The names pacs_rl.algorithms registers, spelled here so that a name is checked without importing torch (the
@@ -126,139 +126,104 @@ class RunSettings(DataSettings):
     settings (split, problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows) are
     :class:`pacs_rl.settings.DataSettings`', shared with `pacs-rl eval` and `compare`."""
 
-    model: str = field(
-        default="smollm2-135m",
-        metadata={
-            "help": "Bundled alias (smollm2-135m), tiny (a tiny random model), Hub id or local folder."
-        },
+    model: str = setting(
+        "smollm2-135m", "Bundled alias (smollm2-135m), tiny (a tiny random model), Hub id or local folder."
     )
-    dataset: str = field(
-        default="arithmetic",
-        metadata={
-            "help": "Training problems: arithmetic[?n=..&ops=..&digits=..] | reasoning_gym:<task> | a .jsonl/.json/"
-            ".parquet file | a Hub dataset id | a benchmark name."
-        },
+    dataset: str = setting(
+        "arithmetic",
+        "Training problems: arithmetic[?n=..&ops=..&digits=..] | reasoning_gym:<task> | a .jsonl/.json/"
+        ".parquet file | a Hub dataset id | a benchmark name.",
     )
-    arithmetic_ops: str = field(
-        default="+-",
-        metadata={"help": "Operators of the built-in arithmetic task (training and held-out); '+-*' adds ×."},
+    arithmetic_ops: str = setting(
+        "+-", "Operators of the built-in arithmetic task (training and held-out); '+-*' adds ×."
     )
-    arithmetic_digits: str = field(
-        default="2,1",
-        metadata={"help": "Operand lengths of the arithmetic task: '2,1' (47 + 8) or '2' (47 + 38)."},
+    arithmetic_digits: str = setting(
+        "2,1", "Operand lengths of the arithmetic task: '2,1' (47 + 8) or '2' (47 + 38)."
     )
-    train_size: int = field(
-        default=2000,
-        metadata={
-            "check": _at_least(0, " (0 = all rows)"),
-            "help": "Problems drawn for the arithmetic task (a ceiling: capped at the split's size) or rows "
-            "kept of another source (0 = all).",
-        },
+    train_size: int = setting(
+        2000,
+        "Problems drawn for the arithmetic task (a ceiling: capped at the split's size) or rows "
+        "kept of another source (0 = all).",
+        check=_at_least(0, " (0 = all rows)"),
     )
-    max_prompt_tokens: int | None = field(
-        default=None,
-        metadata={
-            "check": _at_least(1, ", or null", null=True),
-            "help": "Drop training prompts longer than this many tokens after the chat template (counted and "
-            "reported when the run starts; verl's data.max_prompt_length with filter_overlong_prompts; the paper: "
-            "512). The dry run's memory plan takes it as the longest prompt. None: keep every prompt.",
-        },
+    max_prompt_tokens: int | None = setting(
+        None,
+        "Drop training prompts longer than this many tokens after the chat template (counted and "
+        "reported when the run starts; verl's data.max_prompt_length with filter_overlong_prompts; the paper: "
+        "512). The dry run's memory plan takes it as the longest prompt. None: keep every prompt.",
+        check=_at_least(1, ", or null", null=True),
     )
-    eval_dataset: str | None = field(
-        default=None,
-        metadata={
-            "help": "Held-out problems; default: the held-out arithmetic split when training on arithmetic. A file "
-            "or Hub dataset is read with the training set's field names, a named benchmark with its own."
-        },
+    eval_dataset: str | None = setting(
+        None,
+        "Held-out problems; default: the held-out arithmetic split when training on arithmetic. A file "
+        "or Hub dataset is read with the training set's field names, a named benchmark with its own.",
     )
-    eval_size: int = field(
-        default=200,
-        metadata={
-            "check": _at_least(0, " (0 = no evaluation)"),
-            "help": "Held-out problems for before/after accuracy (0 = no evaluation).",
-        },
+    eval_size: int = setting(
+        200,
+        "Held-out problems for before/after accuracy (0 = no evaluation).",
+        check=_at_least(0, " (0 = no evaluation)"),
     )
-    eval_temperature: float = field(
-        default=0.0,
-        metadata={
-            "check": _rule(lambda v: _number(v) and v >= 0, ": give a number >= 0 (0 = greedy)"),
-            "help": "Held-out sampling temperature (0 = greedy).",
-        },
+    eval_temperature: float = setting(
+        0.0,
+        "Held-out sampling temperature (0 = greedy).",
+        check=_rule(lambda v: _number(v) and v >= 0, ": give a number >= 0 (0 = greedy)"),
     )
-    eval_top_p: float = field(
-        default=1.0,
-        metadata={
-            "check": _rule(
-                lambda v: _number(v) and 0 < v <= 1, ": give a number in (0, 1] (1 = no nucleus cut)"
-            ),
-            "help": "Held-out nucleus sampling (top-p) with eval_temperature > 0, for the before/after accuracy and "
-            "the eval_steps evaluation (the paper: 0.95); greedy ignores it.",
-        },
+    eval_top_p: float = setting(
+        1.0,
+        "Held-out nucleus sampling (top-p) with eval_temperature > 0, for the before/after accuracy and "
+        "the eval_steps evaluation (the paper: 0.95); greedy ignores it.",
+        check=_rule(lambda v: _number(v) and 0 < v <= 1, ": give a number in (0, 1] (1 = no nucleus cut)"),
     )
-    eval_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Held-out completion length; default: max_completion_length."}
+    eval_max_new_tokens: int | None = setting(
+        None, "Held-out completion length; default: max_completion_length."
     )
-    eval_batch_size: int = field(
-        default=50, metadata={"check": _at_least(1), "help": "Held-out problems sampled together."}
+    eval_batch_size: int = setting(50, "Held-out problems sampled together.", check=_at_least(1))
+    reward_funcs: str | list = setting(
+        "math",
+        "Reward functions, comma-separated: math (the answer verifier, graded by `grader`) and/or your "
+        "own as package.module:function or path/to/file.py:function, called as TRL calls reward functions "
+        "(completions=..., prompts=..., one keyword per dataset column: answer, problem, problem_id). Weights: "
+        "TRL's reward_weights.",
+        check=_reward_funcs,
     )
-    reward_funcs: str | list = field(
-        default="math",
-        metadata={
-            "check": _reward_funcs,
-            "help": "Reward functions, comma-separated: math (the answer verifier, graded by `grader`) and/or your "
-            "own as package.module:function or path/to/file.py:function, called as TRL calls reward functions "
-            "(completions=..., prompts=..., one keyword per dataset column: answer, problem, problem_id). Weights: "
-            "TRL's reward_weights.",
-        },
+    grader: str = setting(
+        TRAINING_GRADER,
+        "Grader of the math reward and the held-out accuracy: sound (one committed final answer, a number "
+        "where the gold is one, never the question given back: a policy cannot be paid for an answer it did not "
+        "work out), paper (math-verify as the PACS authors call it; pays restated questions and unevaluated "
+        "expressions), strict (a \\boxed{} answer), paper or strict with +rules (restatement, multiple_boxed, "
+        "echo). auto is the old name of the default.",
+        check=_grader,
     )
-    grader: str = field(
-        default=TRAINING_GRADER,
-        metadata={
-            "check": _grader,
-            "help": "Grader of the math reward and the held-out accuracy: sound (one committed final answer, a number "
-            "where the gold is one, never the question given back: a policy cannot be paid for an answer it did not "
-            "work out), paper (math-verify as the PACS authors call it; pays restated questions and unevaluated "
-            "expressions), strict (a \\boxed{} answer), paper or strict with +rules (restatement, multiple_boxed, "
-            "echo). auto is the old name of the default.",
-        },
+    model_dtype: str = setting(
+        "auto",
+        "Dtype the weights load in: auto (float32; bfloat16/float16 under DeepSpeed or FSDP training in "
+        "bf16/fp16, which keep fp32 master weights) | float32 | bfloat16 | float16. bf16 autocast is the "
+        "config's `bf16`.",
+        check=_rule(lambda v: v in MODEL_DTYPES, f": choose one of {list(MODEL_DTYPES)}"),
     )
-    model_dtype: str = field(
-        default="auto",
-        metadata={
-            "check": _rule(lambda v: v in MODEL_DTYPES, f": choose one of {list(MODEL_DTYPES)}"),
-            "help": "Dtype the weights load in: auto (float32; bfloat16/float16 under DeepSpeed or FSDP training in "
-            "bf16/fp16, which keep fp32 master weights) | float32 | bfloat16 | float16. bf16 autocast is the "
-            "config's `bf16`.",
-        },
+    use_lora: bool = setting(False, "Train a LoRA adapter (peft) instead of all weights.")
+    lora_r: int = setting(16, "LoRA rank.")
+    lora_alpha: int = setting(32, "LoRA alpha.")
+    lora_dropout: float = setting(0.0, "LoRA dropout.")
+    lora_target_modules: str = setting("all-linear", "LoRA target modules.")
+    plot: bool = setting(True, "Write a PNG of the training curves at the end.")
+    num_threads: int | None = setting(
+        None,
+        "torch CPU threads of each training process (torch.set_num_threads); default torch's own (one "
+        "per core). 1 makes a run repeat itself bit for bit on one machine: with 2 threads two runs of the "
+        "same command part in the 7th digit within a few steps (docs/benchmarks/repeatability.json), and "
+        "after that their samples.",
+        check=_at_least(1, ", or null", null=True),
     )
-    use_lora: bool = field(
-        default=False, metadata={"help": "Train a LoRA adapter (peft) instead of all weights."}
-    )
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
-    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
-    lora_target_modules: str = field(default="all-linear", metadata={"help": "LoRA target modules."})
-    plot: bool = field(default=True, metadata={"help": "Write a PNG of the training curves at the end."})
-    num_threads: int | None = field(
-        default=None,
-        metadata={
-            "check": _at_least(1, ", or null", null=True),
-            "help": "torch CPU threads of each training process (torch.set_num_threads); default torch's own (one "
-            "per core). 1 makes a run repeat itself bit for bit on one machine: with 2 threads two runs of the "
-            "same command part in the 7th digit within a few steps (docs/benchmarks/repeatability.json), and "
-            "after that their samples.",
-        },
-    )
-    mini_batch_prompts: int | None = field(
-        default=None,
-        metadata={
-            "check": _at_least(1, ", or null", null=True),
-            "help": "The prompts per optimizer step these settings are written for (verl's ppo_mini_batch_size; "
-            "the paper: 256). Checked, not applied: the run's own is per_device_train_batch_size x "
-            "gradient_accumulation_steps x processes / num_generations, so it changes with the number of "
-            "processes; where the two differ, the dry run's first lines and the run's start say by how much and "
-            "which gradient_accumulation_steps gives it back.",
-        },
+    mini_batch_prompts: int | None = setting(
+        None,
+        "The prompts per optimizer step these settings are written for (verl's ppo_mini_batch_size; "
+        "the paper: 256). Checked, not applied: the run's own is per_device_train_batch_size x "
+        "gradient_accumulation_steps x processes / num_generations, so it changes with the number of "
+        "processes; where the two differ, the dry run's first lines and the run's start say by how much and "
+        "which gradient_accumulation_steps gives it back.",
+        check=_at_least(1, ", or null", null=True),
     )
 
     def __post_init__(self):
@@ -298,217 +263,171 @@ class PACSFields:
     baselines it is their KL coefficient, with TRL's reference model."""
 
     # ---- which loss -------------------------------------------------------------------------------------
-    loss_type: str = field(
-        default="pacs",
-        metadata={
-            "help": "Policy loss: a name registered in pacs_rl.algorithms (pacs_rl.algorithms.loss_names()), "
-            "computed by compute_policy_loss on the same rollouts for every method; 'pacs' (default) is the BCE "
-            "between σ(ψ) and the 0/1 reward (PACS paper eq. 9). A loss that needs a learned critic is served by "
-            "its own config class (see the choices of `pacs-rl train --help`).",
-            "choices": list(POLICY_LOSS_TYPES),
-            "check": _loss_type,
-        },
+    loss_type: str = setting(
+        "pacs",
+        "Policy loss: a name registered in pacs_rl.algorithms (pacs_rl.algorithms.loss_names()), "
+        "computed by compute_policy_loss on the same rollouts for every method; 'pacs' (default) is the BCE "
+        "between σ(ψ) and the 0/1 reward (PACS paper eq. 9). A loss that needs a learned critic is served by "
+        "its own config class (see the choices of `pacs-rl train --help`).",
+        check=_loss_type,
+        choices=list(POLICY_LOSS_TYPES),
     )
-    loss_options: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "Extra keyword options passed to the loss (pacs_rl.algorithms.policy_loss_options(loss_type) lists "
-            "them), e.g. {'loss_agg_mode': 'seq-mean-token-sum-norm', 'clip_ratio_c': 3.0} for the PACS authors' "
-            "GRPO. The PACS options have their own fields (pacs_beta, pacs_score, pacs_weighted); the clipped losses "
-            "get clip_eps / clip_eps_high from `epsilon` / `epsilon_high` and max_completion_length from the field of "
-            "that name unless set here. A baseline's KL term is TRL's `beta` (not an option here)."
-        },
+    loss_options: dict | str | None = setting(
+        None,
+        "Extra keyword options passed to the loss (pacs_rl.algorithms.policy_loss_options(loss_type) lists "
+        "them), e.g. {'loss_agg_mode': 'seq-mean-token-sum-norm', 'clip_ratio_c': 3.0} for the PACS authors' "
+        "GRPO. The PACS options have their own fields (pacs_beta, pacs_score, pacs_weighted); the clipped losses "
+        "get clip_eps / clip_eps_high from `epsilon` / `epsilon_high` and max_completion_length from the field of "
+        "that name unless set here. A baseline's KL term is TRL's `beta` (not an option here).",
     )
 
     # ---- PACS -------------------------------------------------------------------------------------------
-    pacs_beta: float = field(
-        default=1.0,
-        metadata={
-            "loss_option": "beta",
-            "help": "β of the PACS reward proxy r̂ = β·Σ_t (log π_θ − log π_ref) (paper eq. 8). Distinct from TRL's "
-            "KL coefficient `beta`, which stays 0.",
-        },
+    pacs_beta: float = setting(
+        1.0,
+        "β of the PACS reward proxy r̂ = β·Σ_t (log π_θ − log π_ref) (paper eq. 8). Distinct from TRL's "
+        "KL coefficient `beta`, which stays 0.",
+        loss_option="beta",
     )
-    pacs_score: str = field(
-        default="rloo",
-        metadata={
-            "help": "How ψ is formed from the r̂ of a group: 'rloo' (default, eq. 7: r̂_i minus the mean of the others), "
-            "'grpo' (standardised within the group), 'dr_grpo' (minus the group mean).",
-            "choices": list(SCORE_METHODS),
-            "loss_option": "score",
-            "check": _one_of(SCORE_METHODS),
-        },
+    pacs_score: str = setting(
+        "rloo",
+        "How ψ is formed from the r̂ of a group: 'rloo' (default, eq. 7: r̂_i minus the mean of the others), "
+        "'grpo' (standardised within the group), 'dr_grpo' (minus the group mean).",
+        check=_one_of(SCORE_METHODS),
+        choices=list(SCORE_METHODS),
+        loss_option="score",
     )
-    pacs_weighted: bool = field(
-        default=True,
-        metadata={
-            "loss_option": "weighted",
-            "help": "Class-imbalance weights (paper §3.4.2): in a group with both labels, a completion of label y "
-            "gets weight G / (2·count(y)); single-label groups keep weight 1. False sets every weight to 1.",
-        },
+    pacs_weighted: bool = setting(
+        True,
+        "Class-imbalance weights (paper §3.4.2): in a group with both labels, a completion of label y "
+        "gets weight G / (2·count(y)); single-label groups keep weight 1. False sets every weight to 1.",
+        loss_option="weighted",
     )
-    reference: str = field(
-        default="old",
-        metadata={
-            "help": "π_ref of the reward proxy. 'old' (default, the authors' code): the policy that generated the "
-            "rollout batch; r̂ = 0 on the first mini-batch of a rollout (its gradient is not 0) and informative on "
-            "the later ones. 'frozen' (the paper's text): a copy of the policy, hard-reset to the current policy "
-            "every `ref_reset_steps` optimizer steps.",
-            "choices": list(REFERENCES),
-            "check": _one_of(REFERENCES),
-        },
+    reference: str = setting(
+        "old",
+        "π_ref of the reward proxy. 'old' (default, the authors' code): the policy that generated the "
+        "rollout batch; r̂ = 0 on the first mini-batch of a rollout (its gradient is not 0) and informative on "
+        "the later ones. 'frozen' (the paper's text): a copy of the policy, hard-reset to the current policy "
+        "every `ref_reset_steps` optimizer steps.",
+        check=_one_of(REFERENCES),
+        choices=list(REFERENCES),
     )
-    ref_reset_steps: int = field(
-        default=0,
-        metadata={
-            "check": _bounded(lambda v: v >= 0, "; it must be >= 0 (0 = never reset)."),
-            "help": "With reference='frozen': copy the current policy into the reference every this many optimizer "
-            "steps (0 = never). Must be a multiple of mini_batches_per_rollout so a reset falls between rollouts.",
-        },
+    ref_reset_steps: int = setting(
+        0,
+        "With reference='frozen': copy the current policy into the reference every this many optimizer "
+        "steps (0 = never). Must be a multiple of mini_batches_per_rollout so a reset falls between rollouts.",
+        check=_bounded(lambda v: v >= 0, "; it must be >= 0 (0 = never reset)."),
     )
-    reset_optimizer: bool = field(
-        default=False,
-        metadata={
-            "help": "With reference='frozen' and ref_reset_steps > 0: clear the optimizer state (Adam moments) at "
-            "each reference reset, as in the paper."
-        },
+    reset_optimizer: bool = setting(
+        False,
+        "With reference='frozen' and ref_reset_steps > 0: clear the optimizer state (Adam moments) at "
+        "each reference reset, as in the paper.",
     )
-    mini_batches_per_rollout: int | None = field(
-        default=None,
-        metadata={
-            "check": _bounded(lambda v: v >= 1, "; it must be >= 1."),
-            "help": "Optimizer steps taken on each rollout batch (4 in the paper). Sets TRL's steps_per_generation = "
-            "mini_batches_per_rollout × gradient_accumulation_steps. Default: 4, or derived from "
-            "steps_per_generation / generation_batch_size when you set one of those instead.",
-        },
+    mini_batches_per_rollout: int | None = setting(
+        None,
+        "Optimizer steps taken on each rollout batch (4 in the paper). Sets TRL's steps_per_generation = "
+        "mini_batches_per_rollout × gradient_accumulation_steps. Default: 4, or derived from "
+        "steps_per_generation / generation_batch_size when you set one of those instead.",
+        check=_bounded(lambda v: v >= 1, "; it must be >= 1."),
     )
-    reject_non_binary_rewards: bool = field(
-        default=True,
-        metadata={
-            "help": "With loss_type='pacs', stop with an error naming the reward function when a reward is not 0 or "
-            "1 (PACS treats the reward as a label). False thresholds at 0.5 instead, counted in the metrics."
-        },
+    reject_non_binary_rewards: bool = setting(
+        True,
+        "With loss_type='pacs', stop with an error naming the reward function when a reward is not 0 or "
+        "1 (PACS treats the reward as a label). False thresholds at 0.5 instead, counted in the metrics.",
     )
 
     # ---- generation -------------------------------------------------------------------------------------
-    fast_sampler: bool = field(
-        default=False,
-        metadata={
-            "help": "Generate rollouts with pacs_rl.sampling.TransformersSampler (each prompt prefilled once and its "
-            "KV cache shared by its G samples, exact inverse-CDF sampling, finished rows leave the batch) instead "
-            "of transformers' generate. Same distribution in fp32; CPU/single-device text-only runs; ignored "
-            "with use_vllm."
-        },
+    fast_sampler: bool = setting(
+        False,
+        "Generate rollouts with pacs_rl.sampling.TransformersSampler (each prompt prefilled once and its "
+        "KV cache shared by its G samples, exact inverse-CDF sampling, finished rows leave the batch) instead "
+        "of transformers' generate. Same distribution in fp32; CPU/single-device text-only runs; ignored "
+        "with use_vllm.",
     )
-    fast_sampler_dtype: str | None = field(
-        default=None,
-        metadata={
-            "help": "With fast_sampler: 'bfloat16' samples under bf16 autocast (bf16 matmul units of the CPU or GPU); None = model dtype."
-        },
+    fast_sampler_dtype: str | None = setting(
+        None,
+        "With fast_sampler: 'bfloat16' samples under bf16 autocast (bf16 matmul units of the CPU or GPU); None = model dtype.",
     )
-    old_logprobs_from_sampler: bool = field(
-        default=False,
-        metadata={
-            "help": "With fast_sampler in fp32 (bf16=False, fast_sampler_dtype=None, fp32 weights): the log-probs the "
-            "sampler computed while drawing the rollout (at the sampling temperature) are the old log-probs, so "
-            "TRL's extra forward over the rollout batch is skipped. Same policy, same weights: they differ from that "
-            "forward by float rounding only. Otherwise (bf16, vLLM) the forward runs as usual, with a warning."
-        },
+    old_logprobs_from_sampler: bool = setting(
+        False,
+        "With fast_sampler in fp32 (bf16=False, fast_sampler_dtype=None, fp32 weights): the log-probs the "
+        "sampler computed while drawing the rollout (at the sampling temperature) are the old log-probs, so "
+        "TRL's extra forward over the rollout batch is skipped. Same policy, same weights: they differ from that "
+        "forward by float rounding only. Otherwise (bf16, vLLM) the forward runs as usual, with a warning.",
     )
-    fast_sampler_batch_size: int = field(
-        default=64,
-        metadata={"help": "With fast_sampler: sequences decoded together (bounds memory)."},
+    fast_sampler_batch_size: int = setting(
+        64, "With fast_sampler: sequences decoded together (bounds memory)."
     )
-    vllm_engine_kwargs: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "With use_vllm and vllm_mode='colocate': further vllm.LLM arguments (JSON on the command line), "
-            "e.g. {'enforce_eager': true, 'kv_cache_memory_bytes': 1000000000}. The arguments TRL sets from its own "
-            "vllm_* fields are refused here. On vLLM's CPU build the dtype defaults to the policy's (vLLM would run "
-            "an fp32 checkpoint in bf16)."
-        },
+    vllm_engine_kwargs: dict | str | None = setting(
+        None,
+        "With use_vllm and vllm_mode='colocate': further vllm.LLM arguments (JSON on the command line), "
+        "e.g. {'enforce_eager': true, 'kv_cache_memory_bytes': 1000000000}. The arguments TRL sets from its own "
+        "vllm_* fields are refused here. On vLLM's CPU build the dtype defaults to the policy's (vLLM would run "
+        "an fp32 checkpoint in bf16).",
     )
 
-    logprob_impl: str = field(
-        default="auto",
-        metadata={
-            "choices": list(LOGPROB_IMPLS),
-            "check": _one_of(LOGPROB_IMPLS),
-            "help": "How per-token log-probs are computed for the loss and the reference: 'trl' (TRL's fused, "
-            "tiled LM head: low memory on GPUs, but without Triton it scores every prompt position too, in "
-            "Python-level tiles), 'logits' (the model's own forward with logits_to_keep: the LM head on the "
-            "completion positions only, then log-softmax), 'auto' = 'logits' on CPU, 'trl' elsewhere.",
-        },
+    logprob_impl: str = setting(
+        "auto",
+        "How per-token log-probs are computed for the loss and the reference: 'trl' (TRL's fused, "
+        "tiled LM head: low memory on GPUs, but without Triton it scores every prompt position too, in "
+        "Python-level tiles), 'logits' (the model's own forward with logits_to_keep: the LM head on the "
+        "completion positions only, then log-softmax), 'auto' = 'logits' on CPU, 'trl' elsewhere.",
+        check=_one_of(LOGPROB_IMPLS),
+        choices=list(LOGPROB_IMPLS),
     )
 
-    shared_prompt_forward: bool = field(
-        default=True,
-        metadata={
-            "help": "With the 'logits' log-prob path (logprob_impl='logits', or 'auto' on CPU): run each distinct "
-            "prompt of a batch once and share its KV cache (with gradient) among its G completions, and trim the "
-            "completions to the longest one. Same function as a forward over every full row, with (G-1)/G of the "
-            "prompt work and the trailing padding left out. Off under gradient checkpointing (it drops the cache)."
-        },
+    shared_prompt_forward: bool = setting(
+        True,
+        "With the 'logits' log-prob path (logprob_impl='logits', or 'auto' on CPU): run each distinct "
+        "prompt of a batch once and share its KV cache (with gradient) among its G completions, and trim the "
+        "completions to the longest one. Same function as a forward over every full row, with (G-1)/G of the "
+        "prompt work and the trailing padding left out. Off under gradient checkpointing (it drops the cache).",
     )
 
-    update_token_budget: int | None = field(
-        default=None,
-        metadata={
-            "check": _bounded(lambda v: v >= 1, "; use a positive number of tokens, or None."),
-            "help": "Run the update's backward in pieces of at most this many completion tokens (rows sorted by "
-            "length, each piece padded to its own longest row): the log-probs' gradient is taken first (on the "
-            "rollout's log-probs while the policy has not stepped since it, else on a forward without gradient), "
-            "then each piece runs a forward and backward with it. Same gradient; activation memory bounded by the "
-            "budget instead of the micro-batch, and the padding to the batch's longest completion left out. "
-            "One process, the 'logits' log-prob path, no DeepSpeed/FSDP/activation checkpointing (otherwise "
-            "ignored with a warning). None: one forward and backward per micro-batch (TRL's way).",
-        },
+    update_token_budget: int | None = setting(
+        None,
+        "Run the update's backward in pieces of at most this many completion tokens (rows sorted by "
+        "length, each piece padded to its own longest row): the log-probs' gradient is taken first (on the "
+        "rollout's log-probs while the policy has not stepped since it, else on a forward without gradient), "
+        "then each piece runs a forward and backward with it. Same gradient; activation memory bounded by the "
+        "budget instead of the micro-batch, and the padding to the batch's longest completion left out. "
+        "One process, the 'logits' log-prob path, no DeepSpeed/FSDP/activation checkpointing (otherwise "
+        "ignored with a warning). None: one forward and backward per micro-batch (TRL's way).",
+        check=_bounded(lambda v: v >= 1, "; use a positive number of tokens, or None."),
     )
 
     # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
-    max_grad_norm: float | None = field(
-        default=1.0,
-        metadata={
-            "check": _bounded(lambda v: v >= 0, "; give a norm > 0, or 0 / None for no clipping."),
-            "help": "Clip the gradient norm at this value before each optimizer step. None or 0: no clipping, as the "
-            "PACS authors' actor (configs/paper_*.yaml); the norm is still computed and logged as grad_norm. "
-            "Whatever the clip, a step whose gradient norm is not finite is skipped (the weights and optimizer "
-            "state stay as they were) and counted in optimizer/skipped_nonfinite.",
-        },
+    max_grad_norm: float | None = setting(
+        1.0,
+        "Clip the gradient norm at this value before each optimizer step. None or 0: no clipping, as the "
+        "PACS authors' actor (configs/paper_*.yaml); the norm is still computed and logged as grad_norm. "
+        "Whatever the clip, a step whose gradient norm is not finite is skipped (the weights and optimizer "
+        "state stay as they were) and counted in optimizer/skipped_nonfinite.",
+        check=_bounded(lambda v: v >= 0, "; give a norm > 0, or 0 / None for no clipping."),
     )
-    vllm_importance_sampling_correction: bool | None = field(
-        default=None,
-        metadata={
-            "help": "With use_vllm: weight the baselines' token losses by TRL's importance-sampling ratio between the "
-            "trainer's and vLLM's log-probs (vllm_importance_sampling_mode / _clip_min / _clip_max choose it). "
-            "Default (None): False for PACS, which has no ratio to correct (nor had the authors'); True for the "
-            "baselines, TRL's default. True with loss_type='pacs' and use_vllm is refused."
-        },
+    vllm_importance_sampling_correction: bool | None = setting(
+        None,
+        "With use_vllm: weight the baselines' token losses by TRL's importance-sampling ratio between the "
+        "trainer's and vLLM's log-probs (vllm_importance_sampling_mode / _clip_min / _clip_max choose it). "
+        "Default (None): False for PACS, which has no ratio to correct (nor had the authors'); True for the "
+        "baselines, TRL's default. True with loss_type='pacs' and use_vllm is refused.",
     )
-    bf16: bool | None = field(
-        default=None,
-        metadata={
-            "help": "bf16 mixed precision. Default: True on a CUDA machine, False otherwise (TRL's default True "
-            "fails or slows down on CPU)."
-        },
+    bf16: bool | None = setting(
+        None,
+        "bf16 mixed precision. Default: True on a CUDA machine, False otherwise (TRL's default True "
+        "fails or slows down on CPU).",
     )
-    logging_steps: float = field(
-        default=1,
-        metadata={"help": "Log every this many optimizer steps (also the rate of metrics.jsonl rows)."},
+    logging_steps: float = setting(
+        1, "Log every this many optimizer steps (also the rate of metrics.jsonl rows)."
     )
-    activation_checkpointing: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Recompute activations in the backward pass to save memory (slower; off by default, i.e. None "
-            "reads as False)."
-        },
+    activation_checkpointing: bool | None = setting(
+        None,
+        "Recompute activations in the backward pass to save memory (slower; off by default, i.e. None "
+        "reads as False).",
     )
-    gradient_checkpointing: bool | None = field(
-        default=None,
-        metadata={
-            "help": "The older name of activation_checkpointing (transformers 5 renamed it); either name works, "
-            "without transformers' deprecation warning."
-        },
+    gradient_checkpointing: bool | None = setting(
+        None,
+        "The older name of activation_checkpointing (transformers 5 renamed it); either name works, "
+        "without transformers' deprecation warning.",
     )
 
 
@@ -516,83 +435,61 @@ class PACSFields:
 class CriticFields:
     """The fields `PPOConfig` adds for its learned critic and GAE; they apply to loss_type='ppo' alone."""
 
-    critic_model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "Where the critic's backbone comes from: a local folder or Hub id loaded with "
-            "AutoModelForTokenClassification(num_labels=1). Default: the policy's own weights (its path, or a copy of "
-            "the model object you pass). A folder holding a saved critic (a checkpoint's critic/) keeps its value head; "
-            "otherwise the head is new and zero-initialised."
-        },
+    critic_model_name_or_path: str | None = setting(
+        None,
+        "Where the critic's backbone comes from: a local folder or Hub id loaded with "
+        "AutoModelForTokenClassification(num_labels=1). Default: the policy's own weights (its path, or a copy of "
+        "the model object you pass). A folder holding a saved critic (a checkpoint's critic/) keeps its value head; "
+        "otherwise the head is new and zero-initialised.",
     )
-    critic_learning_rate: float = field(
-        default=1e-5,
-        metadata={
-            "check": _bounded(lambda v: v > 0, " must be > 0 (1e-5 in the paper)."),
-            "help": "Learning rate of the critic's AdamW (1e-5 in the paper, Appendix B.2; actor 1e-6).",
-        },
+    critic_learning_rate: float = setting(
+        1e-5,
+        "Learning rate of the critic's AdamW (1e-5 in the paper, Appendix B.2; actor 1e-6).",
+        check=_bounded(lambda v: v > 0, " must be > 0 (1e-5 in the paper)."),
     )
-    critic_max_grad_norm: float | None = field(
-        default=None,
-        metadata={
-            "check": _bounded(lambda v: v >= 0, " must be >= 0 (0 disables)."),
-            "help": "Gradient-norm clip of the critic; default: the policy's max_grad_norm. 0 disables it (the norm is "
-            "still logged). A critic step whose gradient norm is not finite is skipped and counted, as verl does.",
-        },
+    critic_max_grad_norm: float | None = setting(
+        None,
+        "Gradient-norm clip of the critic; default: the policy's max_grad_norm. 0 disables it (the norm is "
+        "still logged). A critic step whose gradient norm is not finite is skipped and counted, as verl does.",
+        check=_bounded(lambda v: v >= 0, " must be >= 0 (0 disables)."),
     )
-    critic_loss_agg_mode: str = field(
-        default="token-mean",
-        metadata={
-            "check": _one_of(LOSS_AGG_MODES, "choose"),
-            "help": "How the value loss's token terms are reduced (pacs_rl.algorithms.aggregate_token_loss): 'token-mean' "
-            "(default, TRL's and verl's), 'seq-mean-token-mean', or 'seq-mean-token-sum-norm' (the PACS authors' "
-            "PPO: in their verl the critic follows the actor's loss_agg_mode; L = max_completion_length).",
-            "choices": list(LOSS_AGG_MODES),
-        },
+    critic_loss_agg_mode: str = setting(
+        "token-mean",
+        "How the value loss's token terms are reduced (pacs_rl.algorithms.aggregate_token_loss): 'token-mean' "
+        "(default, TRL's and verl's), 'seq-mean-token-mean', or 'seq-mean-token-sum-norm' (the PACS authors' "
+        "PPO: in their verl the critic follows the actor's loss_agg_mode; L = max_completion_length).",
+        check=_one_of(LOSS_AGG_MODES, "choose"),
+        choices=list(LOSS_AGG_MODES),
     )
-    critic_warmup_steps: int = field(
-        default=0,
-        metadata={
-            "check": _bounded(lambda v: v >= 0, " must be >= 0."),
-            "help": "For the first this many optimizer steps only the critic trains: the policy gets no gradient and "
-            "its optimizer skips it (weights and Adam state untouched). The steps count towards max_steps and the "
-            "policy's learning-rate schedule.",
-        },
+    critic_warmup_steps: int = setting(
+        0,
+        "For the first this many optimizer steps only the critic trains: the policy gets no gradient and "
+        "its optimizer skips it (weights and Adam state untouched). The steps count towards max_steps and the "
+        "policy's learning-rate schedule.",
+        check=_bounded(lambda v: v >= 0, " must be >= 0."),
     )
-    gae_gamma: float = field(
-        default=1.0,
-        metadata={
-            "check": _bounded(
-                lambda v: 0 <= v <= 1, " must be in [0, 1]; 1.0 is the default for outcome rewards."
-            ),
-            "help": "Discount γ of GAE over response tokens. 1.0 (default, verl's too): the outcome reward is not "
-            "discounted, so every token's return is the reward itself.",
-        },
+    gae_gamma: float = setting(
+        1.0,
+        "Discount γ of GAE over response tokens. 1.0 (default, verl's too): the outcome reward is not "
+        "discounted, so every token's return is the reward itself.",
+        check=_bounded(lambda v: 0 <= v <= 1, " must be in [0, 1]; 1.0 is the default for outcome rewards."),
     )
-    gae_lambda: float = field(
-        default=1.0,
-        metadata={
-            "check": _bounded(
-                lambda v: 0 <= v <= 1, " must be in [0, 1]; 1.0 is the default for outcome rewards."
-            ),
-            "help": "λ of GAE. 1.0 (default): A_t = R − V(s_t), unbiased Monte-Carlo advantages with the critic as "
-            "baseline; smaller values trade bias from the critic for lower variance.",
-        },
+    gae_lambda: float = setting(
+        1.0,
+        "λ of GAE. 1.0 (default): A_t = R − V(s_t), unbiased Monte-Carlo advantages with the critic as "
+        "baseline; smaller values trade bias from the critic for lower variance.",
+        check=_bounded(lambda v: 0 <= v <= 1, " must be in [0, 1]; 1.0 is the default for outcome rewards."),
     )
-    value_clip_eps: float = field(
-        default=0.5,
-        metadata={
-            "check": _bounded(lambda v: v > 0, " must be > 0 (e.g. 0.5; a large value disables the clip)."),
-            "help": "Clip range of the value loss: V may move at most this far from the rollout-time value before its "
-            "error stops counting down (0.5 as in verl's cliprange_value). Use a large value to disable.",
-        },
+    value_clip_eps: float = setting(
+        0.5,
+        "Clip range of the value loss: V may move at most this far from the rollout-time value before its "
+        "error stops counting down (0.5 as in verl's cliprange_value). Use a large value to disable.",
+        check=_bounded(lambda v: v > 0, " must be > 0 (e.g. 0.5; a large value disables the clip)."),
     )
-    whiten_advantages: bool = field(
-        default=True,
-        metadata={
-            "help": "Whiten the GAE advantages over the whole rollout batch (all processes): zero mean, unit "
-            "variance over response tokens (verl does this for GAE). The critic's targets are not whitened."
-        },
+    whiten_advantages: bool = setting(
+        True,
+        "Whiten the GAE advantages over the whole rollout batch (all processes): zero mean, unit "
+        "variance over response tokens (verl does this for GAE). The critic's targets are not whitened.",
     )
 
 
