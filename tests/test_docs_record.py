@@ -132,3 +132,50 @@ def test_every_run_key_has_a_row_in_the_training_guide():
     }
     missing = [f.name for f in dataclasses.fields(RunSettings) if f.name not in rows]
     assert not missing, f"docs/TRAINING.md's run-key table lacks {missing}"
+
+
+def _setting_rows(guide: str):
+    """(the names in the first cell, the default cell) of every row of the guide's setting tables (those whose
+    header starts `| key | default` or `| field | default`)."""
+    in_table = False
+    for line in guide.splitlines():
+        if re.match(r"\| (key|field) \| default \|", line):
+            in_table = True
+            continue
+        if not line.startswith("|"):
+            in_table = False
+        elif in_table and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            yield re.findall(r"`(\w+)`", cells[0]), cells[0], cells[1]
+
+
+def _as_text(value) -> str:
+    return (
+        {None: "None", True: "true", False: "false"}.get(value, str(value))
+        if not isinstance(value, float)
+        else f"{value:g}"
+    )
+
+
+def test_the_training_guide_agrees_with_the_declarations():
+    """Every setting named in docs/TRAINING.md's tables exists, and where a row gives one of this project's own
+    settings alone, its default is the declared one (training/schema.py): the guide cannot drift from the code."""
+    from pacs_rl.training.schema import CONFIG_FIELDS, CRITIC_FIELDS, RUN_FIELDS, known_keys
+
+    declared = {**RUN_FIELDS, **CONFIG_FIELDS, **CRITIC_FIELDS}
+    guide = (REPO / "docs" / "TRAINING.md").read_text()
+    unknown, wrong = [], []
+    for names, first, default in _setting_rows(guide):
+        unknown += [n for n in names if n not in known_keys()]
+        if len(names) != 1 or "(TRL)" in first or names[0] not in declared:
+            continue
+        shown = default.split(" (")[0].strip("`").replace("−", "-")
+        value = declared[names[0]].default
+        try:
+            same = float(shown) == float(value)
+        except (TypeError, ValueError):
+            same = shown == _as_text(value) or " " in shown  # prose ("the paper's") is not a value
+        if not same:
+            wrong.append(f"{names[0]}: the guide says {default!r}, the declaration {value!r}")
+    assert not unknown, f"docs/TRAINING.md names settings that do not exist: {unknown}"
+    assert not wrong, "docs/TRAINING.md's defaults differ from training/schema.py: " + "; ".join(wrong)
