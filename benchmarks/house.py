@@ -12,7 +12,7 @@ a before and an after of one redesign sit side by side.
 
 Settings code is the lines of the modules whose job is the settings: declaring them (names, types, defaults,
 help, checks), renaming older spellings, reading and typing them, and checking them before torch loads, plus the
-config classes' own fields and checks. The modules are named below for each layout the package has had; a line
+config classes' own fields and checks; of a module with another job too, its settings parts (SETTINGS_PARTS). The modules are named below for each layout the package has had; a line
 of code is a line with a token that is neither a string, a comment nor whitespace (so help prose and docstrings
 are in the raw lines only).
 """
@@ -35,7 +35,6 @@ REPO = Path(__file__).resolve().parents[1]
 # The settings modules of each layout, whichever the checkout has.
 SETTINGS_MODULES = (
     "settings.py",  # the vocabulary train, eval and compare share
-    "command.py",  # options, other spellings, data options
     "training/settings.py",  # (before the redesign) schema, type table, checks, and the run's data
     "training/fields.py",  # (before) TRL's fields classified
     "training/schema.py",  # (after) every setting declared once
@@ -43,7 +42,12 @@ SETTINGS_MODULES = (
     "training/checks.py",  # (after) reading, typing and checking settings before torch
     "training/config.py",  # PACSConfig: the PACS fields over GRPOConfig, the checks that need TRL
 )
-SETTINGS_CLASSES = {"training/ppo.py": "PPOConfig"}  # a settings class inside a module with another job
+# The settings parts of modules with another job too (counted by their top-level definitions): PPO's config
+# class; the command line's argument rewriting and data options (the rest of command.py is its error plumbing).
+SETTINGS_PARTS = {
+    "training/ppo.py": ("PPOConfig",),
+    "command.py": ("Command", "settings_as_options", "_BOOL_TEXT", "data_option"),
+}
 
 # Imports that may sit inside a function: heavy or optional libraries, loaded where they are needed.
 HEAVY = {
@@ -77,6 +81,14 @@ def code_lines(text: str) -> int:
     return len(lines)
 
 
+def _defined_name(node: ast.AST) -> str | None:
+    """The name a top-level statement defines (a def, a class, a single assignment)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name
+    target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+    return target.id if isinstance(target, ast.Name) else None
+
+
 def settings_code(package: Path) -> dict:
     """Raw and code lines of the settings modules this checkout has."""
     files = {}
@@ -85,14 +97,19 @@ def settings_code(package: Path) -> dict:
         if path.is_file():
             text = path.read_text()
             files[rel] = {"lines": len(text.splitlines()), "code_lines": code_lines(text)}
-    for rel, name in SETTINGS_CLASSES.items():
+    for rel, names in SETTINGS_PARTS.items():
         path = package / rel
         if not path.is_file():
             continue
         text = path.read_text()
-        node = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == name)
-        part = "\n".join(text.splitlines()[node.lineno - 1 : node.end_lineno])
-        files[f"{rel}:{name}"] = {"lines": part.count("\n") + 1, "code_lines": code_lines(part)}
+        lines = text.splitlines()
+        found = [n for n in ast.parse(text).body if _defined_name(n) in names]
+        part = "\n\n".join("\n".join(lines[n.lineno - 1 : n.end_lineno]) for n in found)
+        key = f"{rel}: {', '.join(_defined_name(n) for n in found)}"
+        files[key] = {
+            "lines": sum(n.end_lineno - n.lineno + 1 for n in found),
+            "code_lines": code_lines(part),
+        }
     return {
         "lines": sum(f["lines"] for f in files.values()),
         "code_lines": sum(f["code_lines"] for f in files.values()),
