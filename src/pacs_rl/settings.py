@@ -14,7 +14,7 @@ One name per idea across the three commands:
     bad data rows                       --skip-bad-rows / --no-skip-bad-rows
     a settings file                     --config, -c
 
-Older spellings still work and print a one-line note (:data:`OLD_OPTIONS`, :data:`RENAMED_SETTINGS`); TRL's
+Older spellings still work and print a one-line note (:data:`ALIASES`, every other spelling in one table); TRL's
 spellings (``--output_dir``, ``model_name_or_path``, ``dataset_name``, ``use_peft``, ...) work as they are.
 """
 
@@ -106,18 +106,6 @@ DATA_KEYS = tuple(DataSettings.__dataclass_fields__)
 
 
 # ---------------------------------------------------------------------------------------------------- names
-# Other names of a setting key (in a YAML file, --set, a comparison's sections): new name, and whether the old
-# one is this project's older spelling (a note says so) or TRL's name for the same thing (accepted quietly).
-RENAMED_SETTINGS: dict[str, tuple[str, bool]] = {
-    "dataset_split": ("split", True),
-    "data": ("dataset", True),  # a comparison's train.data
-    "model_name_or_path": ("model", False),  # TRL's ModelConfig
-    "dataset_name": ("dataset", False),  # TRL's ScriptArguments
-    "dataset_train_split": ("split", False),
-    "use_peft": ("use_lora", False),
-}
-
-
 def _seed_count(value: str) -> list[str]:
     try:
         return ["--seed", ",".join(str(s) for s in range(int(value)))]
@@ -131,12 +119,30 @@ def _on_error(value: str) -> list[str]:
     return ["--skip-bad-rows" if value == "skip" else "--no-skip-bad-rows"]
 
 
-# Older spellings of options, by command: the option now, or a function of the old option's value that gives
-# the arguments now. Each use prints a note naming the new spelling.
-OLD_OPTIONS: dict[str, dict[str, str | Callable[[str], list[str]]]] = {
-    "eval": {"--output": "--output-dir", "--benchmark": "--benchmarks", "--on-error": _on_error},
-    "compare": {"--output": "--output-dir", "--steps": "--max-steps", "--seeds": _seed_count},
+# Every other spelling, in one table: the spelling -> (what it is now, whether a note says so). A setting key
+# (in a YAML file, --set, as an option, in a comparison's sections) is a key; an older option of one command is
+# "command --option", now another option or a function of its value that gives the arguments now. A note is
+# printed for this project's older spellings, not for TRL's names of the same thing.
+ALIASES: dict[str, tuple[str | Callable[[str], list[str]], bool]] = {
+    "dataset_split": ("split", True),
+    "data": ("dataset", True),  # a comparison's train.data
+    "model_name_or_path": ("model", False),  # TRL's ModelConfig
+    "dataset_name": ("dataset", False),  # TRL's ScriptArguments
+    "dataset_train_split": ("split", False),
+    "use_peft": ("use_lora", False),
+    "eval --output": ("--output-dir", True),
+    "eval --benchmark": ("--benchmarks", True),
+    "eval --on-error": (_on_error, True),
+    "compare --output": ("--output-dir", True),
+    "compare --steps": ("--max-steps", True),
+    "compare --seeds": (_seed_count, True),
 }
+RENAMED_SETTINGS = {k: v for k, v in ALIASES.items() if " " not in k}  # the setting keys' part
+
+
+def old_options(command: str) -> dict[str, str | Callable[[str], list[str]]]:
+    """The older options of ``command`` (`ALIASES`): option -> what it is now."""
+    return {k.split(" ", 1)[1]: new for k, (new, _) in ALIASES.items() if k.startswith(command + " ")}
 
 
 def canonical_key(key: str, where: str, notes: list[str] | None = None) -> str:
@@ -172,13 +178,13 @@ def rewrite_args(
     settings: Mapping[str, str] | None = None,
 ) -> list[str]:
     """A command's arguments in one pass, every other spelling of an option replaced by its name: TRL's
-    (``--output_dir`` for ``--output-dir``) quietly, an older one (:data:`OLD_OPTIONS`, :data:`RENAMED_SETTINGS`)
+    (``--output_dir`` for ``--output-dir``) quietly, an older one (:data:`ALIASES`)
     with a note in ``notes``; and, with ``settings`` (setting -> its type as text), ``--name value`` for a setting
     the command has no option of written ``--set name=value`` (a bool setting may stand bare: ``--use_vllm``),
     TRL's command-line spelling of its config.
 
     options: the option names the command declares. Arguments after ``--`` are left alone."""
-    options, old = set(options), OLD_OPTIONS.get(command, {})
+    options, old = set(options), old_options(command)
     out: list[str] = []
     rest = list(args)
     while rest:
@@ -412,8 +418,8 @@ def install_line(missing: Iterable[Missing]) -> str:
 
 
 __all__ = [
+    "ALIASES",
     "DATA_KEYS",
-    "OLD_OPTIONS",
     "PATH_SETTINGS",
     "RENAMED_SETTINGS",
     "DataSettings",
