@@ -118,6 +118,7 @@ def main() -> None:
 
     from pacs_rl.sampling.transformers_backend import cpu_capability
     from pacs_rl.training import run as run_module
+    from pacs_rl.training.checks import parse_assignments, split_settings
     from pacs_rl.training.trainer import PACSTrainer
 
     phases = Phases()
@@ -169,9 +170,9 @@ def main() -> None:
     from pacs_rl.training.cli import with_device
 
     # the device and precision `pacs-rl train` would choose here (bf16 where the CPU computes it)
-    values, device = with_device(run_module.parse_assignments(a.sets))
+    values, device = with_device(parse_assignments(a.sets))
     print(f"device: {device.line()}", flush=True)
-    settings, config_kwargs = run_module.split_settings(values)
+    settings, config_kwargs = split_settings(values)
     out_dir = a.output_dir or tempfile.mkdtemp(prefix="first-run-profile-")
     config = run_module.build_config(config_kwargs, out_dir)
     rss_before = _status_kib("VmRSS") / 1024

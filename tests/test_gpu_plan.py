@@ -524,3 +524,12 @@ def test_on_the_machine_that_trains_missing_packages_stay_refusals(shared_data, 
     assert [r for r in refusals if "needs vLLM" in r] and not any(
         "needed on the training" in x for x in lines
     )
+
+
+def test_the_device_layer_sets_trainer_config_fields_only():
+    """`pacs-rl train` lays the device choice over the trainer config it has already typed (training/cli.py's
+    _train): every setting the choice can make must be a config field, none a run key."""
+    from pacs_rl.device import CPU_BF16, CPU_ONLY
+
+    keys = {"use_cpu", "bf16", *CPU_BF16, *CPU_ONLY}
+    assert keys <= set(schema.known_keys()) and not keys & set(schema.RUN_FIELDS)

@@ -205,3 +205,17 @@ def test_a_run_recorded_before_the_protocol_key_gets_it_rebuilt(interrupted_then
     (old / "heldout.json").write_text((out / "heldout.json").read_text())
     (old / "settings.json").write_text(json.dumps({k: v for k, v in recorded.items() if k != "heldout"}))
     assert recorded_protocol(old) == recorded["heldout"]
+
+
+def test_a_record_too_old_to_rebuild_is_refused_by_eval_with_what_to_do(tmp_path):
+    """A run recorded before its run keys held what the held-out protocol needs: eval says so and asks for a
+    benchmark instead of guessing today's defaults."""
+    old = tmp_path / "old"
+    (old / "final").mkdir(parents=True)
+    (old / "settings.json").write_text(
+        json.dumps({"run": {"dataset": "arithmetic", "eval_size": 5}, "config": {}})
+    )
+    result = CliRunner().invoke(app, ["eval", "--model", str(old / "final"), "--dry-run"])
+    assert result.exit_code == 2
+    assert "is from an older pacs-rl and does not say how held-out accuracy was measured" in result.output
+    assert "give --benchmarks SOURCE" in result.output

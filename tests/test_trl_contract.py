@@ -403,3 +403,24 @@ def test_gradient_checkpointing_alias_without_a_deprecation_warning(tmp_path):
             output_dir=str(tmp_path), use_cpu=True, report_to=[],
             gradient_checkpointing=True, activation_checkpointing=False,
         )  # fmt: skip
+
+
+def test_trls_argument_parser_builds_the_configs(tmp_path):
+    """TRL's scripts build their config with transformers' HfArgumentParser, which hands every field's metadata to
+    argparse: a declaration keeps only help and choices there. In a fresh process: the parser rewrites the fields'
+    types in place."""
+    import subprocess
+    import sys
+
+    script = f"""
+from transformers import HfArgumentParser
+from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.ppo import PPOConfig
+args = ["--output_dir", {str(tmp_path)!r}, "--use_cpu", "true", "--report_to", "none"]
+pacs, = HfArgumentParser(PACSConfig).parse_args_into_dataclasses([*args, "--pacs_beta", "0.5", "--pacs_score", "grpo"])
+ppo, = HfArgumentParser(PPOConfig).parse_args_into_dataclasses([*args, "--gae_lambda", "0.9"])
+assert (pacs.pacs_beta, pacs.pacs_score, ppo.gae_lambda, ppo.loss_type) == (0.5, "grpo", 0.9, "ppo")
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -3,7 +3,7 @@
     choice = choose_device(user_settings, cuda_info())
     values = {**default_settings(), **choice.settings, **user_settings}
 
-The CPU default (`run.CPU_DEFAULTS`) is the bottom layer of every run. `user_settings` is what the user gave
+The CPU default (`pacs_rl.training.schema.CPU_DEFAULTS`) is the bottom layer of every run. `user_settings` is what the user gave
 above it (the --config file, the options, --set). The rules, in order:
 
 1. ``use_cpu: true`` from the user: the CPU, with the CPU default's settings.

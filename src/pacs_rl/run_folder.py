@@ -147,10 +147,14 @@ def heldout_protocol(run: Mapping[str, Any], max_new_tokens: int, seed: int, n: 
     }
 
 
+class ProtocolUnknown(ValueError):
+    """A run folder whose record is too old to say how its held-out accuracy was measured."""
+
+
 def recorded_protocol(folder: str | Path) -> dict[str, Any] | None:
     """How the run in ``folder`` measured its held-out accuracy: settings.json's ``heldout``; for a run recorded
-    before that key, rebuilt from its run keys, config and heldout.json. None when it had no held-out set, or
-    when its record is too old to tell."""
+    before that key, rebuilt from its run keys, config and heldout.json. None when it had no held-out set; raises
+    ProtocolUnknown when its record lacks what the rebuild needs (a run key added since)."""
     folder = Path(folder)
     recorded = read_json(folder / SETTINGS_FILE)
     if "heldout" in recorded:
@@ -163,7 +167,10 @@ def recorded_protocol(folder: str | Path) -> dict[str, Any] | None:
         from trl import GRPOConfig  # the default it ran with (TRL: only for such old runs)
 
         tokens = GRPOConfig.__dataclass_fields__["max_completion_length"].default
+    unknown = f"{folder / SETTINGS_FILE} is from an older pacs-rl and does not say how held-out accuracy was measured"
+    if n is None:
+        raise ProtocolUnknown(f"{unknown} (no held-out count)")
     try:
-        return heldout_protocol(run, int(tokens), int(config.get("seed", 42)), int(n or 0))
-    except (KeyError, TypeError, ValueError):
-        return None
+        return heldout_protocol(run, int(tokens), int(config.get("seed", 42)), int(n))
+    except KeyError as e:
+        raise ProtocolUnknown(f"{unknown} (its run keys lack {e.args[0]})") from None

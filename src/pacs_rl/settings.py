@@ -47,6 +47,20 @@ def one_line(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- declaring
+@dataclass(frozen=True)
+class Declared:
+    """What a setting's declaration holds beyond a dataclass field's help and choices (kept out of the field's
+    metadata, which argparse-based parsers such as transformers' HfArgumentParser pass to argparse whole)."""
+
+    check: Callable[[str, Any], Any] | None = (
+        None  # (name, value) -> a problem's text, a list of them, or None
+    )
+    loss_option: str | None = None  # the loss's keyword the trainer fills from this setting
+
+
+_DECLARED: dict[Any, Declared] = {}  # dataclass field -> its declaration (a field is hashed by identity)
+
+
 def setting(
     default: Any,
     help: str,
@@ -58,10 +72,15 @@ def setting(
     """The declaration of one setting, as a dataclass field: its default and help, and where it has them the check
     that needs no torch (``check(name, value)``: a problem's text, a list of them, or None), the choices shown in
     the help, and the loss option the trainer fills from it (``loss_option``: the loss's keyword)."""
-    extra = {"check": check, "choices": list(choices) if choices else None, "loss_option": loss_option}
-    return field(
-        default=default, metadata={"help": help, **{k: v for k, v in extra.items() if v is not None}}
-    )
+    metadata = {"help": help, **({"choices": list(choices)} if choices else {})}
+    declared = field(default=default, metadata=metadata)
+    _DECLARED[declared] = Declared(check, loss_option)
+    return declared
+
+
+def declared(f: Any) -> Declared:
+    """The declaration of dataclass field ``f`` beyond its help (an empty one for a field not made by `setting`)."""
+    return _DECLARED.get(f, Declared())
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -140,9 +159,9 @@ ALIASES: dict[str, tuple[str | Callable[[str], list[str]], bool]] = {
 RENAMED_SETTINGS = {k: v for k, v in ALIASES.items() if " " not in k}  # the setting keys' part
 
 
-def old_options(command: str) -> dict[str, str | Callable[[str], list[str]]]:
-    """The older options of ``command`` (`ALIASES`): option -> what it is now."""
-    return {k.split(" ", 1)[1]: new for k, (new, _) in ALIASES.items() if k.startswith(command + " ")}
+def old_options(command: str) -> dict[str, tuple[str | Callable[[str], list[str]], bool]]:
+    """The other spellings of ``command``'s options (`ALIASES`): option -> (what it is now, whether a note says so)."""
+    return {k.split(" ", 1)[1]: v for k, v in ALIASES.items() if k.startswith(command + " ")}
 
 
 def canonical_key(key: str, where: str, notes: list[str] | None = None) -> str:
@@ -195,7 +214,8 @@ def rewrite_args(
         if not name.startswith("--") or name in options:
             out.append(arg)
         elif name in old:
-            out += _old_option(name, old[name], value if eq else None, rest, notes)
+            new, noted = old[name]
+            out += _old_option(name, new, value if eq else None, rest, notes if noted else [])
         else:
             key = canonical_key(name[2:].replace("-", "_"), name, None)
             flag = "--" + key.replace("_", "-")
@@ -423,9 +443,11 @@ __all__ = [
     "PATH_SETTINGS",
     "RENAMED_SETTINGS",
     "DataSettings",
+    "Declared",
     "Missing",
     "SettingsError",
     "canonical_key",
+    "declared",
     "install_line",
     "missing_packages",
     "missing_requirements",

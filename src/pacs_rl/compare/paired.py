@@ -57,7 +57,7 @@ WHAT = "PACS against GRPO in miniature, powered: seed after seed of every method
 RESULT_FILE = "result.json"
 PRESET = "pacs-vs-grpo"  # the name `pacs-rl compare --preset` runs this engine under
 
-# What every run shares, on top of `pacs-rl train`'s CPU default (training/run.py: RunSettings, CPU_DEFAULTS).
+# What every run shares, on top of `pacs-rl train`'s CPU default (training/schema.py: RunSettings, CPU_DEFAULTS).
 # A record made with another protocol is refused (start a new record instead of mixing two).
 PROTOCOL = {
     # version 2: trained and graded by the sound grader (version 1, pacs_vs_grpo_restatement_rule.json, was

@@ -28,7 +28,7 @@ from pacs_rl.evaluation.report import (
 )
 from pacs_rl.evaluation.samples import SAMPLES_FILE
 from pacs_rl.models import ModelError, model_problem
-from pacs_rl.run_folder import recorded_protocol, run_folder
+from pacs_rl.run_folder import ProtocolUnknown, recorded_protocol, run_folder
 from pacs_rl.settings import DATA_KEYS, output_dir_problem
 
 
@@ -314,7 +314,10 @@ def resolve_task(models: list[str], given: dict[str, Any]) -> EvalTask:
     own: dict[str, Any] = {}
     folder = run_folder(models[0]) if len(models) == 1 and not given["benchmarks"] else None
     if folder is not None:
-        protocol = recorded_protocol(folder)
+        try:
+            protocol = recorded_protocol(folder)
+        except ProtocolUnknown as e:
+            fail(f"{e}: give --benchmarks SOURCE")
         if protocol is None:
             fail(f"{folder} is a training run without a held-out set (eval_size 0): give --benchmarks SOURCE")
         models = [str(folder / "final") if Path(models[0]) == folder else models[0]]

@@ -25,6 +25,7 @@ from pacs_rl.run_folder import (
     FINISHED_FILE,
     HELDOUT_FILE,
     SETTINGS_FILE,
+    ProtocolUnknown,
     read_json,
     recorded_protocol,
 )
@@ -379,7 +380,10 @@ def card_text(
     recorded = read_json(out / SETTINGS_FILE)
     run = recorded.get("run", {})
     key = _key_settings(recorded)
-    protocol = recorded_protocol(out) or {}
+    try:
+        protocol = recorded_protocol(out) or {}
+    except ProtocolUnknown:  # the card then leaves the protocol out
+        protocol = {}
     loss = str(key.get("loss_type", "pacs"))
     name, title, link = LOSS_PAPERS.get(loss, (loss, "", ""))
     base_text, hub = base_model_text(str(run.get("model", "?")))

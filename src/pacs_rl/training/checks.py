@@ -36,7 +36,6 @@ from pacs_rl.training.schema import (
     RunSettings,
     config_problems_declared,
     known_keys,
-    loss_type_names,
     setting_type,
 )
 
@@ -160,15 +159,12 @@ def max_steps_problem(steps: Any) -> str | None:
 
 
 def config_problems(cfg: Mapping[str, Any], installed: bool = True) -> list[str]:
-    """The trainer config values refused before TRL loads: the loss name, the declared check of every field
-    given (training/schema.py), a critic field without the critic loss, max_steps, a batch that splits a group,
+    """The trainer config values refused before TRL loads: the declared check of every field given
+    (training/schema.py; the loss's name too, whatever is given), a critic field without the critic loss, max_steps, a batch that splits a group,
     and (``installed``) an engine or tracker that is not installed here."""
     out = []
     loss_type = str(cfg.get("loss_type", "pacs"))
-    names = loss_type_names()
-    if loss_type not in names:
-        out.append(f"loss_type={loss_type!r} is not a registered policy loss; use one of {', '.join(names)}")
-    out += config_problems_declared(cfg)
+    out += config_problems_declared({"loss_type": loss_type, **cfg})
     stray = [k for k in CRITIC_FIELDS if k in cfg]
     if stray and loss_type not in CRITIC_LOSS_TYPES:
         out.append(f"{', '.join(stray)} only apply to loss_type='ppo' (got loss_type={loss_type!r})")

@@ -111,7 +111,7 @@ class PACSConfig(PACSFields, GRPOConfig):
             )
 
     def _check_choices(self) -> None:
-        """Names that must come from a fixed list: the loss (from the registry), the score, the reference."""
+        """The loss (a registered one, served by this class), then every other field's declared check (schema.py)."""
         if self.loss_type not in self.served_loss_types:
             if self.loss_type not in loss_names():
                 raise ValueError(

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader, reward_spec_problem, split_reward_specs
-from pacs_rl.settings import DataSettings, SettingsError, setting
+from pacs_rl.run_folder import resolved_grader
+from pacs_rl.settings import DataSettings, SettingsError, declared, setting
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
 # The names pacs_rl.algorithms registers, spelled here so that a name is checked without importing torch (the
@@ -111,7 +112,7 @@ def declared_problems(values: Any, fields: Iterable[dataclasses.Field]) -> list[
     missing = object()
     out: list[str] = []
     for f in fields:
-        check, value = f.metadata.get("check"), get(f.name, missing)
+        check, value = declared(f).check, get(f.name, missing)
         if check is None or value is missing:
             continue
         found = check(f.name, value)
@@ -241,9 +242,7 @@ class RunSettings(DataSettings):
 
     def resolved_grader(self) -> str:
         """``grader`` in its canonical name (``auto``, the old default's name, is the training grader)."""
-        if self.grader == "auto":
-            return TRAINING_GRADER
-        return parse_grader(self.grader).name
+        return resolved_grader(self.grader)
 
     def prompt_kwargs(self, config: Any = None) -> dict[str, Any]:
         """The prompt settings as :func:`pacs_rl.data.format_prompt` takes them (``chat_template_kwargs`` is
@@ -530,9 +529,7 @@ RUN_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.field
 CONFIG_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(PACSFields)}
 CRITIC_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(CriticFields)}
 # the loss options the trainer fills from a PACS field (option -> field)
-PACS_OPTION_FIELDS = {
-    f.metadata["loss_option"]: n for n, f in CONFIG_FIELDS.items() if "loss_option" in f.metadata
-}
+PACS_OPTION_FIELDS = {declared(f).loss_option: n for n, f in CONFIG_FIELDS.items() if declared(f).loss_option}
 
 
 def known_keys() -> list[str]:
@@ -568,7 +565,7 @@ def setting_type(key: str) -> str:
 
 def config_problems_declared(values: Mapping[str, Any]) -> list[str]:
     """What the declared checks of the config fields find in ``values`` (the critic's only with a critic loss)."""
-    fields = [f for n, f in CONFIG_FIELDS.items() if n != "loss_type"]
+    fields = list(CONFIG_FIELDS.values())
     if str(values.get("loss_type", "pacs")) in CRITIC_LOSS_TYPES:
         fields += list(CRITIC_FIELDS.values())
     return declared_problems(values, fields)

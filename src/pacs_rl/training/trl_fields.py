@@ -319,12 +319,6 @@ CLIP_OPTION_FIELDS = {
 KL_OPTION_FIELDS = {"kl_coef": "beta", "kl_ratio_weighted": "use_bias_correction_kl"}
 
 
-def trl_type(name: str) -> str | None:
-    """The declared type of GRPOConfig field ``name`` as text; None for a name TRL does not have."""
-    entry = GRPO_FIELDS.get(name)
-    return entry[0] if entry else None
-
-
 def rule_status(name: str, loss_type: str) -> str:
     """The status of GRPOConfig field ``name`` for ``loss_type`` (a per-loss refusal reads as honoured elsewhere)."""
     rule = GRPO_FIELDS[name][1]
@@ -341,6 +335,13 @@ def grpo_default(name: str) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
+def _same(value: Any, default: Any) -> bool:
+    """``value`` is TRL's default, or means the same: False for "no" (transformers' argument parser reads a field
+    typed ``str | bool`` as a bool, so TRL's own command line turns its default "no" into False)."""
+    off = {False, "no"}
+    return value == default or (isinstance(value, (bool, str)) and value in off and default in off)
+
+
 def refused_fields(values: Any, loss_type: str) -> list[str]:
     """One message per refused field set to a value other than TRL's default, naming it and what to do.
 
@@ -353,7 +354,7 @@ def refused_fields(values: Any, loss_type: str) -> list[str]:
             continue
         missing = object()
         value = get(name, missing)
-        if value is missing or value == grpo_default(name):
+        if value is missing or _same(value, grpo_default(name)):
             continue
         scope = f"with loss_type={loss_type!r}" if rule.losses else "by PACSTrainer"
         out.append(f"{name}={value!r} is not honoured {scope}: {rule.note}.")
