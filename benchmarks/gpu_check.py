@@ -249,15 +249,14 @@ def memory_values(folder: Path, loss: str) -> dict:
     training prompt as max_prompt_tokens (nothing is dropped, and the plan's prompt bound is the real one)."""
     from transformers import AutoTokenizer
 
-    from pacs_rl.training import run
-    from pacs_rl.training.data import load_run_data
+    from pacs_rl.training.data import load_run_data, prompt_lengths
     from pacs_rl.training.schema import RunSettings
 
     values = {**MEMORY_RUN, "model": str(folder), "loss_type": loss}
     settings = RunSettings(train_size=values["train_size"], eval_size=0)
     problems, _ = load_run_data(settings, seed=values["seed"])
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    values["max_prompt_tokens"] = max(run.prompt_lengths(problems, tokenizer, settings.prompt_kwargs()))
+    values["max_prompt_tokens"] = max(prompt_lengths(problems, tokenizer, settings.prompt_kwargs()))
     return values
 
 

@@ -17,9 +17,9 @@ from pacs_rl import device as device_module
 from pacs_rl.cli import app
 from pacs_rl.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
 from pacs_rl.settings import SettingsError
-from pacs_rl.training import cli, memory, run, schema
+from pacs_rl.training import cli, heldout, memory, run, schema
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.data import load_run_data
+from pacs_rl.training.data import filter_prompts, load_run_data, prompt_lengths
 from pacs_rl.training.plan import dry_run, model_shape
 from train_helpers import resolve
 
@@ -345,16 +345,16 @@ def test_the_compare_paper_config_is_planned_as_it_says(tmp_path, monkeypatch):
 def test_the_prompt_filter_drops_and_counts_long_prompts(tmp_path, caplog, tiny_tokenizer):
     problems, _ = load_run_data(schema.RunSettings(train_size=30, eval_size=0), seed=0)
     problems[3] = dataclasses.replace(problems[3], problem=problems[3].problem + " and so on" * 40)
-    lengths = run.prompt_lengths(problems, tiny_tokenizer, schema.RunSettings().prompt_kwargs())
+    lengths = prompt_lengths(problems, tiny_tokenizer, schema.RunSettings().prompt_kwargs())
     bound = max(lengths[:3] + lengths[4:])
     assert lengths[3] > bound
     settings = schema.RunSettings(max_prompt_tokens=bound)
     with caplog.at_level("INFO", logger="pacs_rl"):
-        kept = run.filter_prompts(problems, tiny_tokenizer, settings, None)
+        kept = filter_prompts(problems, tiny_tokenizer, settings, None)
     assert len(kept) == 29 and problems[3] not in kept
     assert f"dropped 1 of 30 training prompts longer than {bound} tokens (max_prompt_tokens)" in caplog.text
     with pytest.raises(SettingsError, match="max_prompt_tokens=5: every one of the 30 training prompts"):
-        run.filter_prompts(problems, tiny_tokenizer, dataclasses.replace(settings, max_prompt_tokens=5), None)
+        filter_prompts(problems, tiny_tokenizer, dataclasses.replace(settings, max_prompt_tokens=5), None)
     # the dry run counts them when the tokenizer is on this machine (the tiny model's is built in code)
     values = schema.default_settings() | {"model": "tiny", "max_prompt_tokens": min(lengths)}
     lines, refusals = dry_run(values, tmp_path / "x")
@@ -364,13 +364,13 @@ def test_the_prompt_filter_drops_and_counts_long_prompts(tmp_path, caplog, tiny_
 def test_held_out_and_periodic_evaluation_sample_with_eval_top_p(monkeypatch):
     """The paper's protocol (T = 0.6, top-p 0.95) reaches both evaluations, not the training top_p."""
     seen = []
-    monkeypatch.setattr(run, "engine_pass_at_k", lambda *a, **k: seen.append(("periodic", a[4])) or {})
-    monkeypatch.setattr(run, "engine_accuracy", lambda *a, **k: seen.append(("held-out", a[3])) or {})
-    monkeypatch.setattr(run, "needs_engine", lambda trainer: True)
+    monkeypatch.setattr(heldout, "engine_pass_at_k", lambda *a, **k: seen.append(("periodic", a[4])) or {})
+    monkeypatch.setattr(heldout, "engine_accuracy", lambda *a, **k: seen.append(("held-out", a[3])) or {})
+    monkeypatch.setattr(heldout, "needs_engine", lambda trainer: True)
     settings = schema.RunSettings(eval_temperature=0.6, eval_top_p=0.95)
     config = run.build_config({"use_cpu": True, "top_p": 0.5, "eval_steps": 5}, "unused")
-    run._periodic_eval(object(), settings, config, ["p"], None).evaluate()
-    held = run._HeldOut(settings, config, ["p"], None, Path("unused-dir"))
+    heldout.periodic_eval(object(), settings, config, ["p"], None).evaluate()
+    held = heldout.HeldOut(settings, config, ["p"], None, Path("unused-dir"))
     monkeypatch.setattr(held, "record", lambda **k: None)
     held.measure(object(), "before")
     assert seen == [("periodic", 0.95), ("held-out", 0.95)]

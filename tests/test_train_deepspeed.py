@@ -22,7 +22,8 @@ import pytest
 import torch
 
 from pacs_rl.settings import SettingsError
-from pacs_rl.training.run import _consolidated_weights, zero_stage
+from pacs_rl.training.engine import zero_stage
+from pacs_rl.training.run import _consolidated_weights
 from train_helpers import kill_when
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from pacs_rl.cli import app
 from pacs_rl.settings import SettingsError
-from pacs_rl.training.data import load_run_data
-from pacs_rl.training.run import build_config, build_dataset, build_reward_funcs, run_training
+from pacs_rl.training.data import build_dataset, load_run_data
+from pacs_rl.training.run import build_config, build_reward_funcs, run_training
 from pacs_rl.training.schema import RunSettings
 from train_helpers import resolve
 

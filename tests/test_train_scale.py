@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from pacs_rl.cli import app
 from pacs_rl.settings import SettingsError, missing_packages
-from pacs_rl.training import cli, run, schema
+from pacs_rl.training import cli, engine, run, schema
 from pacs_rl.training.plan import deepspeed_problems, dry_run, model_shape, training_state_bytes
 from pacs_rl.training.run import build_config, run_training
 from pacs_rl.training.schema import RunSettings
@@ -175,19 +175,19 @@ def test_parameter_count_without_loading(tiny_model_dir):
 def test_load_dtype_follows_the_engine():
     config = build_config({"use_cpu": True}, "unused")
     auto = RunSettings()
-    assert run.load_dtype(auto, config, "single") == "float32"  # the CPU default keeps its fp32 weights
+    assert engine.load_dtype(auto, config, "single") == "float32"  # the CPU default keeps its fp32 weights
     config.bf16 = True
-    assert run.load_dtype(auto, config, "ddp") == "float32"  # DDP trains the loaded weights: fp32 masters
+    assert engine.load_dtype(auto, config, "ddp") == "float32"  # DDP trains the loaded weights: fp32 masters
     assert (
-        run.load_dtype(auto, config, "deepspeed") == "bfloat16"
+        engine.load_dtype(auto, config, "deepspeed") == "bfloat16"
     )  # DeepSpeed / FSDP keep their own fp32 copy
-    assert run.load_dtype(auto, config, "fsdp") == "bfloat16"
-    assert run.load_dtype(RunSettings(model_dtype="float16"), config, "ddp") == "float16"
+    assert engine.load_dtype(auto, config, "fsdp") == "bfloat16"
+    assert engine.load_dtype(RunSettings(model_dtype="float16"), config, "ddp") == "float16"
     config.model_init_kwargs = {"dtype": "bfloat16"}
-    assert run.load_dtype(auto, config, "single") == "bfloat16"
-    kwargs = run.model_init_kwargs(auto, config, "deepspeed")
+    assert engine.load_dtype(auto, config, "single") == "bfloat16"
+    kwargs = engine.model_init_kwargs(auto, config, "deepspeed")
     assert kwargs["device_map"] is None and kwargs["dtype"] == "bfloat16"
-    assert run.run_problems(RunSettings(model_dtype="float32"), config)  # two dtypes that disagree
+    assert engine.run_problems(RunSettings(model_dtype="float32"), config)  # two dtypes that disagree
 
 
 def test_ppo_critic_loads_from_the_policy_name(tiny_model_dir):
@@ -288,7 +288,9 @@ def test_periodic_evaluation_logs_pass_at_k(tmp_path, tiny_model_dir):
     assert [r["step"] for r in steps] == [1, 2]
     for r in steps:
         assert 0.0 <= r["eval/pass@1"] <= r["eval/pass@2"] <= 1.0 and r["eval/mean_length"] > 0
-    greedy = run.run_problems(RunSettings(eval_temperature=0.0), build_config({**cfg, "use_cpu": True}, out))
+    greedy = engine.run_problems(
+        RunSettings(eval_temperature=0.0), build_config({**cfg, "use_cpu": True}, out)
+    )
     assert any("identical answers" in p for p in greedy)
 
 

@@ -1,11 +1,13 @@
 """The problems a run trains and is measured on: the training set (the arithmetic task, a file, a Hub dataset, a
-benchmark or a procedural task) and the held-out set, disjoint from it. Light (no torch): the command reads
-local data while it checks the settings, so that a bad row is answered before the model loads.
+benchmark or a procedural task) and the held-out set, disjoint from it; the prompts that fit max_prompt_tokens;
+the trainer's dataset. Light (no torch): the command reads local data while it checks the settings, so that a bad
+row is answered before the model loads.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from pacs_rl.data import (
@@ -15,6 +17,8 @@ from pacs_rl.data import (
     arithmetic_pool_size,
     arithmetic_problems,
     benchmark_name,
+    build_messages,
+    encode_prompts,
     load_problems,
     split_disjoint,
 )
@@ -107,3 +111,59 @@ def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], lis
     if not train:
         raise DataError(f"dataset {source!r} gave no usable training problems")
     return train, held
+
+
+# ---------------------------------------------------------------------------------------------------- prompts
+def prompt_lengths(problems: list[Problem], tokenizer, prompt_kwargs: Mapping[str, Any]) -> list[int]:
+    """Tokens of each problem's prompt after the chat template, as the trainer renders it."""
+    return [len(ids) for ids in encode_prompts(tokenizer, problems, dict(prompt_kwargs))]
+
+
+def drop_long_prompts(
+    problems: list[Problem], lengths: list[int], max_tokens: int | None
+) -> tuple[list[Problem], int]:
+    """(the problems whose prompt has at most ``max_tokens`` tokens, how many were dropped); None keeps all."""
+    if max_tokens is None:
+        return problems, 0
+    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= max_tokens]
+    return kept, len(problems) - len(kept)
+
+
+def filter_prompts(problems: list[Problem], tokenizer, settings: RunSettings, config) -> list[Problem]:
+    """The training problems without those whose prompt is longer than ``max_prompt_tokens`` (counted, logged).
+    Raises SettingsError when none is left."""
+    if settings.max_prompt_tokens is None:
+        return problems
+    lengths = prompt_lengths(problems, tokenizer, settings.prompt_kwargs(config))
+    kept, dropped = drop_long_prompts(problems, lengths, settings.max_prompt_tokens)
+    if not kept:
+        raise SettingsError(
+            f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(problems)} training prompts is "
+            f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
+        )
+    if dropped:
+        log.info(
+            "dropped %d of %d training prompts longer than %d tokens (max_prompt_tokens)",
+            dropped, len(problems), settings.max_prompt_tokens,
+        )  # fmt: skip
+    return kept
+
+
+def build_dataset(problems: list[Problem], settings: RunSettings | None = None):
+    """The trainer's dataset, one row per problem: the chat prompt (the paper's unless the settings say
+    otherwise, or the row's own messages), the gold answer, the problem text (the restatement rule's question)
+    and the problem id."""
+    from datasets import Dataset  # the trainer's (heavy): the rest of this module loads with the command
+
+    settings = settings or RunSettings()
+    return Dataset.from_list(
+        [
+            {
+                "prompt": build_messages(p.problem, settings.system_prompt, settings.instruction, p.messages),
+                "answer": p.answer,
+                "problem": p.problem,
+                "problem_id": p.id,
+            }
+            for p in problems
+        ]
+    )

@@ -24,21 +24,28 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import random
 from collections import Counter
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from accelerate import PartialState
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 
 from pacs_rl.data import encode_prompts
 from pacs_rl.evaluation.passk import pass_at_k
-from pacs_rl.rewards import math_reward_func
+from pacs_rl.rewards import make_math_reward_func, math_reward_func
+from pacs_rl.run_folder import HELDOUT_FILE
 from pacs_rl.sampling import SamplingParams, TransformersSampler
-from pacs_rl.training.monitor import paid_form
+from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.monitor import SAMPLES_DIR, paid_form
 from pacs_rl.training.output import progress_bar
+from pacs_rl.training.schema import RunSettings
 
 
 # ------------------------------------------------------------------------------------------ on the local model
@@ -339,3 +346,87 @@ class CallOnTrainBegin(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.fn(state)
         return control
+
+
+# ---------------------------------------------------------------------------------------------------- a run's
+def heldout_reward(settings: RunSettings):
+    """What held-out accuracy counts: the math verifier with the run's resolved grader."""
+    return make_math_reward_func(settings.resolved_grader())
+
+
+class HeldOut:
+    """Held-out accuracy before and after training, kept in OUT/heldout.json (a resumed run keeps "before").
+
+    One process without vLLM: `heldout_accuracy` on the local model (the fast sampler). Several processes, sharded
+    weights or vLLM: the trainer's own engine, each process a share of the problems, gathered
+    (`heldout.engine_accuracy`). Only the main process writes the file."""
+
+    def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path, progress=True):
+        self.settings, self.config, self.problems, self.reward = settings, config, problems, reward
+        self.path = out / HELDOUT_FILE
+        self.results = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.progress = progress
+
+    def measure(self, trainer, when: str) -> None:
+        if not self.problems or (when == "before" and "before" in self.results):
+            return
+        s, c = self.settings, self.config
+        tokens = s.eval_max_new_tokens or c.max_completion_length
+        if needs_engine(trainer):
+            result = engine_accuracy(
+                trainer,
+                self.problems,
+                s.eval_temperature,
+                s.eval_top_p,
+                tokens,
+                self.reward,
+                s.eval_batch_size,
+                c.seed,
+                prompt_kwargs=s.prompt_kwargs(c),
+            )
+        else:
+            result = heldout_accuracy(
+                trainer.accelerator.unwrap_model(trainer.model),
+                trainer.processing_class,
+                self.problems,
+                tokens,
+                s.eval_batch_size,
+                s.eval_temperature,
+                top_p=s.eval_top_p,
+                seed=c.seed,
+                reward_func=self.reward,
+                description=f"held-out, {when}",
+                prompt_kwargs=s.prompt_kwargs(c),
+                progress=self.progress,
+            )
+            result["engine"] = "fast-sampler"  # on this process's model
+        rows = result.pop("samples", None)
+        if rows:  # answers cut off at the token limit: many of them, and the accuracy measures the limit
+            result["truncated_frac"] = sum(r.get("finish_reason") == "length" for r in rows) / len(rows)
+        if rows is not None and PartialState().is_main_process:  # for `pacs-rl audit`
+            (self.path.parent / SAMPLES_DIR).mkdir(exist_ok=True)
+            path = self.path.parent / SAMPLES_DIR / f"heldout_{when}.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        self.results[when] = result
+        self.record()
+
+    def record(self, **extra: Any) -> None:
+        if self.results:
+            self.results.update(extra)
+            if PartialState().is_main_process:
+                self.path.write_text(json.dumps(self.results, indent=2))
+
+
+def periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems, reward):
+    """pass@k on the held-out set with num_generations_eval samples per problem (heldout.engine_pass_at_k)."""
+    n = config.num_generations_eval or 1
+    top_p = settings.eval_top_p if settings.eval_temperature > 0 else 1.0
+    tokens = settings.eval_max_new_tokens or config.max_completion_length
+
+    def evaluate() -> dict[str, float]:
+        return engine_pass_at_k(
+            trainer, problems, n, settings.eval_temperature, top_p, tokens, reward, settings.eval_batch_size,
+            config.seed, settings.prompt_kwargs(config),
+        )  # fmt: skip
+
+    return PeriodicEvalCallback(trainer, int(config.eval_steps), evaluate)

@@ -47,7 +47,8 @@ from pacs_rl.settings import SettingsError, install_line, missing_requirements
 from pacs_rl.training import memory, run
 from pacs_rl.training.batch import PAPER_BATCH, batch_note
 from pacs_rl.training.checks import coerce_setting, max_steps_problem, rollout_prompts, too_few_problems
-from pacs_rl.training.data import load_run_data
+from pacs_rl.training.data import drop_long_prompts, load_run_data, prompt_lengths
+from pacs_rl.training.engine import load_dtype, run_problems, training_engine, zero_stage
 from pacs_rl.training.logprobs import pieces_problems
 from pacs_rl.training.memory import DTYPE_BYTES, GIB, training_state_bytes
 from pacs_rl.training.schema import RUN_FIELDS, RunSettings
@@ -172,7 +173,7 @@ def _prompt_counts(settings, config, train) -> tuple[list[int] | None, str]:
     if tokenizer is None:
         return None, f"the tokenizer of {settings.model} is not on this machine"
     try:
-        return run.prompt_lengths(train, tokenizer, settings.prompt_kwargs(config)), ""
+        return prompt_lengths(train, tokenizer, settings.prompt_kwargs(config)), ""
     except ValueError as e:  # no chat template: the run says so when it starts
         return None, str(e)
 
@@ -247,7 +248,7 @@ class _SettingChecks:
             self.refusals.append(str(e))
             return None
         planned = _with(config, self.cfg)
-        self.refusals += run.run_problems(self.settings, planned, run.training_engine(planned, self.n))
+        self.refusals += run_problems(self.settings, planned, training_engine(planned, self.n))
         return config
 
     def data(self) -> tuple[list | None, int | None, tuple[str, str]]:
@@ -291,7 +292,7 @@ class _SettingChecks:
         lengths, why_not = _prompt_counts(settings, config, train)
         if lengths is None:
             return _Prompts(len(train) if train is not None else None, None, None, why_not)
-        kept, dropped = run.drop_long_prompts(train, lengths, settings.max_prompt_tokens)
+        kept, dropped = drop_long_prompts(train, lengths, settings.max_prompt_tokens)
         if settings.max_prompt_tokens is not None and not kept:
             self.refusals.append(
                 f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(train)} training prompts is "
@@ -321,9 +322,9 @@ class _Prompts:
 
 def _engine(settings, cfg, config, n_proc) -> tuple[str, int, str]:
     """(training engine, ZeRO stage, the dtype the weights load in)."""
-    engine = run.training_engine(_with(config, cfg), n_proc)
-    zero_stage = run.zero_stage(_with(config, cfg)) if engine == "deepspeed" else 0
-    return engine, zero_stage, run.load_dtype(settings, _with(config, cfg), engine)
+    engine = training_engine(_with(config, cfg), n_proc)
+    stage = zero_stage(_with(config, cfg)) if engine == "deepspeed" else 0
+    return engine, stage, load_dtype(settings, _with(config, cfg), engine)
 
 
 def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, held, resume_note) -> list[str]:

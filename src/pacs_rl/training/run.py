@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import shutil
 import signal
 import sys
@@ -35,12 +34,11 @@ from typing import Any
 
 import torch
 from accelerate import PartialState
-from datasets import Dataset
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from pacs_rl.data import Problem, build_messages, encode_prompts
+from pacs_rl.data import Problem
 from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
-from pacs_rl.rewards import load_reward_funcs, make_math_reward_func
+from pacs_rl.rewards import load_reward_funcs
 from pacs_rl.run_folder import (
     BASE_MODEL_DIR,
     CURVES_FILE,
@@ -57,16 +55,10 @@ from pacs_rl.training.batch import batch_note
 from pacs_rl.training.card import KEY_SETTINGS, write_model_card
 from pacs_rl.training.checks import output_folder_problem, too_few_problems
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.data import load_run_data
-from pacs_rl.training.heldout import (
-    CallOnTrainBegin,
-    PeriodicEvalCallback,
-    engine_accuracy,
-    engine_pass_at_k,
-    heldout_accuracy,
-    needs_engine,
-)
-from pacs_rl.training.monitor import FORMS_FILE, SAMPLES_DIR
+from pacs_rl.training.data import build_dataset, filter_prompts, load_run_data
+from pacs_rl.training.engine import model_init_kwargs, run_problems, start_deepspeed_comm, training_engine
+from pacs_rl.training.heldout import CallOnTrainBegin, HeldOut, heldout_reward, needs_engine, periodic_eval
+from pacs_rl.training.monitor import FORMS_FILE
 from pacs_rl.training.output import (
     METRICS_FILE,
     MetricsJsonlCallback,
@@ -78,7 +70,7 @@ from pacs_rl.training.output import (
 )
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from pacs_rl.training.schema import RunSettings
-from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer, sharding_problems
+from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer
 
 log = logging.getLogger("pacs_rl.training")
 
@@ -130,57 +122,6 @@ def build_config(config_kwargs: Mapping[str, Any], output_dir: str | Path) -> PA
 
 
 # ---------------------------------------------------------------------------------------------------- data
-def prompt_lengths(problems: list[Problem], tokenizer, prompt_kwargs: Mapping[str, Any]) -> list[int]:
-    """Tokens of each problem's prompt after the chat template, as the trainer renders it."""
-    return [len(ids) for ids in encode_prompts(tokenizer, problems, dict(prompt_kwargs))]
-
-
-def drop_long_prompts(
-    problems: list[Problem], lengths: list[int], max_tokens: int | None
-) -> tuple[list[Problem], int]:
-    """(the problems whose prompt has at most ``max_tokens`` tokens, how many were dropped); None keeps all."""
-    if max_tokens is None:
-        return problems, 0
-    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= max_tokens]
-    return kept, len(problems) - len(kept)
-
-
-def filter_prompts(problems: list[Problem], tokenizer, settings: RunSettings, config) -> list[Problem]:
-    """The training problems without those whose prompt is longer than ``max_prompt_tokens`` (counted, logged).
-    Raises SettingsError when none is left."""
-    if settings.max_prompt_tokens is None:
-        return problems
-    lengths = prompt_lengths(problems, tokenizer, settings.prompt_kwargs(config))
-    kept, dropped = drop_long_prompts(problems, lengths, settings.max_prompt_tokens)
-    if not kept:
-        raise SettingsError(
-            f"max_prompt_tokens={settings.max_prompt_tokens}: every one of the {len(problems)} training prompts is "
-            f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
-        )
-    if dropped:
-        log.info(
-            "dropped %d of %d training prompts longer than %d tokens (max_prompt_tokens)",
-            dropped, len(problems), settings.max_prompt_tokens,
-        )  # fmt: skip
-    return kept
-
-
-def build_dataset(problems: list[Problem], settings: RunSettings | None = None) -> Dataset:
-    """The trainer's dataset, one row per problem: the chat prompt (the paper's unless the settings say
-    otherwise, or the row's own messages), the gold answer, the problem text (the restatement rule's question)
-    and the problem id."""
-    settings = settings or RunSettings()
-    return Dataset.from_list(
-        [
-            {
-                "prompt": build_messages(p.problem, settings.system_prompt, settings.instruction, p.messages),
-                "answer": p.answer,
-                "problem": p.problem,
-                "problem_id": p.id,
-            }
-            for p in problems
-        ]
-    )
 
 
 def build_reward_funcs(settings: RunSettings, config: PACSConfig) -> list:
@@ -198,11 +139,6 @@ def build_reward_funcs(settings: RunSettings, config: PACSConfig) -> list:
             f"({settings.reward_funcs!r}); give one weight per function."
         )
     return funcs
-
-
-def heldout_reward(settings: RunSettings):
-    """What held-out accuracy counts: the math verifier with the run's resolved grader."""
-    return make_math_reward_func(settings.resolved_grader())
 
 
 # ---------------------------------------------------------------------------------------------------- the run
@@ -253,116 +189,6 @@ class RunInterrupted(KeyboardInterrupt):
 
     def describe(self) -> str:
         return f"interrupted ({self.signal_name}) at step {self.step} of {self.max_steps}; {self.kept()}"
-
-
-def training_engine(config: PACSConfig, num_processes: int) -> str:
-    """How the weights are trained: 'deepspeed', 'fsdp' (from the config or `accelerate launch`'s environment),
-    'ddp' (several processes) or 'single'."""
-    env = os.environ
-    if config.deepspeed or env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
-        return "deepspeed"
-    if config.fsdp or env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
-        return "fsdp"
-    return "ddp" if num_processes > 1 else "single"
-
-
-def load_dtype(settings: RunSettings, config: PACSConfig, engine: str) -> str:
-    """The dtype the policy's weights load in: model_init_kwargs['dtype'] or model_dtype when set; else
-    bfloat16 (float16) for DeepSpeed and FSDP training in bf16 (fp16), which keep fp32 master weights of their own
-    (DeepSpeed's optimizer partitions, accelerate's FSDP upcast), and float32 otherwise: one process or DDP
-    train the loaded weights themselves, and bf16 weights under AdamW lose updates below bf16's resolution
-    (a 1e-6 step on a weight of 0.01 is 1e-4 of it; bf16 resolves 4e-3). bf16 autocast computes in bf16 either way."""
-    given = (config.model_init_kwargs or {}).get("dtype")
-    if given is not None:
-        return str(given).removeprefix("torch.")
-    if settings.model_dtype != "auto":
-        return settings.model_dtype
-    if engine in ("deepspeed", "fsdp") and (config.bf16 or config.fp16):
-        return "bfloat16" if config.bf16 else "float16"
-    return "float32"
-
-
-def model_init_kwargs(settings: RunSettings, config: PACSConfig, engine: str) -> dict[str, Any]:
-    """The keyword arguments TRL loads the policy with: the config's model_init_kwargs, the resolved dtype, and
-    device_map=None under DeepSpeed and FSDP (ZeRO-3's partitioned init and FSDP's loading place the weights;
-    TRL would pick device_map='auto' for FSDP)."""
-    kwargs = dict(config.model_init_kwargs or {})
-    kwargs["dtype"] = load_dtype(settings, config, engine)
-    if engine in ("deepspeed", "fsdp"):
-        kwargs.setdefault("device_map", None)
-    return kwargs
-
-
-def zero_stage(config: PACSConfig) -> int:
-    """The DeepSpeed ZeRO stage of a run: from the `deepspeed` setting (a dict or a JSON file), else from
-    `accelerate launch`'s environment (its --deepspeed_config_file, else its --zero_stage); 0 without DeepSpeed."""
-    ds = config.deepspeed or os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
-    if isinstance(ds, str) and Path(ds).is_file():
-        ds = json.loads(Path(ds).read_text())
-    if isinstance(ds, Mapping):
-        return int((ds.get("zero_optimization") or {}).get("stage", 0) or 0)
-    return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0") or 0)
-
-
-def start_deepspeed_comm(config: PACSConfig, engine: str, num_processes: int) -> None:
-    """Start DeepSpeed's communication over the processes' gloo group on CPU, before the weights load.
-
-    With use_cpu=True transformers sets up plain gloo and leaves DeepSpeed's own layer unstarted (it starts it only
-    on an accelerator); ZeRO-3's partitioned loading then reads a world size of 1 from it and refuses the
-    `deepspeed` setting's batch sizes ("train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step *
-    world_size"). On GPUs transformers starts it itself."""
-    if engine != "deepspeed" or not config.use_cpu or num_processes < 2:
-        return
-    from deepspeed import comm
-
-    if not comm.is_initialized():
-        comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
-
-
-def run_problems(settings: RunSettings, config: PACSConfig, engine: str = "single") -> list[str]:
-    """Settings of a run that conflict with each other or that the run would not act on, each naming the setting
-    and what to do (empty when all is well). Checked before any model loads, and by `pacs-rl train --dry-run`.
-    engine: training_engine() of the run."""
-    out = []
-    sharded = engine == "fsdp" or (engine == "deepspeed" and zero_stage(config) == 3)
-    if config.fast_sampler and not config.use_vllm and sharded:
-        out.append(
-            "fast_sampler=True samples with each process's local model, which holds only a shard under "
-            f"{'FSDP' if engine == 'fsdp' else 'DeepSpeed ZeRO-3'}: set fast_sampler=false (TRL's generate gathers "
-            "the weights) or use_vllm=true (the CPU default's layer turns fast_sampler on)"
-        )
-    stage = zero_stage(config) if engine == "deepspeed" else None
-    out += sharding_problems(
-        config.reference, config.reset_optimizer and config.ref_reset_steps > 0, stage, engine == "fsdp"
-    )
-    given = (config.model_init_kwargs or {}).get("dtype")
-    if (
-        given is not None
-        and settings.model_dtype != "auto"
-        and str(given).removeprefix("torch.") != settings.model_dtype
-    ):
-        out.append(
-            f"model_dtype={settings.model_dtype!r} and model_init_kwargs dtype={given!r} disagree: set only one"
-        )
-    eval_strategy = getattr(config.eval_strategy, "value", config.eval_strategy)
-    if eval_strategy != "no":
-        out.append(
-            f"eval_strategy={eval_strategy!r}: `pacs-rl train` does not run TRL's evaluate() (it has no "
-            "eval_dataset); for an evaluation during training set eval_steps (pass@k on the held-out set every "
-            "eval_steps optimizer steps) and leave eval_strategy at 'no'"
-        )
-    if config.eval_steps is not None:
-        n = config.num_generations_eval or 1
-        if float(config.eval_steps) < 1 or float(config.eval_steps) != int(config.eval_steps):
-            out.append(f"eval_steps={config.eval_steps}: give a whole number of optimizer steps >= 1")
-        if not settings.eval_size:
-            out.append(f"eval_steps={config.eval_steps} needs a held-out set: set eval_size > 0")
-        if n > 1 and settings.eval_temperature == 0:
-            out.append(
-                f"eval_steps with num_generations_eval={n} samples per problem at eval_temperature=0 (greedy) draws "
-                f"{n} identical answers: set eval_temperature (the paper: 0.6) or num_generations_eval=1"
-            )
-    return out
 
 
 def resume_point(out: Path, resume: bool, config: PACSConfig, world: int) -> tuple[str | None, bool]:
@@ -437,84 +263,6 @@ def _non_default_fields(config: PACSConfig) -> dict[str, Any]:
         if f.init and value != default:
             out[f.name] = value
     return out
-
-
-class _HeldOut:
-    """Held-out accuracy before and after training, kept in OUT/heldout.json (a resumed run keeps "before").
-
-    One process without vLLM: `heldout_accuracy` on the local model (the fast sampler). Several processes, sharded
-    weights or vLLM: the trainer's own engine, each process a share of the problems, gathered
-    (`heldout.engine_accuracy`). Only the main process writes the file."""
-
-    def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path, progress=True):
-        self.settings, self.config, self.problems, self.reward = settings, config, problems, reward
-        self.path = out / HELDOUT_FILE
-        self.results = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        self.progress = progress
-
-    def measure(self, trainer, when: str) -> None:
-        if not self.problems or (when == "before" and "before" in self.results):
-            return
-        s, c = self.settings, self.config
-        tokens = s.eval_max_new_tokens or c.max_completion_length
-        if needs_engine(trainer):
-            result = engine_accuracy(
-                trainer,
-                self.problems,
-                s.eval_temperature,
-                s.eval_top_p,
-                tokens,
-                self.reward,
-                s.eval_batch_size,
-                c.seed,
-                prompt_kwargs=s.prompt_kwargs(c),
-            )
-        else:
-            result = heldout_accuracy(
-                trainer.accelerator.unwrap_model(trainer.model),
-                trainer.processing_class,
-                self.problems,
-                tokens,
-                s.eval_batch_size,
-                s.eval_temperature,
-                top_p=s.eval_top_p,
-                seed=c.seed,
-                reward_func=self.reward,
-                description=f"held-out, {when}",
-                prompt_kwargs=s.prompt_kwargs(c),
-                progress=self.progress,
-            )
-            result["engine"] = "fast-sampler"  # on this process's model
-        rows = result.pop("samples", None)
-        if rows:  # answers cut off at the token limit: many of them, and the accuracy measures the limit
-            result["truncated_frac"] = sum(r.get("finish_reason") == "length" for r in rows) / len(rows)
-        if rows is not None and PartialState().is_main_process:  # for `pacs-rl audit`
-            (self.path.parent / SAMPLES_DIR).mkdir(exist_ok=True)
-            path = self.path.parent / SAMPLES_DIR / f"heldout_{when}.jsonl"
-            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        self.results[when] = result
-        self.record()
-
-    def record(self, **extra: Any) -> None:
-        if self.results:
-            self.results.update(extra)
-            if PartialState().is_main_process:
-                self.path.write_text(json.dumps(self.results, indent=2))
-
-
-def _periodic_eval(trainer, settings: RunSettings, config: PACSConfig, problems, reward):
-    """pass@k on the held-out set with num_generations_eval samples per problem (heldout.engine_pass_at_k)."""
-    n = config.num_generations_eval or 1
-    top_p = settings.eval_top_p if settings.eval_temperature > 0 else 1.0
-    tokens = settings.eval_max_new_tokens or config.max_completion_length
-
-    def evaluate() -> dict[str, float]:
-        return engine_pass_at_k(
-            trainer, problems, n, settings.eval_temperature, top_p, tokens, reward, settings.eval_batch_size,
-            config.seed, settings.prompt_kwargs(config),
-        )  # fmt: skip
-
-    return PeriodicEvalCallback(trainer, int(config.eval_steps), evaluate)
 
 
 def run_training(
@@ -681,7 +429,7 @@ class _Session:
         settings, config, out, state = self.settings, self.config, self.out, self.state
         rewards = build_reward_funcs(settings, config)
         self.reward = heldout_reward(settings)
-        self.heldout = _HeldOut(settings, config, self.held, self.reward, out, progress=progress)
+        self.heldout = HeldOut(settings, config, self.held, self.reward, out, progress=progress)
         start_deepspeed_comm(config, self.engine, state.num_processes)
         _, trainer_cls = config_and_trainer_classes(config.loss_type)
         trainer = trainer_cls(
@@ -709,7 +457,7 @@ class _Session:
         trainer.add_callback(RichProgressCallback(config.loss_type, enabled=progress))  # after "before"'s bar
         trainer.add_callback(StopAtStepEnd(self.stop))
         if config.eval_steps:
-            trainer.add_callback(_periodic_eval(trainer, settings, config, self.held, self.reward))
+            trainer.add_callback(periodic_eval(trainer, settings, config, self.held, self.reward))
         return trainer
 
     def train(self, trainer) -> float:
