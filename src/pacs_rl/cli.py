@@ -8,6 +8,7 @@ import importlib.metadata as md
 import typer
 
 from pacs_rl import __version__
+from pacs_rl import device as devices
 from pacs_rl.command import Command, Group
 from pacs_rl.compare.cli import compare_command
 from pacs_rl.compare.plan import method_names
@@ -48,11 +49,10 @@ def info() -> None:
             typer.echo(f"  bundled model {name}: {e}")
     typer.echo(f"  cache: {cache_dir()}")
     try:
-        from pacs_rl.device import choose_device, cuda_info  # `pacs-rl info` only
         from pacs_rl.sampling.transformers_backend import cpu_capability
 
         typer.echo(f"  CPU: {cpu_capability()}")
-        cuda = cuda_info()
+        cuda = devices.cuda_info()
         if cuda.available:
             memory = f"{cuda.memory_gib:.1f} GiB" if cuda.memory_gib else "memory unknown"
             typer.echo(f"  CUDA: {cuda.name or 'device 0'}, {memory}, {cuda.count} visible, bf16 {cuda.bf16}")
@@ -61,7 +61,7 @@ def info() -> None:
                 f"torch built for CUDA {cuda.torch_cuda}" if cuda.torch_cuda else "this torch is a CPU build"
             )
             typer.echo(f"  CUDA: none visible ({built})")
-        typer.echo(f"  pacs-rl train runs on: {choose_device({}, cuda).line()}")
+        typer.echo(f"  pacs-rl train runs on: {devices.choose_device({}, cuda).line()}")
     except ImportError as e:  # no torch: the versions above say so
         typer.echo(f"  CPU: unknown ({e})")
 

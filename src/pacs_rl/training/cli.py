@@ -23,6 +23,7 @@ from typing import Any
 
 import typer
 
+from pacs_rl import device as devices
 from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes, typed_command
 from pacs_rl.models import ModelError
 from pacs_rl.run_folder import folder_state, last_complete_checkpoint
@@ -153,9 +154,7 @@ def with_device(user: dict[str, Any]):
     """(the settings with the device layer, the device choice): CPU defaults < the device choice < ``user``. The
     hardware picks CUDA and its precision over the CPU default unless ``user`` sets use_cpu / bf16
     (pacs_rl.device); this imports torch to ask it."""
-    from pacs_rl.device import choose_device, cuda_info  # kept out of the start: the checks come first
-
-    choice = choose_device(user, cuda_info())
+    choice = devices.choose_device(user, devices.cuda_info())
     return {**default_settings(), **choice.settings, **user}, choice
 
 
@@ -321,9 +320,9 @@ def _train(launch: Launch, progress: bool):
     if problems:
         fail("; ".join(problems))
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    from pacs_rl.device import choose_device, cuda_info
-
-    device = choose_device(launch.user, cuda_info())  # torch: only now, after the cheap checks
+    device = devices.choose_device(
+        launch.user, devices.cuda_info()
+    )  # torch: only now, after the cheap checks
     cfg |= {k: v for k, v in device.settings.items() if k not in launch.user}  # the user's settings win
     resume, out, state = launch.resume, launch.output_dir, launch.state
     if state in ("checkpointed", "finished", "started"):
