@@ -1,5 +1,6 @@
-"""Every setting of `pacs-rl train`, declared once: its name, type, default, help text and the check that needs
-neither torch nor TRL live in one dataclass field here. Everything else is read from these declarations:
+"""Every setting of `pacs-rl train`, declared once: ``name: type = setting(default, help, check=...,
+loss_option=...)`` (`pacs_rl.settings.setting`, a dataclass field) holds its name, type, default, help text and the
+check that needs neither torch nor TRL. Everything else is read from these declarations:
 
 - `RunSettings`: what a run trains on and reports (the data and prompt settings are
   `pacs_rl.settings.DataSettings`, shared with `pacs-rl eval` and `compare`);
@@ -8,15 +9,14 @@ neither torch nor TRL live in one dataclass field here. Everything else is read 
 - `CriticFields`: the critic's fields, which `PPOConfig` adds;
 - TRL's own fields, with their types and how the trainer treats each, are one table in `trl_fields.py`.
 
-A field's metadata holds its ``help``; ``check(name, value)``, the torch-free check (a problem's text, or
-None), which `pacs-rl train`, the dry run and the config class all run; ``choices``; and ``loss_option``, the
-option of the loss the trainer fills from the field. The type table (`setting_type`), the loss options
-(`PACS_OPTION_FIELDS`), the options of `pacs-rl train` (`--set` and TRL's ``--name value``) and `--list-keys`
-are derived from them. `CPU_DEFAULTS` is the config of the CPU default run (configs/cpu_default.yaml, checked
-against it).
+A check (``check(name, value)``: a problem's text, a list of them, or None) runs in `pacs-rl train`, the dry run
+and the config class; ``loss_option`` names the loss's keyword the trainer fills from the field. The type table
+(`setting_type`), the loss options (`PACS_OPTION_FIELDS`), the options of `pacs-rl train` (their help, `--set`,
+TRL's ``--name value``) and `--list-keys` are derived from the declarations. `CPU_DEFAULTS` is the config of the
+CPU default run (configs/cpu_default.yaml, checked against it).
 
 Adding a PACS option: a field in `PACSFields` with ``loss_option`` set, and the keyword in the loss
-(pacs_rl/algorithms/pacs.py). Nothing else names it.
+(pacs_rl/algorithms/pacs.py). Nothing else names it (tests/test_adding_an_option.py).
 """
 
 from __future__ import annotations
