@@ -21,7 +21,6 @@ from pacs_rl.models import hub_unreachable, model_problem
 from pacs_rl.run_folder import output_folder_problem
 from pacs_rl.settings import (
     SettingsError,
-    canonical_key,
     missing_packages,
     read_yaml,
     rename_keys,
@@ -83,44 +82,50 @@ def check_keys(keys, where: str) -> None:
             raise SettingsError(unknown_name(key, known, where, "See `pacs-rl train --list-keys`."))
 
 
-def split_settings(
-    values: Mapping[str, Any], where: str = "the settings"
-) -> tuple[RunSettings, dict[str, Any]]:
-    """One flat mapping of settings -> (RunSettings, the config's keyword arguments), each value converted to
-    its field's type. Unknown names are refused with close matches; other spellings (TRL's model_name_or_path,
-    an older dataset_split) are taken under their names."""
-    values = rename_keys(values, where)
+def read_settings(values: Mapping[str, Any], where: str, notes: list[str] | None = None) -> dict[str, Any]:
+    """Settings as given (a YAML file, --set, a comparison's train section) under their current names, every
+    name known and every value of its declared type: the one pass a value takes (older spellings renamed, with a
+    note in ``notes``; unknown names refused with close matches; text typed, other types checked)."""
+    values = rename_keys(values, where, notes)
     check_keys(values, where)
-    typed = {k: coerce_setting(k, v) for k, v in values.items()}
+    return {k: coerce_setting(k, v) for k, v in values.items()}
+
+
+def split_typed(typed: Mapping[str, Any]) -> tuple[RunSettings, dict[str, Any]]:
+    """Settings already read (`read_settings`) -> (RunSettings, the trainer config's keyword arguments)."""
     settings = RunSettings(**{k: v for k, v in typed.items() if k in RUN_FIELDS})
     return settings, {k: v for k, v in typed.items() if k not in RUN_FIELDS}
 
 
+def split_settings(
+    values: Mapping[str, Any], where: str = "the settings"
+) -> tuple[RunSettings, dict[str, Any]]:
+    """One flat mapping of settings as given -> (RunSettings, the config's keyword arguments): `read_settings`,
+    then `split_typed`."""
+    return split_typed(read_settings(values, where))
+
+
 def load_settings_file(path: str | Path, notes: list[str] | None = None) -> dict[str, Any]:
-    """A YAML file of settings (`setting: value` per line) as a dict, keys under their current names; unknown
-    names and YAML syntax errors (file:line:column) are refused. ``notes`` gets a line per older spelling."""
-    data = rename_keys(read_yaml(path), str(path), notes)
-    check_keys(data, str(path))
-    return data
+    """A YAML file of settings (`setting: value` per line), read (`read_settings`): YAML syntax errors
+    (file:line:column) and unknown names are refused; ``notes`` gets a line per older spelling."""
+    return read_settings(read_yaml(path), str(path), notes)
 
 
 def parse_assignments(
     items: list[str], where: str = "--set", notes: list[str] | None = None
 ) -> dict[str, Any]:
-    """``["learning_rate=1e-5", "pacs_weighted=false"]`` -> a dict; each value read as YAML, then typed by
-    :func:`split_settings`. Unknown names are refused."""
+    """``["learning_rate=1e-5", "pacs_weighted=false"]`` -> the settings, read (`read_settings`); each value's
+    text is read as YAML first."""
     out = {}
     for item in items:
         key, eq, text = item.partition("=")
         if not eq or not key.strip():
             raise SettingsError(f"{where} {item!r}: expected key=value, e.g. {where} learning_rate=1e-5")
-        key = canonical_key(key.strip(), where, notes)
         try:
-            out[key] = yaml.safe_load(text)
+            out[key.strip()] = yaml.safe_load(text)
         except yaml.YAMLError:
-            out[key] = text
-    check_keys(out, where)
-    return out
+            out[key.strip()] = text
+    return read_settings(out, where, notes)
 
 
 # ---------------------------------------------------------------------------------------------------- checks

@@ -139,7 +139,7 @@ def user_settings(
         taken = sorted(set(layer) & set(COMMAND_FIELDS))
         if taken:
             raise SettingsError("; ".join(f"{k} in {where}: {COMMAND_FIELDS[k]}" for k in taken))
-    # typed here (an option's text, "4"), as --set's values are by split_settings: the dry run's plan reads them
+    # an option's text ("4") typed here, as the file's and --set's values are where they are read
     given = {k: checks.coerce_setting(k, v) for k, v in options.items() if v is not None}
     return {**layers[0], **given, **layers[1]}
 
@@ -312,7 +312,7 @@ def resolve_launch(config: str | None, options: dict[str, Any], sets: list[str],
 def _train(launch: Launch, progress: bool):
     """Check what needs no torch, then choose the device, load the library and train (or report a finished run):
     the run's `TrainResult`."""
-    settings, cfg = checks.split_settings(launch.values)
+    settings, cfg = checks.split_typed(launch.values)  # every layer was read (typed) once already
     if _is_main_process():
         show_library_notes()
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -414,7 +414,7 @@ def _dry_run(launch: Launch, num_processes: int | None, gpu_memory_gib: float | 
 
     values, device = with_device(launch.user)
     if launch.state in ("checkpointed", "finished"):
-        _rerun(*checks.split_settings(values), launch.output_dir, launch.state)
+        _rerun(*checks.split_typed(values), launch.output_dir, launch.state)
     n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
     lines, refusals = dry_run(values, launch.output_dir, n, launch.checked_resume, device, gpu_memory_gib)
     typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
