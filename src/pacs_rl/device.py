@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 GIB = 1024**3
 
@@ -63,8 +63,7 @@ CPU_BF16: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class CudaInfo:
+class CudaInfo(NamedTuple):
     """What this machine's torch sees of CUDA (device 0)."""
 
     available: bool

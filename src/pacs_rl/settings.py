@@ -47,15 +47,16 @@ def one_line(text: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- declaring
-@dataclass(frozen=True)
 class Declared:
     """What a setting's declaration holds beyond a dataclass field's help and choices (kept out of the field's
-    metadata, which argparse-based parsers such as transformers' HfArgumentParser pass to argparse whole)."""
+    metadata, which argparse-based parsers such as transformers' HfArgumentParser pass to argparse whole): its
+    check, ``check(name, value)`` -> a problem's text, a list of them, or None; and the loss's keyword the trainer
+    fills from the setting."""
 
-    check: Callable[[str, Any], Any] | None = (
-        None  # (name, value) -> a problem's text, a list of them, or None
-    )
-    loss_option: str | None = None  # the loss's keyword the trainer fills from this setting
+    __slots__ = ("check", "loss_option")
+
+    def __init__(self, check: Callable[[str, Any], Any] | None = None, loss_option: str | None = None):
+        self.check, self.loss_option = check, loss_option
 
 
 _DECLARED: dict[Any, Declared] = {}  # dataclass field -> its declaration (a field is hashed by identity)

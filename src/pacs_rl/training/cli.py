@@ -17,9 +17,8 @@ from __future__ import annotations
 import functools
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import typer
 
@@ -276,8 +275,7 @@ def train_command(
         _print_result(result)
 
 
-@dataclass
-class Launch:
+class Launch(NamedTuple):
     """What a `pacs-rl train` command line asks for, resolved before anything heavy loads."""
 
     user: dict[str, Any]  # the settings the user gave, above the CPU default (without output_dir)
