@@ -209,16 +209,10 @@ def inner_imports(package: Path) -> dict:
                     continue
                 total += 1
                 names = imported(package, path, node)
-                mods = [
-                    n for n in names if n.split(".")[0] in HEAVY or n in heavy or n.startswith("pacs_rl.")
-                ]
+                if any(n.split(".")[0] in HEAVY or n in heavy for n in names):
+                    continue  # a heavy or optional library, or a module that loads one
                 # light: a stdlib module, or a pacs_rl module that loads nothing heavy (nor does what it names)
-                if not any(n.split(".")[0] in HEAVY or n in heavy for n in names):
-                    targets = [
-                        n for n in names if n != "pacs_rl" and (n in mods or not n.startswith("pacs_rl"))
-                    ]
-                else:
-                    targets = []
+                targets = [n for n in names if n != "pacs_rl"]
                 if targets:
                     light.append(f"{path.relative_to(package.parent)}:{fn.name}: {', '.join(targets)}")
     return {"count": total, "light": len(light), "light_imports": light}

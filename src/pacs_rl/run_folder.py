@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs_rl.data import benchmark_name
-from pacs_rl.data.procedural import is_procedural, parse_query
+from pacs_rl.data.procedural import arithmetic_task, is_procedural
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
 from pacs_rl.settings import output_dir_problem
 
@@ -122,10 +122,8 @@ def heldout_protocol(run: Mapping[str, Any], max_new_tokens: int, seed: int, n: 
         return None
     limit = None
     if run["eval_dataset"] is None:  # the arithmetic task's held-out split (training/data.py)
-        task = parse_query(run["dataset"].partition("?")[2])
-        ops = task.get("ops", run["arithmetic_ops"])
-        digits = task.get("digits", run["arithmetic_digits"])
-        source = f"arithmetic?split=test&seed={HELDOUT_SEED}&n={n}&ops={ops}&digits={digits}"
+        task = arithmetic_task(run["dataset"], run["arithmetic_ops"], run["arithmetic_digits"])
+        source = f"arithmetic?split=test&seed={HELDOUT_SEED}&n={n}&ops={task['ops']}&digits={task['digits']}"
         fields: dict[str, Any] = {}
     else:
         source, limit = run["eval_dataset"], run["eval_size"]

@@ -218,14 +218,15 @@ def rewrite_args(
             new, noted = old[name]
             out += _old_option(name, new, value if eq else None, rest, notes if noted else [])
         else:
-            key = canonical_key(name[2:].replace("-", "_"), name, None)
+            spelled = name[2:].replace("-", "_")
+            key, noted = RENAMED_SETTINGS.get(spelled, (spelled, False))
             flag = "--" + key.replace("_", "-")
             if flag in options:
-                if RENAMED_SETTINGS.get(name[2:].replace("-", "_"), ("", False))[1]:
+                if noted:
                     notes.append(f"{name} is now called {flag}; the old name still works")
                 out.append(flag + eq + value)
             elif settings is not None and key in settings:
-                canonical_key(name[2:].replace("-", "_"), name, notes)
+                canonical_key(spelled, name, notes)  # its note, in the words a file's older key gets
                 out += ["--set", f"{key}={value if eq else _option_value(name, key, settings[key], rest)}"]
             else:
                 out.append(arg)

@@ -216,6 +216,14 @@ def parse_query(query: str) -> dict[str, Any]:
     return out
 
 
+def arithmetic_task(source: str, ops: Any, digits: Any) -> dict[str, Any]:
+    """The arithmetic task an ``arithmetic?...`` source draws: its own ops= and digits= where it names them, else
+    ``ops`` and ``digits`` (a training run's arithmetic_ops and arithmetic_digits). The run's training set and the
+    held-out protocol it records read the task here, so they cannot disagree."""
+    opts = parse_query(source.partition("?")[2])
+    return {"ops": str(opts.get("ops", ops)), "digits": opts.get("digits", digits)}
+
+
 def _import_reasoning_gym(source: str):
     """The ``reasoning_gym`` module (an optional extra), or a DataError naming ``source`` and the install."""
     try:

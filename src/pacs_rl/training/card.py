@@ -290,7 +290,7 @@ UNFINISHED = (
 )
 
 
-def _key_settings(recorded: dict[str, Any]) -> dict[str, Any]:
+def _recorded_key_settings(recorded: dict[str, Any]) -> dict[str, Any]:
     """The run's key settings as settings.json records them; for a run recorded before key_settings, those of its
     recorded config fields (the ones that differ from their defaults), PACS unless it says otherwise."""
     config = recorded.get("config", {})
@@ -379,7 +379,7 @@ def card_text(
     out = Path(out)
     recorded = read_json(out / SETTINGS_FILE)
     run = recorded.get("run", {})
-    key = _key_settings(recorded)
+    key = _recorded_key_settings(recorded)
     try:
         protocol = recorded_protocol(out) or {}
     except ProtocolUnknown:  # the card then leaves the protocol out

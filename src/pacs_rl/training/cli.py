@@ -154,7 +154,12 @@ def with_device(user: dict[str, Any]):
     hardware picks CUDA and its precision over the CPU default unless ``user`` sets use_cpu / bf16
     (pacs_rl.device); this imports torch to ask it."""
     choice = devices.choose_device(user, devices.cuda_info())
-    return {**default_settings(), **choice.settings, **user}, choice
+    return {**default_settings(), **device_layer(choice, user), **user}, choice
+
+
+def device_layer(choice, user: dict[str, Any]) -> dict[str, Any]:
+    """What the device choice sets that the user did not: it lies over the CPU default, under the user."""
+    return {k: v for k, v in choice.settings.items() if k not in user}
 
 
 def _is_main_process() -> bool:
@@ -321,7 +326,7 @@ def _train(launch: Launch, progress: bool):
     device = devices.choose_device(
         launch.user, devices.cuda_info()
     )  # torch: only now, after the cheap checks
-    cfg |= {k: v for k, v in device.settings.items() if k not in launch.user}  # the user's settings win
+    cfg |= device_layer(device, launch.user)  # config fields only (tests/test_gpu_plan.py)
     resume, out, state = launch.resume, launch.output_dir, launch.state
     if state in ("checkpointed", "finished", "started"):
         resume = _rerun(settings, cfg, out, state) if state != "started" else _restart(settings, cfg, out)
@@ -360,11 +365,16 @@ def _print_result(result) -> None:
         typer.echo(line)
 
 
+def _differences(settings, cfg: dict[str, Any], output_dir: str) -> list[str]:
+    """How these settings differ from the run recorded in ``output_dir`` (the training library: the config)."""
+    run = _library()
+    return run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
+
+
 def _rerun(settings, cfg: dict[str, Any], output_dir: str, state: str) -> bool:
     """A command rerun into the folder of a run with a checkpoint or finished: True (resume it) when it holds a run
     of the same settings, with a note; else SettingsError naming what differs."""
-    run = _library()
-    diffs = run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
+    diffs = _differences(settings, cfg, output_dir)
     if diffs:
         raise SettingsError(
             f"{output_dir} holds a run made with other settings ({'; '.join(diffs)}): rerun the command that made "
@@ -380,8 +390,7 @@ def _rerun(settings, cfg: dict[str, Any], output_dir: str, state: str) -> bool:
 def _restart(settings, cfg: dict[str, Any], output_dir: str) -> bool:
     """A command rerun into the folder of a run that stopped before its first checkpoint: start it again (same
     settings, with a note) or SettingsError naming what differs. Returns False (no resume)."""
-    run = _library()
-    diffs = run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
+    diffs = _differences(settings, cfg, output_dir)
     if diffs:
         raise SettingsError(
             f"{output_dir} holds the start of a run made with other settings ({'; '.join(diffs)}) and no checkpoint: "

@@ -22,7 +22,7 @@ from pacs_rl.data import (
     load_problems,
     split_disjoint,
 )
-from pacs_rl.data.procedural import is_procedural, parse_query
+from pacs_rl.data.procedural import arithmetic_task, is_procedural, parse_query
 from pacs_rl.run_folder import FIELD_KEYS, HELDOUT_SEED
 from pacs_rl.settings import SettingsError
 from pacs_rl.training.schema import RunSettings
@@ -43,10 +43,7 @@ def _arithmetic_sets(settings: RunSettings, seed: int) -> tuple[list[Problem], d
         raise DataError(
             f"{source!r}: unknown option(s) {', '.join(sorted(unknown))}; known: n, seed, ops, digits"
         )
-    task = {
-        "ops": str(opts.get("ops", settings.arithmetic_ops)),
-        "digits": opts.get("digits", settings.arithmetic_digits),
-    }
+    task = arithmetic_task(source, settings.arithmetic_ops, settings.arithmetic_digits)
     want = int(opts.get("n", settings.train_size or 2000))
     pool = arithmetic_pool_size(split="train", **task)
     if want > pool and "n" not in opts:  # train_size is a ceiling here; an explicit n= is a demand

@@ -401,13 +401,12 @@ class _Session:
         """settings.json (the run, its config, how held-out accuracy is measured, its data) and the card."""
         settings, config, out = self.settings, self.config, self.out
         earlier = read_json(out / SETTINGS_FILE) if self.checkpoint else {}
+        run_keys = dataclasses.asdict(settings)
         recorded = {
-            "run": dataclasses.asdict(settings),
+            "run": run_keys,
             "config": given,
             "key_settings": _key_settings(config),
-            "heldout": heldout_protocol(
-                dataclasses.asdict(settings), config.max_completion_length, config.seed, len(self.held)
-            ),
+            "heldout": heldout_protocol(run_keys, config.max_completion_length, config.seed, len(self.held)),
             "command": earlier.get("command") or command,  # the command that started the run
             "data": {
                 "training_prompts": len(self.train_problems),
