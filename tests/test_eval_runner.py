@@ -179,6 +179,23 @@ def test_resume_refuses_other_settings_and_extends_n(tmp_path, tiny_tokenizer):
     assert sorted(Counter(r["sample_index"] for r in rows).items()) == [(0, 6), (1, 6), (2, 6), (3, 6)]
 
 
+def test_resume_takes_a_model_folder_under_another_spelling(tmp_path, tiny_tokenizer, monkeypatch):
+    """A run started as ``runs/x/final`` from the project folder resumes when a driver names the same folder by
+    its absolute path (or through a link); a different folder, or a name that is not a folder here, is refused."""
+    (tmp_path / "runs" / "final").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)
+    run_eval(_config(tmp_path, n=2, model="runs/final"), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+    for same in (str(tmp_path / "runs" / "final"), str(tmp_path / "link" / "final"), "./runs/../runs/final"):
+        again = ScriptedSampler()
+        run_eval(_config(tmp_path, n=2, model=same), sampler=again, tokenizer=tiny_tokenizer)
+        assert again.requested == 0  # resumed: every sample was there
+    for other in (str(tmp_path / "other"), "runs/final2", "org/model"):
+        with pytest.raises(ResumeMismatch, match="model: samples have 'runs/final'"):
+            run_eval(_config(tmp_path, n=2, model=other), sampler=ScriptedSampler(), tokenizer=tiny_tokenizer)
+
+
 def test_several_benchmarks_load_the_model_once_and_write_one_table(tmp_path, built):
     import pacs_rl.evaluation.runner as runner
 

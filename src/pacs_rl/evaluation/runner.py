@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import re
 import time
 from collections import Counter
@@ -285,9 +286,23 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
     return rows, dropped
 
 
+def _same_setting(key: str, old: Any, new: Any) -> bool:
+    """Whether a locked setting is unchanged. A model given as a folder is the same model under another
+    spelling of that folder (relative against absolute, a link): a run started from its parent folder resumes
+    from anywhere that names the same folder."""
+    if old == new:
+        return True
+    if key != "model" or not (isinstance(old, str) and isinstance(new, str)):
+        return False
+    try:
+        return os.path.samefile(old, new)
+    except OSError:  # either is not a folder here (a hub id, or a folder moved away): the spellings decide
+        return False
+
+
 def _check_settings(out: Path, old: dict[str, Any], locked: dict[str, Any]) -> None:
     """Raise ResumeMismatch listing every locked setting of ``out`` (``old``) that ``locked`` changes."""
-    diff = {k: (old.get(k), v) for k, v in locked.items() if old.get(k) != v}
+    diff = {k: (old.get(k), v) for k, v in locked.items() if not _same_setting(k, old.get(k), v)}
     if diff:
         lines = "\n".join(f"  {k}: samples have {a!r}, this command has {b!r}" for k, (a, b) in diff.items())
         raise ResumeMismatch(
