@@ -219,3 +219,27 @@ def test_a_record_too_old_to_rebuild_is_refused_by_eval_with_what_to_do(tmp_path
     assert result.exit_code == 2
     assert "is from an older pacs-rl and does not say how held-out accuracy was measured" in result.output
     assert "give --benchmarks SOURCE" in result.output
+
+
+def test_a_run_stopped_before_its_first_checkpoint_starts_again_or_refuses_other_settings(
+    interrupted_then_finished, tmp_path
+):
+    """A folder holding a run's settings and no checkpoint (stopped during its first steps): the same command
+    starts it again from step 0; other settings are refused, naming what differs."""
+    finished, _, _ = interrupted_then_finished
+    out = tmp_path / "run"
+    out.mkdir()
+    recorded = json.loads((finished / "settings.json").read_text())
+    (out / "settings.json").write_text(json.dumps(recorded).replace(str(finished), str(out)))
+    other = CliRunner().invoke(app, _args(out, "--set", "learning_rate=1e-2"))
+    assert other.exit_code == 2, other.output
+    assert "holds the start of a run made with other settings" in other.output
+    assert "learning_rate: 0.001 there, 0.01 now" in other.output
+    assert not any(out.glob("checkpoint-*"))  # nothing trained
+    same = CliRunner().invoke(app, _args(out))
+    assert same.exit_code == 0, same.output
+    assert (
+        f"{out} holds this run, stopped before its first checkpoint: starting it again from step 0"
+        in same.output
+    )
+    assert (out / "run_complete.json").is_file()

@@ -328,15 +328,17 @@ def _train(launch: Launch, progress: bool):
     )  # torch: only now, after the cheap checks
     cfg |= device_layer(device, launch.user)  # config fields only (tests/test_gpu_plan.py)
     resume, out, state = launch.resume, launch.output_dir, launch.state
-    if state in ("checkpointed", "finished", "started"):
-        resume = _rerun(settings, cfg, out, state) if state != "started" else _restart(settings, cfg, out)
-    if _is_main_process():
-        typer.echo(f"device: {device.line()}")
     run = _library()  # torch, TRL
     from pacs_rl.training.output import quiet_libraries  # beside the library it quiets
 
     quiet_libraries()
-    config = run.build_config(cfg, out)
+    config = run.build_config(cfg, out)  # once: a rerun compares it with the folder's run, then trains it
+    if state in ("checkpointed", "finished", "started"):
+        resume = (
+            _rerun(settings, config, out, state) if state != "started" else _restart(settings, config, out)
+        )
+    if _is_main_process():
+        typer.echo(f"device: {device.line()}")
     if state == "finished" and last_complete_checkpoint(out) is None:
         return run._result(settings, config, Path(out), already_complete=True)
     return run.run_training(
@@ -365,16 +367,10 @@ def _print_result(result) -> None:
         typer.echo(line)
 
 
-def _differences(settings, cfg: dict[str, Any], output_dir: str) -> list[str]:
-    """How these settings differ from the run recorded in ``output_dir`` (the training library: the config)."""
-    run = _library()
-    return run.run_differences(output_dir, settings, run.build_config(cfg, output_dir))
-
-
-def _rerun(settings, cfg: dict[str, Any], output_dir: str, state: str) -> bool:
+def _rerun(settings, config, output_dir: str, state: str) -> bool:
     """A command rerun into the folder of a run with a checkpoint or finished: True (resume it) when it holds a run
-    of the same settings, with a note; else SettingsError naming what differs."""
-    diffs = _differences(settings, cfg, output_dir)
+    of the same settings and trainer ``config``, with a note; else SettingsError naming what differs."""
+    diffs = _library().run_differences(output_dir, settings, config)
     if diffs:
         raise SettingsError(
             f"{output_dir} holds a run made with other settings ({'; '.join(diffs)}): rerun the command that made "
@@ -387,10 +383,10 @@ def _rerun(settings, cfg: dict[str, Any], output_dir: str, state: str) -> bool:
     return True
 
 
-def _restart(settings, cfg: dict[str, Any], output_dir: str) -> bool:
+def _restart(settings, config, output_dir: str) -> bool:
     """A command rerun into the folder of a run that stopped before its first checkpoint: start it again (same
-    settings, with a note) or SettingsError naming what differs. Returns False (no resume)."""
-    diffs = _differences(settings, cfg, output_dir)
+    settings and trainer ``config``, with a note) or SettingsError naming what differs. Returns False (no resume)."""
+    diffs = _library().run_differences(output_dir, settings, config)
     if diffs:
         raise SettingsError(
             f"{output_dir} holds the start of a run made with other settings ({'; '.join(diffs)}) and no checkpoint: "
@@ -421,7 +417,8 @@ def _dry_run(launch: Launch, num_processes: int | None, gpu_memory_gib: float | 
 
     values, device = with_device(launch.user)
     if launch.state in ("checkpointed", "finished"):
-        _rerun(*checks.split_typed(values), launch.output_dir, launch.state)
+        settings, cfg = checks.split_typed(values)
+        _rerun(settings, _library().build_config(cfg, launch.output_dir), launch.output_dir, launch.state)
     n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
     lines, refusals = dry_run(values, launch.output_dir, n, launch.checked_resume, device, gpu_memory_gib)
     typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
