@@ -168,6 +168,17 @@ def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(dr
         "passk_seconds_median": 350,
     }
     assert "a run's evaluation: pacs greedy 300 s, pass@k 350 s, imports 20 s" in driver.cost_line(record)
+    # a run resumed after a stop in its evaluation timed only what was left of it: not counted
+    resumed = timed("pacs", 4, 1000, 250, passk=True)
+    resumed["greedy"]["seconds"], resumed["greedy_at"]["24"]["seconds"], resumed["passk"]["seconds"] = (
+        0,
+        0,
+        250,
+    )
+    record["runs"].append(resumed)
+    c = driver.cost(record)
+    assert c["per_method"]["pacs"]["greedy_eval_seconds_median"] == 300
+    assert c["per_method"]["pacs"]["passk_seconds_median"] == 350
 
 
 def test_a_record_without_passk_takes_it_on_from_its_next_seed(driver, tmp_path):

@@ -335,7 +335,7 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
                           if bool(r.get("passk")) == has_passk]  # fmt: skip
             entry[f"eval_{kind}_seconds_median"] = _median(evaluation)
             entry[f"eval_{kind}_runs"] = len(evaluation)
-        entry.update(_phases(runs))
+        entry.update(_phases(whole))  # a resumed run may have evaluated in part before its stop
         out["per_method"][method] = entry
     parts = [out["per_method"].get(m) for m in methods]
     for kind in ("greedy", "passk"):
@@ -349,7 +349,7 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
 
 
 def _phases(runs: list[dict]) -> dict:
-    """Medians of where a run's evaluation time went, from the runs that timed it (since 2026-11-26): the greedy
+    """Medians of where a run's evaluation time went, from the runs (run in one go) that timed it (since 2026-11-26): the greedy
     evaluations (every step evaluated, loading the model included), pass@k (runs that have it), the process's
     imports."""
     greedy = [r["greedy"]["seconds"] + sum(g.get("seconds", 0) for g in r.get("greedy_at", {}).values())
