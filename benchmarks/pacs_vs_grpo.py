@@ -8,15 +8,24 @@ record's file and settings, and the figures of docs/RESULTS.md. The engine is pa
     python benchmarks/pacs_vs_grpo.py plot --record docs/benchmarks/pacs_vs_grpo_restatement_leak.json \\
         --critic docs/benchmarks/pacs_critic.json --out docs/results/pacs_vs_grpo_restatement_leak
     python benchmarks/pacs_vs_grpo.py regrade --record FILE --work FOLDER   # a closed record's samples, re-graded
+    python benchmarks/pacs_vs_grpo.py replay pacs:2 grpo:2 --steps 6   # does this checkout train them as recorded?
+
+`replay` trains recorded runs again with this checkout's code for their first steps (one thread, the record's
+protocol, each alone) and compares every logged value bit for bit with the run folder's metrics.jsonl: the record
+pools runs trained by many commits, which is sound only while the training they share is unchanged. It writes
+docs/benchmarks/pacs_vs_grpo_replay.json and exits 1 when a run differs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from pacs_rl.compare import paired
@@ -31,6 +40,38 @@ RUN = ["--preset", paired.PRESET, "--record", str(RECORD), "--output-dir", str(W
 
 
 RESULTS = Path("docs/RESULTS.md")
+REPLAY = Path("docs/benchmarks/pacs_vs_grpo_replay.json")
+
+
+def loss_rows(metrics: Path, steps: int | None = None) -> list[dict]:
+    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
+    return [r for r in rows if "step" in r and "loss" in r][:steps]
+
+
+def replay(record: dict, method: str, seed: int, steps: int) -> dict:
+    """Train ``method`` seed ``seed`` of ``record`` again for ``steps`` steps (a run process of the engine, stopped
+    once it logged them) and compare with its recorded run folder."""
+    from repeatability import first_difference  # benchmarks/ is this script's folder
+
+    recorded = loss_rows(WORK / paired.slug(method) / f"seed{seed}" / "metrics.jsonl", steps)
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = Path(tmp) / paired.slug(method) / f"seed{seed}" / "metrics.jsonl"
+        cmd = [sys.executable, "-m", "pacs_rl.compare.paired", "job", "--work", tmp, "--threads", "1",
+               "--protocol", json.dumps(record["protocol"]), "--method", method, "--seed", str(seed)]  # fmt: skip
+        job = subprocess.Popen(cmd, env={**os.environ, **paired.JOB_ENV}, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+        while job.poll() is None and not (metrics.is_file() and len(loss_rows(metrics)) >= steps):
+            time.sleep(2)
+        job.kill()
+        job.wait()
+        again = loss_rows(metrics, steps) if metrics.is_file() else []
+    trained_by = next(
+        r["host"].get("commit") for r in record["runs"] if (r["method"], r["seed"]) == (method, seed)
+    )
+    diff = first_difference(recorded, again)
+    return {"method": method, "seed": seed, "recorded_commit": trained_by, "steps": len(again),
+            "trained_steps": sum(1 for r in recorded if r.get("grad_norm")), "identical": diff is None,
+            "first_difference": diff}  # fmt: skip
 
 
 def refill_results(record: dict, path: Path = RESULTS) -> Path:
@@ -67,6 +108,9 @@ def main() -> None:
     g = sub.add_parser("regrade", help="score a record's kept samples again with its protocol's grader")
     g.add_argument("--record", type=Path, default=RECORD)
     g.add_argument("--work", type=Path, default=WORK, help="the record's run folders")
+    rp = sub.add_parser("replay", help="train recorded runs again for a few steps; compare bit for bit")
+    rp.add_argument("runs", nargs="+", help="method:seed of the record, e.g. pacs:2 grpo:2")
+    rp.add_argument("--steps", type=int, default=6)
     sub.add_parser("job", add_help=False)  # one run, as drivers started before the engine moved call it
     a, rest = p.parse_known_args()
     if a.command == "job":
@@ -83,6 +127,21 @@ def main() -> None:
             print(critic_table(records))
     elif a.command == "results":
         print(refill_results(json.loads(RECORD.read_text())))
+    elif a.command == "replay":
+        from pacs_rl.sampling.transformers_backend import cpu_capability
+
+        record = json.loads(RECORD.read_text())
+        found = []
+        for spec in a.runs:
+            method, _, seed = spec.partition(":")
+            found.append(replay(record, method, int(seed), a.steps))
+            print(json.dumps(found[-1]))
+        out = {"what": "recorded runs trained again by this checkout, first steps compared bit for bit",
+               "command": "python benchmarks/pacs_vs_grpo.py replay " + " ".join(a.runs) + f" --steps {a.steps}",
+               "date": time.strftime("%Y-%m-%d"), "commit": paired._commit(), "cpu_capability": cpu_capability(),
+               "runs": found}  # fmt: skip
+        REPLAY.write_text(json.dumps(out, indent=1) + "\n")
+        sys.exit(0 if all(r["identical"] and r["steps"] == a.steps for r in found) else 1)
     elif a.command == "regrade":
         record = json.loads(a.record.read_text())
         runs = paired.regrade(a.work)
