@@ -44,8 +44,28 @@ REPLAY = Path("docs/benchmarks/pacs_vs_grpo_replay.json")
 
 
 def loss_rows(metrics: Path, steps: int | None = None) -> list[dict]:
-    rows = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-    return [r for r in rows if "step" in r and "loss" in r][:steps]
+    """The optimizer steps' rows of a metrics.jsonl (read while a run appends to it: a cut last line is skipped)."""
+    from pacs_rl.training.output import read_metrics
+
+    return [r for r in read_metrics(metrics) if "step" in r and "loss" in r][:steps]
+
+
+def replay_runs(record: dict, specs: list[str]) -> list[tuple[str, int]]:
+    """(method, seed) of each ``method:seed`` in ``specs``; ValueError naming a spec that is not a finished run of
+    ``record`` with its run folder here."""
+    runs = {(r["method"], r["seed"]) for r in record["runs"]}
+    out = []
+    for spec in specs:
+        method, _, seed = spec.partition(":")
+        if not seed.isdigit() or (method, int(seed)) not in runs:
+            known = ", ".join(f"{m}:{s}" for m, s in sorted(runs))
+            raise ValueError(f"{spec!r} is not a run of {RECORD} (method:seed, one of {known})")
+        if not (WORK / paired.slug(method) / f"seed{seed}" / "metrics.jsonl").is_file():
+            raise ValueError(
+                f"{spec!r}: its run folder {WORK / paired.slug(method) / f'seed{seed}'} is not here"
+            )
+        out.append((method, int(seed)))
+    return out
 
 
 def replay(record: dict, method: str, seed: int, steps: int) -> dict:
@@ -131,10 +151,13 @@ def main() -> None:
         from pacs_rl.sampling.transformers_backend import cpu_capability
 
         record = json.loads(RECORD.read_text())
+        try:
+            runs = replay_runs(record, a.runs)
+        except ValueError as e:
+            p.error(str(e))
         found = []
-        for spec in a.runs:
-            method, _, seed = spec.partition(":")
-            found.append(replay(record, method, int(seed), a.steps))
+        for method, seed in runs:
+            found.append(replay(record, method, seed, a.steps))
             print(json.dumps(found[-1]))
         out = {"what": "recorded runs trained again by this checkout, first steps compared bit for bit",
                "command": "python benchmarks/pacs_vs_grpo.py replay " + " ".join(a.runs) + f" --steps {a.steps}",

@@ -170,11 +170,8 @@ def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(dr
     assert "a run's evaluation: pacs greedy 300 s, pass@k 350 s, imports 20 s" in driver.cost_line(record)
     # a run resumed after a stop in its evaluation timed only what was left of it: not counted
     resumed = timed("pacs", 4, 1000, 250, passk=True)
-    resumed["greedy"]["seconds"], resumed["greedy_at"]["24"]["seconds"], resumed["passk"]["seconds"] = (
-        0,
-        0,
-        250,
-    )
+    resumed["greedy"]["seconds"] = resumed["greedy_at"]["24"]["seconds"] = 0
+    resumed["passk"]["seconds"] = 250
     record["runs"].append(resumed)
     c = driver.cost(record)
     assert c["per_method"]["pacs"]["greedy_eval_seconds_median"] == 300
@@ -526,3 +523,21 @@ def test_the_other_methods_run_once_the_primary_pair_is_answered(tmp_path):
         "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(4) for m in ("pacs", "grpo")],
     }
     assert paired._Driver(opts, wide).stopping() is False  # not answered: the pair goes on
+
+
+def test_replay_names_a_run_it_cannot_replay(tmp_path, monkeypatch):
+    """`replay method:seed`: a spec that is not method:seed, a run the record lacks, or a run whose folder is not
+    here is refused naming it (and the runs there are), before any training starts."""
+    script = load_script("benchmarks/pacs_vs_grpo.py")
+    monkeypatch.setattr(script, "WORK", tmp_path)
+    record = {"runs": [{"method": "pacs", "seed": 2}, {"method": "grpo", "seed": 2}]}
+    folder = tmp_path / "pacs" / "seed2"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "lo')  # cut mid-write
+    assert script.replay_runs(record, ["pacs:2"]) == [("pacs", 2)]
+    assert script.loss_rows(folder / "metrics.jsonl") == [{"step": 1, "loss": 0.5}]
+    for spec in ("pacs", "pacs:x", "pacs:3", "ppo:2"):
+        with pytest.raises(ValueError, match=rf"'{spec}' is not a run of .*one of grpo:2, pacs:2"):
+            script.replay_runs(record, [spec])
+    with pytest.raises(ValueError, match=r"'grpo:2': its run folder .*grpo/seed2 is not here"):
+        script.replay_runs(record, ["grpo:2"])

@@ -349,9 +349,9 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
 
 
 def _phases(runs: list[dict]) -> dict:
-    """Medians of where a run's evaluation time went, from the runs (run in one go) that timed it (since 2026-11-26): the greedy
-    evaluations (every step evaluated, loading the model included), pass@k (runs that have it), the process's
-    imports."""
+    """Medians of where a run's evaluation time went, from the runs (run in one go) that timed it (since
+    2026-11-26): the greedy evaluations (every step evaluated, loading the model included), pass@k (runs that have
+    it), the process's imports."""
     greedy = [r["greedy"]["seconds"] + sum(g.get("seconds", 0) for g in r.get("greedy_at", {}).values())
               for r in runs if "seconds" in r["greedy"]]  # fmt: skip
     passk = [r["passk"]["seconds"] for r in runs if "seconds" in (r.get("passk") or {})]
