@@ -182,6 +182,20 @@ def compare_command(
         "[default: 0].",
         metavar="SEED",
     ),
+    first_seed: int = typer.Option(
+        None,
+        "--first-seed",
+        help=f"{PAIRED_PRESET}: new seeds from this one on [default: 0]; a second machine adding to a copy of the "
+        "record takes seeds the first will not reach, and --merge brings its runs back.",
+        metavar="SEED",
+    ),
+    merge: str = typer.Option(
+        None,
+        "--merge",
+        help=f"{PAIRED_PRESET}: add to --record the runs of FILE (a copy of it that another machine added to) that "
+        "it lacks, then stop; each run keeps the device it ran on.",
+        metavar="FILE",
+    ),
 ) -> None:
     """Train several methods from one base model under one budget, evaluate all with one pass@k protocol,
     and write report.md + PNGs into --output-dir. Rerun the same command to resume after an interruption.
@@ -189,7 +203,8 @@ def compare_command(
     console = Console(stderr=True)
     output = Path(output_dir)
     paired = {"--record": record, "--workers": workers, "--threads": threads, "--hours": hours, "--target": target,
-              "--max-pairs": max_pairs, "--full-seeds": full_seeds, "--passk-every": passk_every}  # fmt: skip
+              "--max-pairs": max_pairs, "--full-seeds": full_seeds, "--passk-every": passk_every,
+              "--first-seed": first_seed, "--merge": merge}  # fmt: skip
     if preset == PAIRED_PRESET:
         others = {
             "--seed": seed,

@@ -104,7 +104,9 @@ TARGET = 0.05  # half-width of the 95% interval, in accuracy (5 percentage point
 class Options:
     """How :func:`run` adds to a record: where it and the run folders are, how many runs at once with how many
     threads each, when to stop (hours, the target half-width of PACS − PRIMARY, a number of complete seeds), from
-    which seed on only PACS and PRIMARY run (``full_seeds``), and the protocol of a new record (methods, train
+    which seed on only PACS and PRIMARY run (``full_seeds``), from which seed new seeds start (``first_seed``: a
+    second machine adding to a copy of the record takes seeds the first will not reach, and its runs are merged back
+    with :func:`merge_records`), and the protocol of a new record (methods, train
     overrides, pass@k)."""
 
     record: Path
@@ -115,6 +117,7 @@ class Options:
     target: float = TARGET
     max_seeds: int | None = None
     full_seeds: int | None = None
+    first_seed: int = 0
     methods: list[str] | None = None
     overrides: dict | None = None
     no_passk: bool = False
@@ -384,6 +387,33 @@ def cost_line(record: dict) -> str:
         if timed:
             parts.append(f"{m} " + ", ".join(timed))
     return line + (f"; a run's evaluation: {'; '.join(parts)}" if parts else "")
+
+
+def merge_records(into: dict, other: dict, name: str = "the other record") -> list[tuple[str, int]]:
+    """Add to ``into`` the runs of ``other`` (a copy of it that another machine added to, with --first-seed) that it
+    lacks, and its base model's evaluation if ``into`` has none; return the (method, seed) added, in seed order.
+    Refused (CompareError, ``into`` untouched): another protocol, or a run both hold with different results."""
+    if other.get("protocol") != into.get("protocol"):
+        raise CompareError(
+            f"{name} was recorded with another protocol than the record it would join (see each one's 'protocol'): "
+            "only runs of one protocol are pooled"
+        )
+    have = {(r["method"], r["seed"]): r for r in into["runs"]}
+    new = []
+    for run in other["runs"]:
+        key = (run["method"], run["seed"])
+        if key not in have:
+            new.append(run)
+        elif have[key] != run:
+            raise CompareError(
+                f"{name} holds {run['method']} seed {run['seed']} with other results than the record has: two runs "
+                "of one seed (give the second machine a --first-seed the first will not reach)"
+            )
+    new.sort(key=lambda r: (r["seed"], r["method"]))
+    into["runs"].extend(new)
+    if into.get("base") is None and other.get("base") is not None:
+        into["base"] = other["base"]
+    return [(r["method"], r["seed"]) for r in new]
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:
@@ -661,9 +691,10 @@ def other_jobs(record: dict, methods: list[str]) -> list[tuple[str, int]]:
     return [(m, s) for s in paired_seeds for m in others if (m, s) not in have]
 
 
-def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None):
-    """(method, seed) in order: the base model, then seed after seed, every method of a seed together. From seed
-    ``full_seeds`` on, only PACS and PRIMARY (the pair the stopping rule is on) when the record has both."""
+def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None, first_seed: int = 0):
+    """(method, seed) in order: the base model, then seed after seed from ``first_seed``, every method of a seed
+    together. From seed ``full_seeds`` on, only PACS and PRIMARY (the pair the stopping rule is on) when the record
+    has both."""
     have = {(r["method"], r["seed"]) for r in record["runs"]}
     base = record.get("base")
     if base is None or (
@@ -671,7 +702,7 @@ def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None):
     ):  # pass@k taken on later
         yield None, None
     pair = [m for m in methods if m in ("pacs", PRIMARY)]
-    seed = 0
+    seed = first_seed
     while True:
         later = full_seeds is not None and seed >= full_seeds and len(pair) == 2
         for method in pair if later else methods:
@@ -718,7 +749,7 @@ class _Driver:
         self.args, self.record = args, record
         self.methods = list(record["protocol"]["methods"])
         self.deadline = time.time() + args.hours * 3600
-        self.jobs = next_jobs(record, self.methods, args.full_seeds)
+        self.jobs = next_jobs(record, self.methods, args.full_seeds, args.first_seed)
         self.running: dict[subprocess.Popen, tuple] = {}
         self.failures: dict[tuple, int] = {}
         self.pending: list[tuple] = []
@@ -775,6 +806,13 @@ class _Driver:
             )
         return not other_jobs(self.record, self.methods) and not self.pending
 
+    def seeds_full(self, seed: int) -> bool:
+        """Whether starting ``seed`` would make more seeds (recorded, running or queued) than --max-pairs."""
+        if self.args.max_seeds is None:
+            return False
+        seeds = {r["seed"] for r in self.record["runs"]} | {s for _, s in [*self.running.values(), *self.pending]}
+        return seed not in seeds and len(seeds - {None}) >= self.args.max_seeds
+
     def disk_short(self) -> bool:
         free = disk_free_gib(self.args.work)
         if free < MIN_FREE_GIB and not self.warned:
@@ -808,7 +846,7 @@ class _Driver:
                 method, seed = self.pending.pop(0) if self.pending else next(self.jobs, (False, None))
                 if method is False:  # the other methods' jobs are all out
                     break
-                if args.max_seeds is not None and seed is not None and seed >= args.max_seeds:
+                if seed is not None and self.seeds_full(seed):
                     break
                 done = finished_result(self.folder_of(method, seed), self.record["protocol"], seed)
                 if done is not None:  # finished before the driver could record it (a crash)

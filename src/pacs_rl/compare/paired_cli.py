@@ -41,13 +41,17 @@ def paired_preset(
     if extra:
         fail(f"--preset {PAIRED_PRESET} sets its own {', '.join(extra)}: leave {'them' if len(extra) > 1 else 'it'} "
              "out (its protocol: docs/RESULTS.md)")  # fmt: skip
-    defaults = {"--workers": 2, "--threads": 1, "--hours": 8.0, "--target": 5.0, "--full-seeds": 0}
+    defaults = {"--workers": 2, "--threads": 1, "--hours": 8.0, "--target": 5.0, "--full-seeds": 0, "--first-seed": 0}
     given = {name: defaults.get(name) if value is None else value for name, value in paired.items()}
     try:
         opts = paired_options(output=output, record=given["--record"], methods=methods, max_steps=max_steps, n=n,
                               workers=given["--workers"], threads=given["--threads"], hours=given["--hours"],
                               target=given["--target"], max_pairs=given["--max-pairs"],
-                              full_seeds=given["--full-seeds"], passk_every=given["--passk-every"])  # fmt: skip
+                              full_seeds=given["--full-seeds"], passk_every=given["--passk-every"],
+                              first_seed=given["--first-seed"])  # fmt: skip
+        if given["--merge"] is not None:
+            merge_command(opts, Path(given["--merge"]), dry_run)
+            return
         paired_command(opts, report_only, dry_run)
     except SettingsError as e:  # CompareError: another protocol, an unknown method
         fail(e)
@@ -67,6 +71,7 @@ def paired_options(
     max_pairs: int | None,
     full_seeds: int,
     passk_every: int | None = None,
+    first_seed: int = 0,
 ):
     """The :class:`pacs_rl.compare.paired.Options` of these command-line values; a one-line error names a value
     the paired protocol cannot take."""
@@ -79,6 +84,7 @@ def paired_options(
         ("--workers", workers, 1),
         ("--threads", threads, 1),
         ("--max-pairs", max_pairs, 1),
+        ("--first-seed", first_seed, 0),
     ):
         if value is not None and value < low:
             fail(f"{name} {value}: give a whole number of at least {low}")
@@ -102,6 +108,7 @@ def paired_options(
         target=target / 100,
         max_seeds=max_pairs,
         full_seeds=full_seeds,
+        first_seed=first_seed,
         methods=chosen,
         overrides={"max_steps": max_steps} if max_steps else None,
         no_passk=n is None,
@@ -142,6 +149,39 @@ def paired_command(opts, report_only: bool, dry_run: bool) -> None:
     paired.run(opts)
 
 
+def merge_command(opts, other: Path, dry_run: bool) -> None:
+    """``--merge FILE``: the runs of FILE that --record lacks go into it (under the lock a running driver holds), or,
+    with --dry-run, are only listed."""
+    from pacs_rl.compare import paired
+    from pacs_rl.compare.lock import PhaseLock
+
+    for path, what in ((other, "--merge"), (opts.record, "--record")):
+        if not path.is_file():
+            fail(f"{what} {path}: no such record file")
+    try:
+        theirs = json.loads(other.read_text())
+    except json.JSONDecodeError as e:
+        fail(f"--merge {other}: not a record (JSON: {e})")
+    lock = PhaseLock(opts.work / opts.record.name)
+    if not dry_run and not lock.acquire():
+        fail(f"{opts.record} is being added to by a running `pacs-rl compare` (pid in {lock.path}): stop it, merge, "
+             "then start it again")  # fmt: skip
+    try:
+        record = json.loads(opts.record.read_text())
+        added = paired.merge_records(record, theirs, str(other))
+        if added and not dry_run:
+            paired.save_record(opts.record, record)
+    finally:
+        lock.release()
+    seeds = sorted({s for _, s in added})
+    devices = sorted({r.get("host", {}).get("device", "?") for r in record["runs"] if (r["method"], r["seed"]) in added})
+    verb = "would add" if dry_run else "added"
+    typer.echo(f"{verb} {len(added)} runs of {other} to {opts.record}"
+               + (f": seeds {', '.join(map(str, seeds))}, run on {', '.join(devices)}" if added else ""))  # fmt: skip
+    if not dry_run:
+        typer.echo(paired.summary_text(record))
+
+
 def _dry_run(opts) -> None:
     """What the record holds, the interval so far, and the runs that come next; nothing is loaded or run."""
     from pacs_rl.compare import paired
@@ -170,7 +210,7 @@ def _dry_run(opts) -> None:
         typer.echo(f"  PACS - {paired.PRIMARY} so far: {100 * gap['mean']:+.1f} pp "
                    f"[{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}] over {gap['pairs']} pairs; "
                    f"±5 pp needs about {gap['pairs_needed']}")  # fmt: skip
-    jobs = itertools.islice(paired.next_jobs(record, list(proto["methods"]), opts.full_seeds), 4)
+    jobs = itertools.islice(paired.next_jobs(record, list(proto["methods"]), opts.full_seeds, opts.first_seed), 4)
     typer.echo("  next runs: " + ", ".join("base" if m is None else f"{m} seed {s}" for m, s in jobs))
     typer.echo(f"  {paired.cost_line(record)}")
     typer.echo(
