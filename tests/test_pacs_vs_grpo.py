@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import types
 from pathlib import Path
 
@@ -541,3 +542,103 @@ def test_replay_names_a_run_it_cannot_replay(tmp_path, monkeypatch):
             script.replay_runs(record, [spec])
     with pytest.raises(ValueError, match=r"'grpo:2': its run folder .*grpo/seed2 is not here"):
         script.replay_runs(record, ["grpo:2"])
+
+
+def test_a_second_machine_takes_seeds_from_first_seed_and_max_pairs_counts_the_seeds_held(driver, tmp_path):
+    """--first-seed: new seeds start there (a lent GPU adds to a copy of the record while the first machine goes on
+    from where it is); --max-pairs counts the seeds recorded, running and queued, wherever they start."""
+    record = {"runs": [_run(m, s, 0.5) for s in range(3) for m in ("pacs", "grpo")], "base": {"greedy": {}}}
+    jobs = list(itertools.islice(driver.next_jobs(record, ["pacs", "grpo"], first_seed=20), 3))
+    assert jobs == [("pacs", 20), ("grpo", 20), ("pacs", 21)]
+    opts = paired.Options(record=tmp_path / "r.json", work=tmp_path, max_seeds=5, first_seed=20)
+    d = paired._Driver(opts, {**record, "protocol": paired.protocol(passk=False)})
+    d.running = {object(): ("pacs", 20), object(): ("grpo", 20)}
+    assert not d.seeds_full(20) and not d.seeds_full(21)  # 3 recorded + 20 running + 21 = 5
+    d.pending = [("pacs", 21)]
+    assert d.seeds_full(22) and not d.seeds_full(21)  # a seed already held is not a new one
+    assert not paired._Driver(paired.Options(record=opts.record, work=tmp_path), d.record).seeds_full(99)
+
+
+def _other_machine(record: dict, runs: list, device: str = "NVIDIA H100 80GB HBM3") -> dict:
+    return {**record, "runs": [*record["runs"], *({**r, "host": {"device": device}} for r in runs)]}
+
+
+def test_merging_a_second_machines_record_adds_whole_pairs_only(driver):
+    base = {"protocol": paired.protocol(passk=False), "runs": [_run(m, 0, 0.5) for m in ("pacs", "grpo")],
+            "base": None}  # fmt: skip
+    theirs = _other_machine(base, [_run("pacs", 20, 0.4), _run("grpo", 20, 0.6), _run("pacs", 23, 0.7)])
+    theirs["base"] = {"greedy": {"accuracy": 0.1}}
+    ours = json.loads(json.dumps(base))
+    added, left = driver.merge_records(ours, theirs)
+    # seed 23 lacks its GRPO run: its partner would be trained on another machine later, so it stays out
+    assert added == [("grpo", 20), ("pacs", 20)] and left == [("pacs", 23)]
+    assert [(r["method"], r["seed"]) for r in ours["runs"]] == [
+        ("pacs", 0),
+        ("grpo", 0),
+        ("grpo", 20),
+        ("pacs", 20),
+    ]
+    assert ours["runs"][-1]["host"]["device"].startswith("NVIDIA") and ours["base"] == theirs["base"]
+    assert driver.summarize(ours)["grpo"]["pacs_minus_this"]["greedy_accuracy"]["pairs"] == 2
+    assert driver.merge_records(ours, theirs) == ([], [("pacs", 23)])  # merging again adds nothing
+    clash = _other_machine(base, [{**_run("pacs", 0, 0.9)}])
+    clash["runs"] = clash["runs"][1:]  # pacs seed 0 with another result than ours
+    before = json.loads(json.dumps(ours))
+    with pytest.raises(CompareError, match="pacs seed 0 with other results"):
+        driver.merge_records(ours, clash)
+    other_protocol = {**theirs, "protocol": paired.protocol(overrides={"max_steps": 24}, passk=False)}
+    with pytest.raises(CompareError, match="another protocol"):
+        driver.merge_records(ours, other_protocol)
+    assert ours == before  # a refused merge leaves the record as it was
+
+
+def test_merge_command_adds_to_the_record_and_waits_for_a_running_driver(tmp_path):
+    record, other = tmp_path / "record.json", tmp_path / "gpu.json"
+    base = {"protocol": paired.protocol(passk=False), "runs": [_run(m, 0, 0.5) for m in ("pacs", "grpo")],
+            "base": None}  # fmt: skip
+    paired.save_record(record, base)
+    other.write_text(json.dumps(_other_machine(base, [_run("pacs", 7, 0.4), _run("grpo", 7, 0.6)])))
+    args = [
+        "compare",
+        "--preset",
+        "pacs-vs-grpo",
+        "--record",
+        str(record),
+        "--output-dir",
+        str(tmp_path / "w"),
+    ]
+    dry = CliRunner().invoke(app, [*args, "--merge", str(other), "--dry-run"])
+    assert (
+        dry.exit_code == 0
+        and "would add 2 runs" in dry.output
+        and len(json.loads(record.read_text())["runs"]) == 2
+    )
+    lock = tmp_path / "w" / f"{record.name}.lock"
+    lock.parent.mkdir()
+    lock.write_text(str(os.getppid()))  # a live process other than this one stands for a running driver
+    busy = CliRunner().invoke(app, [*args, "--merge", str(other)])
+    assert busy.exit_code == 2 and "being added to by a running" in busy.output
+    assert len(json.loads(record.read_text())["runs"]) == 2
+    lock.unlink()
+    done = CliRunner().invoke(app, [*args, "--merge", str(other)])
+    assert (
+        done.exit_code == 0 and "added 2 runs" in done.output and "seed 7, run on NVIDIA H100" in done.output
+    )
+    saved = json.loads(record.read_text())
+    assert (
+        len(saved["runs"]) == 4
+        and saved["summary"]["grpo"]["pacs_minus_this"]["greedy_accuracy"]["pairs"] == 2
+    )
+    missing = CliRunner().invoke(app, [*args, "--merge", str(tmp_path / "nope.json")])
+    assert missing.exit_code == 2 and "no such record file" in missing.output
+
+
+def test_runs_that_would_overflow_the_gpu_run_fewer_at_a_time(driver):
+    from pacs_rl.device import CudaInfo
+
+    h100 = CudaInfo(True, name="NVIDIA H100 80GB HBM3", memory_gib=79.2)
+    fit, note = driver.gpu_slots(16, h100)  # 16 at once overflowed this card (measured, paired.GPU_RUN_GIB)
+    assert fit == int(79.2 // paired.GPU_RUN_GIB) < 16 and f"so {fit} run at a time" in note
+    assert driver.gpu_slots(4, h100) == (4, None)
+    assert driver.gpu_slots(16, CudaInfo(False)) == (16, None)  # a CPU: as many as asked
+    assert driver.gpu_slots(3, CudaInfo(True, memory_gib=2.0))[0] == 1  # at least one

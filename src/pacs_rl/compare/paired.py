@@ -389,10 +389,12 @@ def cost_line(record: dict) -> str:
     return line + (f"; a run's evaluation: {'; '.join(parts)}" if parts else "")
 
 
-def merge_records(into: dict, other: dict, name: str = "the other record") -> list[tuple[str, int]]:
+def merge_records(into: dict, other: dict, name: str = "the other record") -> tuple[list, list]:
     """Add to ``into`` the runs of ``other`` (a copy of it that another machine added to, with --first-seed) that it
-    lacks, and its base model's evaluation if ``into`` has none; return the (method, seed) added, in seed order.
-    Refused (CompareError, ``into`` untouched): another protocol, or a run both hold with different results."""
+    lacks, and its base model's evaluation if ``into`` has none. A run whose seed would still lack half of the pair
+    PACS/PRIMARY stays out: its partner would be trained later on another machine, and a pair is trained on one.
+    Returns the (method, seed) added and those left out, in seed order. Refused (CompareError, ``into``
+    untouched): another protocol, or a run both hold with different results."""
     if other.get("protocol") != into.get("protocol"):
         raise CompareError(
             f"{name} was recorded with another protocol than the record it would join (see each one's 'protocol'): "
@@ -409,11 +411,16 @@ def merge_records(into: dict, other: dict, name: str = "the other record") -> li
                 f"{name} holds {run['method']} seed {run['seed']} with other results than the record has: two runs "
                 "of one seed (give the second machine a --first-seed the first will not reach)"
             )
-    new.sort(key=lambda r: (r["seed"], r["method"]))
-    into["runs"].extend(new)
+    pair = [m for m in into["protocol"]["methods"] if m in ("pacs", PRIMARY)]
+    merged = set(have) | {(r["method"], r["seed"]) for r in new}
+    paired = [r for r in new if all((m, r["seed"]) in merged for m in pair)]
+    left = [r for r in new if r not in paired]
+    paired.sort(key=lambda r: (r["seed"], r["method"]))
+    into["runs"].extend(paired)
     if into.get("base") is None and other.get("base") is not None:
         into["base"] = other["base"]
-    return [(r["method"], r["seed"]) for r in new]
+    keys = lambda runs: sorted(((r["method"], r["seed"]) for r in runs), key=lambda k: (k[1], k[0]))  # noqa: E731
+    return keys(paired), keys(left)
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:
@@ -667,6 +674,9 @@ def finished_result(folder: Path, proto: dict, seed: int | None) -> dict | None:
 # a run's two checkpoints (~1.6 GB each for the bundled model's weights and Adam moments) and its evaluations, with
 # room to spare: below it no run starts (a full disk once stopped every run on the machine)
 MIN_FREE_GIB = 5.0
+# GPU memory one run process takes: 4.7-5.2 GiB each was measured (nvidia-smi, the CUDA context included) with 16
+# runs of this protocol sharing one H100, where the 16th overflowed its 79 GiB; the rest is room to spare.
+GPU_RUN_GIB = 6.0
 
 
 def disk_free_gib(path: Path) -> float:
@@ -675,6 +685,20 @@ def disk_free_gib(path: Path) -> float:
     while not path.exists():
         path = path.parent
     return shutil.disk_usage(path).free / 1024**3
+
+
+def gpu_slots(workers: int, cuda) -> tuple[int, str | None]:
+    """How many of ``workers`` runs fit at once on the GPU ``cuda`` (a :class:`pacs_rl.device.CudaInfo`), at
+    ``GPU_RUN_GIB`` each, and a line saying so where that is fewer; all of them on a CPU."""
+    if not cuda.available or not cuda.memory_gib:
+        return workers, None
+    fit = max(1, int(cuda.memory_gib // GPU_RUN_GIB))
+    if workers <= fit:
+        return workers, None
+    return fit, (
+        f"--workers {workers}: {workers} runs at about {GPU_RUN_GIB:g} GiB each need {workers * GPU_RUN_GIB:g} GiB of "
+        f"the GPU ({cuda.name or 'device 0'}: {cuda.memory_gib:.1f} GiB), so {fit} run at a time"
+    )
 
 
 def started_seeds(work: Path) -> tuple[int, ...]:
@@ -731,6 +755,10 @@ def _run(args: Options) -> None:
     if args.record.is_file():
         save_record(args.record, record)  # a protocol change (pass@k taken on) holds from now, whatever stops
     args.work.mkdir(parents=True, exist_ok=True)
+    workers, note = gpu_slots(args.workers, cuda_info())
+    if note:
+        print(note, flush=True)
+        args = dataclasses.replace(args, workers=workers)
     driver = _Driver(args, record)
     signal.signal(signal.SIGTERM, driver.stop_children)
     try:
@@ -810,7 +838,9 @@ class _Driver:
         """Whether starting ``seed`` would make more seeds (recorded, running or queued) than --max-pairs."""
         if self.args.max_seeds is None:
             return False
-        seeds = {r["seed"] for r in self.record["runs"]} | {s for _, s in [*self.running.values(), *self.pending]}
+        seeds = {r["seed"] for r in self.record["runs"]} | {
+            s for _, s in [*self.running.values(), *self.pending]
+        }
         return seed not in seeds and len(seeds - {None}) >= self.args.max_seeds
 
     def disk_short(self) -> bool:

@@ -41,7 +41,14 @@ def paired_preset(
     if extra:
         fail(f"--preset {PAIRED_PRESET} sets its own {', '.join(extra)}: leave {'them' if len(extra) > 1 else 'it'} "
              "out (its protocol: docs/RESULTS.md)")  # fmt: skip
-    defaults = {"--workers": 2, "--threads": 1, "--hours": 8.0, "--target": 5.0, "--full-seeds": 0, "--first-seed": 0}
+    defaults = {
+        "--workers": 2,
+        "--threads": 1,
+        "--hours": 8.0,
+        "--target": 5.0,
+        "--full-seeds": 0,
+        "--first-seed": 0,
+    }
     given = {name: defaults.get(name) if value is None else value for name, value in paired.items()}
     try:
         opts = paired_options(output=output, record=given["--record"], methods=methods, max_steps=max_steps, n=n,
@@ -168,17 +175,25 @@ def merge_command(opts, other: Path, dry_run: bool) -> None:
              "then start it again")  # fmt: skip
     try:
         record = json.loads(opts.record.read_text())
-        added = paired.merge_records(record, theirs, str(other))
+        added, left = paired.merge_records(record, theirs, str(other))
         if added and not dry_run:
             paired.save_record(opts.record, record)
+    except paired.CompareError as e:
+        fail(e)
     finally:
         lock.release()
+    devices = sorted(
+        {r.get("host", {}).get("device", "?") for r in record["runs"] if (r["method"], r["seed"]) in added}
+    )
     seeds = sorted({s for _, s in added})
-    devices = sorted({r.get("host", {}).get("device", "?") for r in record["runs"] if (r["method"], r["seed"]) in added})
-    verb = "would add" if dry_run else "added"
-    typer.echo(f"{verb} {len(added)} runs of {other} to {opts.record}"
-               + (f": seeds {', '.join(map(str, seeds))}, run on {', '.join(devices)}" if added else ""))  # fmt: skip
-    if not dry_run:
+    where = f": seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, run on {', '.join(devices)}"
+    typer.echo(
+        f"{'would add' if dry_run else 'added'} {len(added)} runs of {other} to {opts.record}{where if added else ''}"
+    )
+    if left:
+        typer.echo(f"left out, their pair incomplete (a pair is trained on one machine): "
+                   f"{', '.join(f'{m} seed {s}' for m, s in left)}")  # fmt: skip
+    if added and not dry_run:
         typer.echo(paired.summary_text(record))
 
 
@@ -210,7 +225,9 @@ def _dry_run(opts) -> None:
         typer.echo(f"  PACS - {paired.PRIMARY} so far: {100 * gap['mean']:+.1f} pp "
                    f"[{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}] over {gap['pairs']} pairs; "
                    f"±5 pp needs about {gap['pairs_needed']}")  # fmt: skip
-    jobs = itertools.islice(paired.next_jobs(record, list(proto["methods"]), opts.full_seeds, opts.first_seed), 4)
+    jobs = itertools.islice(
+        paired.next_jobs(record, list(proto["methods"]), opts.full_seeds, opts.first_seed), 4
+    )
     typer.echo("  next runs: " + ", ".join("base" if m is None else f"{m} seed {s}" for m, s in jobs))
     typer.echo(f"  {paired.cost_line(record)}")
     typer.echo(
