@@ -230,8 +230,8 @@ def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path
         row["pacs/critic_auc"] = 0.7  # steps 2, 4, 6: each rollout's second mini-batch
     rows[0]["pacs/critic_auc"] = 0.5
     (tmp_path / "metrics.jsonl").write_text(
-        "".join(json.dumps(r) + "\n" for r in [*rows, {"train_runtime": 9}])
-    )
+        "".join(json.dumps(r) + "\n" for r in [*rows, {"train_runtime": 9}]) + '{"step": 7, "lo'
+    )  # the last line cut mid-write (a run killed while logging): skipped
     out = driver.dynamics(tmp_path / "metrics.jsonl")
     assert out["steps"] == 6
     assert out["entropy_first_3"] == pytest.approx(0.8) and out["entropy_last_3"] == pytest.approx(0.5)

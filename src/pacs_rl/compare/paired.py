@@ -501,9 +501,11 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: st
 
 
 def dynamics(metrics_file: Path) -> dict:
-    """Per-step curves and first/last summaries from a run's metrics.jsonl."""
-    rows = [json.loads(x) for x in metrics_file.read_text().splitlines() if x.strip()]
-    rows = [r for r in rows if "step" in r and "loss" in r]
+    """Per-step curves and first/last summaries from a run's metrics.jsonl (a line cut mid-write is skipped, as
+    everywhere the file is read)."""
+    from pacs_rl.training.output import read_metrics
+
+    rows = [r for r in read_metrics(metrics_file) if "step" in r and "loss" in r]
     curves = {}
     for key, name in (
         ("reward", "reward"),
