@@ -70,7 +70,8 @@ def cli_args(command: str) -> list[str] | None:
     if not words or words[0] != "pacs-rl":
         return None
     args = words[1:]
-    merge_flag = args[0] == "eval" and "--merge" in args  # eval's --merge tables finished runs: it runs for real
+    # eval's --merge tables finished runs, for real; compare's --merge has a dry run
+    merge_flag = args[0] == "eval" and "--merge" in args
     if args[0] in ("train", "eval", "compare", "audit") and "--dry-run" not in args and not merge_flag:
         args.append("--dry-run")
     return args
