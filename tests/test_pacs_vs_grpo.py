@@ -642,3 +642,17 @@ def test_runs_that_would_overflow_the_gpu_run_fewer_at_a_time(driver):
     assert driver.gpu_slots(4, h100) == (4, None)
     assert driver.gpu_slots(16, CudaInfo(False)) == (16, None)  # a CPU: as many as asked
     assert driver.gpu_slots(3, CudaInfo(True, memory_gib=2.0))[0] == 1  # at least one
+
+
+def test_a_record_of_two_devices_says_where_its_runs_ran_and_the_main_devices_interval(driver):
+    record = {"protocol": paired.protocol(passk=False), "base": None,
+              "runs": [_run(m, s, 0.5 + 0.1 * (m == "pacs") * (s % 2)) for s in range(4) for m in ("pacs", "grpo")]}  # fmt: skip
+    assert driver.by_device(record) is None  # one device: nothing to say
+    for r in record["runs"][6:]:  # seed 3 on a GPU
+        r["host"] = {"device": "NVIDIA H100 80GB HBM3"}
+    line = driver.by_device(record)
+    diffs = [0.0, 0.1, 0.0]  # seeds 0-2, the CPU pairs
+    gap = driver.paired_interval(diffs)
+    assert line.startswith("Runs by device: cpu 6; NVIDIA H100 80GB HBM3 2 (seed 3).")
+    assert f"over the cpu pairs alone: {100 * gap['mean']:+.1f} [{100 * gap['ci95'][0]:+.1f}," in line
+    assert line.endswith("3 pairs.") and line in driver.markdown_tables(record)

@@ -967,7 +967,37 @@ def markdown_tables(record: dict) -> str:
         lines.append(
             f"| {method} | {gaps['greedy_accuracy']['pairs']} | " + " | ".join(cells) + f" | {need} |"
         )
+    devices = by_device(record)
+    if devices:
+        lines += ["", devices]
     return "\n".join(lines)
+
+
+def by_device(record: dict) -> str | None:
+    """Where a record's runs ran, when on more than one device, and PACS − PRIMARY (greedy at the last step) over
+    the pairs of the device most runs ran on alone, beside the pooled figure; None for a record of one device."""
+    device = {(r["method"], r["seed"]): r.get("host", {}).get("device", "cpu") for r in record["runs"]}
+    counts: dict[str, list[int]] = {}
+    for (_, seed), where in device.items():
+        counts.setdefault(where, []).append(seed)
+    if len(counts) < 2:
+        return None
+    main = max(counts, key=lambda d: len(counts[d]))
+    runs = {(r["method"], r["seed"]): r for r in record["runs"]}
+    seeds = sorted({s for m, s in runs if m == "pacs" and device.get((PRIMARY, s)) == main == device[m, s]})
+    diffs = [runs["pacs", s]["greedy"]["accuracy"] - runs[PRIMARY, s]["greedy"]["accuracy"] for s in seeds]
+    parts = []
+    for where, seen in sorted(counts.items(), key=lambda kv: -len(kv[1])):
+        listed = "" if where == main else f" (seed{'s' if len(set(seen)) > 1 else ''} "
+        listed += "" if where == main else ", ".join(map(str, sorted(set(seen)))) + ")"
+        parts.append(f"{where} {len(seen)}{listed}")
+    line = f"Runs by device: {'; '.join(parts)}."
+    gap = paired_interval(diffs) if len(diffs) > 1 else None
+    if gap and gap.get("ci95"):
+        lo, hi = gap["ci95"]
+        line += (f" PACS − {PRIMARY} (greedy @{record['protocol']['train'].get('max_steps', 24)}) over the {main} "
+                 f"pairs alone: {100 * gap['mean']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], {len(diffs)} pairs.")  # fmt: skip
+    return line
 
 
 def main(argv: list[str] | None = None) -> None:
