@@ -414,19 +414,15 @@ def test_paired_options_are_checked_before_anything_runs(args, message, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+def _paired_command(record: Path, work: Path) -> list[str]:
+    return ["compare", "--preset", "pacs-vs-grpo", "--record", str(record), "--output-dir", str(work)]
+
+
 def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
     record = tmp_path / "record.json"
     record.write_text((REPO / "docs" / "benchmarks" / "pacs_vs_grpo.json").read_text())
     saved = json.loads(record.read_text())
-    args = [
-        "compare",
-        "--preset",
-        "pacs-vs-grpo",
-        "--record",
-        str(record),
-        "--output-dir",
-        str(tmp_path / "w"),
-    ]
+    args = _paired_command(record, tmp_path / "w")
     rule = saved["protocol"].get("passk_seeds")  # the options the record was made with
     args += ["--n", "64", "--passk-every", str(rule["every"])] if rule else []
     result = CliRunner().invoke(app, [*args, "--dry-run"])
@@ -559,13 +555,20 @@ def test_a_second_machine_takes_seeds_from_first_seed_and_max_pairs_counts_the_s
     assert not paired._Driver(paired.Options(record=opts.record, work=tmp_path), d.record).seeds_full(99)
 
 
+def _one_pair_record() -> dict:
+    return {
+        "protocol": paired.protocol(passk=False),
+        "runs": [_run(m, 0, 0.5) for m in ("pacs", "grpo")],
+        "base": None,
+    }
+
+
 def _other_machine(record: dict, runs: list, device: str = "NVIDIA H100 80GB HBM3") -> dict:
     return {**record, "runs": [*record["runs"], *({**r, "host": {"device": device}} for r in runs)]}
 
 
 def test_merging_a_second_machines_record_adds_whole_pairs_only(driver):
-    base = {"protocol": paired.protocol(passk=False), "runs": [_run(m, 0, 0.5) for m in ("pacs", "grpo")],
-            "base": None}  # fmt: skip
+    base = _one_pair_record()
     theirs = _other_machine(base, [_run("pacs", 20, 0.4), _run("grpo", 20, 0.6), _run("pacs", 23, 0.7)])
     theirs["base"] = {"greedy": {"accuracy": 0.1}}
     ours = json.loads(json.dumps(base))
@@ -594,19 +597,10 @@ def test_merging_a_second_machines_record_adds_whole_pairs_only(driver):
 
 def test_merge_command_adds_to_the_record_and_waits_for_a_running_driver(tmp_path):
     record, other = tmp_path / "record.json", tmp_path / "gpu.json"
-    base = {"protocol": paired.protocol(passk=False), "runs": [_run(m, 0, 0.5) for m in ("pacs", "grpo")],
-            "base": None}  # fmt: skip
+    base = _one_pair_record()
     paired.save_record(record, base)
     other.write_text(json.dumps(_other_machine(base, [_run("pacs", 7, 0.4), _run("grpo", 7, 0.6)])))
-    args = [
-        "compare",
-        "--preset",
-        "pacs-vs-grpo",
-        "--record",
-        str(record),
-        "--output-dir",
-        str(tmp_path / "w"),
-    ]
+    args = _paired_command(record, tmp_path / "w")
     dry = CliRunner().invoke(app, [*args, "--merge", str(other), "--dry-run"])
     assert (
         dry.exit_code == 0

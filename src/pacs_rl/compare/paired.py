@@ -413,14 +413,16 @@ def merge_records(into: dict, other: dict, name: str = "the other record") -> tu
             )
     pair = [m for m in into["protocol"]["methods"] if m in ("pacs", PRIMARY)]
     merged = set(have) | {(r["method"], r["seed"]) for r in new}
-    paired = [r for r in new if all((m, r["seed"]) in merged for m in pair)]
-    left = [r for r in new if r not in paired]
-    paired.sort(key=lambda r: (r["seed"], r["method"]))
-    into["runs"].extend(paired)
+    new.sort(key=lambda r: (r["seed"], r["method"]))
+    added, left = [], []
+    for run in new:
+        whole = all((m, run["seed"]) in merged for m in pair)
+        if whole:
+            into["runs"].append(run)
+        (added if whole else left).append((run["method"], run["seed"]))
     if into.get("base") is None and other.get("base") is not None:
         into["base"] = other["base"]
-    keys = lambda runs: sorted(((r["method"], r["seed"]) for r in runs), key=lambda k: (k[1], k[0]))  # noqa: E731
-    return keys(paired), keys(left)
+    return added, left
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:
@@ -976,27 +978,29 @@ def markdown_tables(record: dict) -> str:
 def by_device(record: dict) -> str | None:
     """Where a record's runs ran, when on more than one device, and PACS − PRIMARY (greedy at the last step) over
     the pairs of the device most runs ran on alone, beside the pooled figure; None for a record of one device."""
-    device = {(r["method"], r["seed"]): r.get("host", {}).get("device", "cpu") for r in record["runs"]}
-    counts: dict[str, list[int]] = {}
-    for (_, seed), where in device.items():
-        counts.setdefault(where, []).append(seed)
-    if len(counts) < 2:
+    seeds: dict[str, list[int]] = {}
+    for r in record["runs"]:
+        seeds.setdefault(r.get("host", {}).get("device", "cpu"), []).append(r["seed"])
+    if len(seeds) < 2:
         return None
-    main = max(counts, key=lambda d: len(counts[d]))
-    runs = {(r["method"], r["seed"]): r for r in record["runs"]}
-    seeds = sorted({s for m, s in runs if m == "pacs" and device.get((PRIMARY, s)) == main == device[m, s]})
-    diffs = [runs["pacs", s]["greedy"]["accuracy"] - runs[PRIMARY, s]["greedy"]["accuracy"] for s in seeds]
-    parts = []
-    for where, seen in sorted(counts.items(), key=lambda kv: -len(kv[1])):
-        listed = "" if where == main else f" (seed{'s' if len(set(seen)) > 1 else ''} "
-        listed += "" if where == main else ", ".join(map(str, sorted(set(seen)))) + ")"
-        parts.append(f"{where} {len(seen)}{listed}")
+    main = max(seeds, key=lambda d: len(seeds[d]))
+    parts = [
+        f"{where} {len(seen)}" + ("" if where == main else f" (seed{'s' if len(set(seen)) > 1 else ''} "
+                                  f"{', '.join(map(str, sorted(set(seen))))})")
+        for where, seen in sorted(seeds.items(), key=lambda kv: -len(kv[1]))
+    ]  # fmt: skip
     line = f"Runs by device: {'; '.join(parts)}."
-    gap = paired_interval(diffs) if len(diffs) > 1 else None
-    if gap and gap.get("ci95"):
+    alone = [r for r in record["runs"] if r.get("host", {}).get("device", "cpu") == main]
+    gap = (
+        summarize({**record, "runs": alone})
+        .get(PRIMARY, {})
+        .get("pacs_minus_this", {})
+        .get("greedy_accuracy", {})
+    )
+    if gap.get("ci95"):
         lo, hi = gap["ci95"]
         line += (f" PACS − {PRIMARY} (greedy @{record['protocol']['train'].get('max_steps', 24)}) over the {main} "
-                 f"pairs alone: {100 * gap['mean']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], {len(diffs)} pairs.")  # fmt: skip
+                 f"pairs alone: {100 * gap['mean']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], {gap['pairs']} pairs.")  # fmt: skip
     return line
 
 

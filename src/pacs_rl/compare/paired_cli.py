@@ -182,8 +182,9 @@ def merge_command(opts, other: Path, dry_run: bool) -> None:
         fail(e)
     finally:
         lock.release()
+    keys = set(added)
     devices = sorted(
-        {r.get("host", {}).get("device", "?") for r in record["runs"] if (r["method"], r["seed"]) in added}
+        {r.get("host", {}).get("device", "?") for r in record["runs"] if (r["method"], r["seed"]) in keys}
     )
     seeds = sorted({s for _, s in added})
     where = f": seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, run on {', '.join(devices)}"
