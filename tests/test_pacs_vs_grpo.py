@@ -623,6 +623,10 @@ def test_merge_command_adds_to_the_record_and_waits_for_a_running_driver(tmp_pat
         len(saved["runs"]) == 4
         and saved["summary"]["grpo"]["pacs_minus_this"]["greedy_accuracy"]["pairs"] == 2
     )
+    unused = CliRunner().invoke(
+        app, [*args, "--merge", str(other), "--n", "64", "--workers", "4", "--report-only"]
+    )
+    assert unused.exit_code == 2 and "--n, --report-only, --workers would not be used" in unused.output
     missing = CliRunner().invoke(app, [*args, "--merge", str(tmp_path / "nope.json")])
     assert missing.exit_code == 2 and "no such record file" in missing.output
 

@@ -57,6 +57,18 @@ def paired_preset(
                               full_seeds=given["--full-seeds"], passk_every=given["--passk-every"],
                               first_seed=given["--first-seed"])  # fmt: skip
         if given["--merge"] is not None:
+            given_too = {
+                "--methods": methods,
+                "--max-steps": max_steps,
+                "--n": n,
+                "--report-only": report_only or None,
+            }
+            # the two records' own protocols are compared: none of the options that run or shape a record is used
+            running = [name for name, value in {**given_too, **paired}.items() if value is not None and name not in
+                       ("--record", "--merge")]  # fmt: skip
+            if running:
+                fail(f"--merge only adds another record's runs: {', '.join(running)} would not be used; leave "
+                     f"{'them' if len(running) > 1 else 'it'} out")  # fmt: skip
             merge_command(opts, Path(given["--merge"]), dry_run)
             return
         paired_command(opts, report_only, dry_run)
