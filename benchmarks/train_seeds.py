@@ -50,7 +50,9 @@ def parse_arm(text: str) -> tuple[str, list[str]]:
     """``"lr1:learning_rate=1e-5,max_steps=24"`` -> ("lr1", ["learning_rate=1e-5", "max_steps=24"])."""
     name, _, sets = text.partition(":")
     if not name.replace("_", "").replace("-", "").isalnum():
-        raise SystemExit(f"--arm {text!r}: the arm's name must be letters, digits, - or _ (name:key=value,...)")
+        raise SystemExit(
+            f"--arm {text!r}: the arm's name must be letters, digits, - or _ (name:key=value,...)"
+        )
     return name, [s for s in sets.split(",") if s]
 
 
@@ -104,7 +106,16 @@ def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
     """One `pacs-rl train` process into ``folder`` (resumed from its checkpoints), its peak memory kept."""
     folder.mkdir(parents=True, exist_ok=True)
     resume = any(folder.glob("checkpoint-*/trainer_state.json"))
-    cmd = ["pacs-rl", "train", "--seed", str(seed), "--output-dir", str(folder), "--set", f"num_threads={threads}"]
+    cmd = [
+        "pacs-rl",
+        "train",
+        "--seed",
+        str(seed),
+        "--output-dir",
+        str(folder),
+        "--set",
+        f"num_threads={threads}",
+    ]
     cmd += [x for s in sets for x in ("--set", s)] + (["--resume"] if resume else [])
     started = time.time()
     with (folder / "train.log").open("a") as log:
@@ -114,7 +125,10 @@ def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
     if code != 0:
         print(f"FAILED ({code}): {' '.join(cmd)}; see {folder / 'train.log'}", flush=True)
         return
-    process = {"wall_seconds": round(time.time() - started, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3)}
+    process = {
+        "wall_seconds": round(time.time() - started, 1),
+        "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3),
+    }
     if not resume:  # a resumed run's process saw part of the work only
         (folder / "process.json").write_text(json.dumps(process) + "\n")
 
@@ -184,7 +198,9 @@ def markdown(record: dict) -> str:
 def run(args) -> None:
     arms = [parse_arm(a) for a in args.arm] or [("default", [])]
     work = Path(args.work) / args.name
-    jobs = [(arm, sets, seed) for seed in parse_seeds(args.seeds) for arm, sets in arms]  # seed-major: pairs first
+    jobs = [
+        (arm, sets, seed) for seed in parse_seeds(args.seeds) for arm, sets in arms
+    ]  # seed-major: pairs first
     todo = [j for j in jobs if read_run(work / f"{j[0]}-s{j[2]}") is None]
     print(f"{len(jobs)} runs, {len(todo)} to train, {args.workers} at a time", flush=True)
 
