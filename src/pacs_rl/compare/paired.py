@@ -41,13 +41,12 @@ from pacs_rl.compare import stats
 from pacs_rl.compare.lock import PhaseLock
 from pacs_rl.compare.plan import CompareError
 from pacs_rl.data import arithmetic_pool_size, arithmetic_problems
-from pacs_rl.device import CPU_ONLY, cuda_info
+from pacs_rl.device import CPU_ONLY, cuda_info, with_device
 from pacs_rl.evaluation.audit import audit
 from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval
 from pacs_rl.models import TINY_MODEL, resolve_model, tiny_model_folder
 from pacs_rl.run_folder import FINISHED_FILE, HELDOUT_SEED
 from pacs_rl.training.checks import split_settings
-from pacs_rl.training.cli import with_device
 from pacs_rl.training.schema import default_settings
 
 STARTED = (
@@ -542,7 +541,9 @@ def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
     began before the CPU default could choose bf16)."""
     defaults = default_settings()
     pinned = {k: defaults[k] for k in CPU_ONLY}  # kept on CUDA too: the same sampler on every device
-    return with_device({**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed})
+    return with_device(
+        {**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed}, defaults
+    )
 
 
 def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
