@@ -21,7 +21,7 @@ from pacs_rl.compare.plan import (
     write_or_check_manifest,
 )
 from pacs_rl.compare.report import passk_table
-from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test, t_quantile
+from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test
 
 
 # ---------------------------------------------------------------- statistics
@@ -29,9 +29,11 @@ from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test, t_qu
     ("df", "expected"),
     [(1, 12.7062), (2, 4.3027), (4, 2.7764), (3, 3.1824), (9, 2.2622), (30, 2.0423), (100, 1.9840)],
 )
-def test_t_quantile_matches_the_table(df, expected):
-    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
-    assert t_quantile(0.95, 10) == pytest.approx(1.8125, abs=1e-4)
+def test_paired_interval_takes_students_t_from_the_table(df, expected):
+    """Half-width = t(0.975, pairs - 1) x SD / sqrt(pairs), t read from a printed table."""
+    diffs = [(-1.0) ** i * (1 + i % 3) for i in range(df + 1)]
+    out = paired_interval(diffs)
+    assert out["half_width"] == pytest.approx(expected * out["sd"] / math.sqrt(df + 1), abs=1e-4 * out["sd"])
 
 
 def test_paired_interval_states_the_pairs_a_target_needs_only_when_asked():

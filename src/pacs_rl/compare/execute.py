@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from filelock import Timeout
 from rich.console import Console
 
-from pacs_rl.compare.lock import PhaseLock
+from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.plan import (
     BASE,
     FINAL,
@@ -323,9 +324,11 @@ class _Comparison:
             self.console.print("  its training is not finished: skipped for now")
             return "waiting"
         target = phase.target(self.out)
-        lock = PhaseLock(target)
-        if not lock.acquire():
-            self.console.print(f"  another process holds {lock.path}: left to it")
+        lock = lock_of(target)
+        try:
+            lock.acquire()
+        except Timeout:
+            self.console.print(f"  another process holds {lock.lock_file}: left to it")
             return "busy"
         try:
             if phase.kind == "train":

@@ -36,9 +36,10 @@ import warnings
 from pathlib import Path
 
 import yaml
+from filelock import Timeout
 
 from pacs_rl.compare import stats
-from pacs_rl.compare.lock import PhaseLock
+from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.plan import CompareError
 from pacs_rl.data import arithmetic_pool_size, arithmetic_problems
 from pacs_rl.device import CPU_ONLY, cuda_info, with_device
@@ -743,11 +744,13 @@ def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None, f
 def run(args: Options) -> None:
     """Add runs to the record ``args.record`` until its stopping rule (:class:`Options`), ``args.workers`` at a
     time, each a process of its own; prints a line per finished run and the summary at the end."""
-    lock = PhaseLock(args.work / args.record.name)  # in the run folders: the record may sit among the docs
-    if not lock.acquire():
+    lock = lock_of(args.work / args.record.name)  # in the run folders: the record may sit among the docs
+    try:
+        lock.acquire()
+    except Timeout:
         raise CompareError(
-            f"{args.record} is being added to by another process (pid in {lock.path}); let it finish or stop it"
-        )
+            f"{args.record} is being added to by another process (it holds {lock.lock_file}); let it finish or stop it"
+        ) from None
     try:
         _run(args)
     finally:

@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 import typer
+from filelock import Timeout
 
 from pacs_rl.command import end_dry_run, fail
+from pacs_rl.compare.lock import lock_of
 from pacs_rl.settings import SettingsError, output_dir_problem
 
 PAIRED_PRESET = "pacs-vs-grpo"  # pacs_rl.compare.paired.PRESET, named here without importing the engine
@@ -172,7 +174,6 @@ def merge_command(opts, other: Path, dry_run: bool) -> None:
     """``--merge FILE``: the runs of FILE that --record lacks go into it (under the lock a running driver holds), or,
     with --dry-run, are only listed."""
     from pacs_rl.compare import paired
-    from pacs_rl.compare.lock import PhaseLock
 
     for path, what in ((other, "--merge"), (opts.record, "--record")):
         if not path.is_file():
@@ -181,10 +182,13 @@ def merge_command(opts, other: Path, dry_run: bool) -> None:
         theirs = json.loads(other.read_text())
     except json.JSONDecodeError as e:
         fail(f"--merge {other}: not a record (JSON: {e})")
-    lock = PhaseLock(opts.work / opts.record.name)
-    if not dry_run and not lock.acquire():
-        fail(f"{opts.record} is being added to by a running `pacs-rl compare` (pid in {lock.path}): stop it, merge, "
-             "then start it again")  # fmt: skip
+    lock = None if dry_run else lock_of(opts.work / opts.record.name)  # a dry run makes no folder
+    try:
+        if lock is not None:
+            lock.acquire()
+    except Timeout:
+        fail(f"{opts.record} is being added to by a running `pacs-rl compare` (it holds {lock.lock_file}): stop it, "
+             "merge, then start it again")  # fmt: skip
     try:
         record = json.loads(opts.record.read_text())
         added, left = paired.merge_records(record, theirs, str(other))
@@ -193,7 +197,8 @@ def merge_command(opts, other: Path, dry_run: bool) -> None:
     except paired.CompareError as e:
         fail(e)
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
     keys = set(added)
     devices = sorted(
         {r.get("host", {}).get("device", "?") for r in record["runs"] if (r["method"], r["seed"]) in keys}
