@@ -9,10 +9,12 @@ import math
 import numpy as np
 import pytest
 
+from pacs_rl.compare.methods import METHODS
 from pacs_rl.compare.plan import (
     PRESETS,
     CompareError,
     ManifestMismatch,
+    as_recorded,
     build_plan,
     grader_note,
     parse_sweep,
@@ -119,8 +121,39 @@ def test_plan_sweep_variants_and_dedupe():
     assert sweep_table(s, plan) == {
         "pacs_beta": {"pacs": {0.1: "pacs[pacs_beta=0.1]", 1.0: "pacs", 10.0: "pacs[pacs_beta=10]"}}
     }
-    nw = resolve_settings(preset="smoke", cli={"methods": ["pacs_no_weight"]})
-    assert build_plan(nw)[0].overrides == {"loss_type": "pacs", "pacs_weighted": False}
+    nw = resolve_settings(preset="smoke", cli={"methods": ["pacs_no_weight", "pacs_clip"]})
+    assert [p.overrides for p in build_plan(nw)] == [
+        METHODS["pacs_no_weight"].overrides,
+        METHODS["pacs_clip"].overrides,
+    ]
+
+
+def test_one_method_table_one_meaning_per_name(tmp_path):
+    """`pacs-rl compare` and `compare paired` read one table: pacs unclipped as its authors ran it, pacs_clip at 1.0;
+    a comparison folder made when pacs meant the CPU default's clip keeps its recorded overrides on resume."""
+    from pacs_rl.compare.methods import method_names
+    from pacs_rl.compare.paired.record import protocol
+
+    assert (
+        METHODS["pacs"].overrides["max_grad_norm"] is None
+        and METHODS["pacs_clip"].overrides["max_grad_norm"] == 1.0
+    )
+    assert protocol(methods=["pacs", "pacs_clip", "grpo"])["methods"] == {
+        m: METHODS[m].overrides for m in ("pacs", "pacs_clip", "grpo")
+    }
+    s = resolve_settings(preset="smoke")
+    assert {p.method: p.overrides for p in build_plan(s)} == {
+        m: METHODS[m].overrides for m in ("pacs", "grpo")
+    }
+    assert method_names()[:3] == ["pacs", "pacs_clip", "pacs_no_weight"] and "ppo" in method_names()
+    old = write_or_check_manifest(
+        tmp_path, s, build_plan(s)
+    )  # as an earlier version wrote it: pacs = loss_type only
+    old["runs"][0]["overrides"] = {"loss_type": "pacs"}
+    plan, lines = as_recorded(build_plan(s), old)
+    assert plan[0].overrides == {"loss_type": "pacs"} and plan[1].overrides == METHODS["grpo"].overrides
+    assert lines == [f"pacs: this folder's runs keep the settings they were trained with, {{'loss_type': 'pacs'}}; "
+                     f"a new folder's pacs is {METHODS['pacs'].overrides}"]  # fmt: skip
 
 
 def test_settings_errors_name_the_setting():

@@ -1,5 +1,5 @@
-"""The paired-seed engine behind `pacs-rl compare --preset pacs-vs-grpo` (pacs_rl.compare.paired, its figures and
-its command-line checks): its statistics, its job order, its cost per pair, resuming a record and refusing to mix
+"""The paired-seed engine behind `pacs-rl compare paired` (pacs_rl.compare.paired: its record, job, driver, tables,
+figures and command-line checks): its statistics, its job order, its cost per pair, resuming a record and refusing to mix
 protocols. Training itself is covered by the trainer's tests."""
 
 from __future__ import annotations
@@ -16,17 +16,23 @@ from scipy.stats import t as student_t
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.compare import paired, paired_figures
+from pacs_rl.compare.paired import driver as drive
+from pacs_rl.compare.paired import figures, job, tables
+from pacs_rl.compare.paired import record as records
 from pacs_rl.compare.plan import CompareError
 from train_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
+# the engine's modules as one namespace, to read from (a test that replaces a function patches its module)
+paired = types.SimpleNamespace(
+    **{**vars(figures), **vars(tables), **vars(job), **vars(drive), **vars(records)}
+)
 
 
 @pytest.fixture(scope="module")
 def driver():
     """The engine and its figures as one namespace."""
-    return types.SimpleNamespace(**{**vars(paired_figures), **vars(paired)})
+    return paired
 
 
 def test_paired_interval_hand_computed(driver):
@@ -244,7 +250,7 @@ def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path
 
 def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_path):
     assert driver.parse_method("pacs[reference=frozen,ref_reset_steps=8,pacs_beta=0.25]") == {
-        **driver.METHODS["pacs"][0],
+        **driver.METHODS["pacs"].overrides,
         "reference": "frozen",
         "ref_reset_steps": 8,
         "pacs_beta": 0.25,
@@ -398,7 +404,7 @@ def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
 
 
 def test_methods_split_outside_brackets():
-    from pacs_rl.compare.paired_cli import split_methods
+    from pacs_rl.compare.paired.cli import split_methods
 
     assert split_methods("pacs, grpo") == ["pacs", "grpo"]
     assert split_methods("pacs[reference=frozen,ref_reset_steps=8],grpo") == [
@@ -411,15 +417,18 @@ def test_methods_split_outside_brackets():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--preset", "pacs-vs-grpo", "--seed", "1"], "sets its own --seed"),
-        (["--preset", "pacs-vs-grpo", "--model", "tiny", "--k", "1,2"], "sets its own --model, --k"),
-        (["--preset", "pacs-vs-grpo", "--no-progress"], "sets its own --no-progress"),
-        (["--workers", "3"], "--workers: only with --preset pacs-vs-grpo"),
-        (["--preset", "smoke", "--record", "r.json"], "--record: only with --preset pacs-vs-grpo"),
-        (["--preset", "pacs-vs-grpo", "--n", "32"], "samples n = 64"),
-        (["--preset", "pacs-vs-grpo", "--workers", "0"], "--workers 0"),
-        (["--preset", "pacs-vs-grpo", "--target", "0"], "--target 0"),
-        (["--preset", "pacs-vs-grpo", "--methods", "pacs,foo"], "--methods 'foo'"),
+        (["paired", "--seed", "1"], "No such option: --seed"),  # its protocol sets the seeds
+        (["paired", "--model", "tiny"], "No such option: --model"),
+        (["--workers", "3"], "No such option: --workers"),  # the planned comparison has no paired option
+        (["--preset", "smoke", "--record", "r.json"], "No such option: --record"),
+        (["--seed", "1", "paired"], "--seed: an option of the planned comparison"),
+        (["paired", "--n", "32"], "--n 32: use one of [64]"),
+        (["paired", "--workers", "0"], "--workers 0: give a whole number >= 1"),
+        (["paired", "--target", "0"], "--target 0.0: give a number in (0, 100)"),
+        (["paired", "--hours", "-1"], "--hours -1.0: give a number in (0, inf]"),
+        (["paired", "--passk-every", "2"], "--passk-every 2: pass@k on every N-th seed needs --n 64"),
+        (["paired", "--methods", "pacs,foo"], "--methods 'foo'"),
+        (["--preset", "pacs-vs-grpo", "--workers", "0"], "--workers 0"),  # the older spelling, checked alike
     ],
 )
 def test_paired_options_are_checked_before_anything_runs(args, message, tmp_path):
@@ -429,7 +438,7 @@ def test_paired_options_are_checked_before_anything_runs(args, message, tmp_path
 
 
 def _paired_command(record: Path, work: Path) -> list[str]:
-    return ["compare", "--preset", "pacs-vs-grpo", "--record", str(record), "--output-dir", str(work)]
+    return ["compare", "paired", "--record", str(record), "--output-dir", str(work)]
 
 
 def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
@@ -502,7 +511,7 @@ def test_a_run_trains_as_the_cpu_default_on_a_cpu_and_alike_on_a_gpu(monkeypatch
 
 
 def test_no_run_starts_on_a_nearly_full_disk(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(paired, "disk_free_gib", lambda path: 1.0)
+    monkeypatch.setattr(drive, "disk_free_gib", lambda path: 1.0)
     opts = paired.Options(record=tmp_path / "record.json", work=tmp_path / "work", methods=["pacs", "grpo"],
                           no_passk=True, overrides={"model": "tiny"})  # fmt: skip
     paired.run(opts)

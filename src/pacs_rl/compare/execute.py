@@ -27,6 +27,7 @@ from pacs_rl.compare.plan import (
     TRAIN_DONE_FILE,
     CompareError,
     RunSpec,
+    as_recorded,
     build_plan,
     check_training_data,
     eval_data_settings,
@@ -284,7 +285,9 @@ def run_comparison(
     plan = build_plan(settings)
     check_methods_buildable(settings)  # every check before the manifest is written
     check_training_data(settings)
-    write_or_check_manifest(out, settings, plan)
+    plan, kept = as_recorded(plan, write_or_check_manifest(out, settings, plan))
+    for line in kept:
+        console.print(f"note: {line}")
     run = _Comparison(settings, out, resolve_base_model(settings, out), train_fn, eval_fn, console)
     phases = plan_phases(settings, plan)
     phases = [p for p in phases if _selected(BASE if p.spec is None else p.spec.key, only)]

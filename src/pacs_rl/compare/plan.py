@@ -1,6 +1,7 @@
 """What a comparison runs: methods, sweeps, presets, the run plan and the manifest that pins it.
 
-A *method* is a named set of `PACSConfig` overrides (``pacs_no_weight`` = PACS with ``pacs_weighted=False``).
+A *method* is a named set of `PACSConfig` overrides, one table for every comparison (compare/methods.py:
+``pacs`` = PACS unclipped as its authors ran it, ``pacs_clip`` = PACS with clip 1.0, ...).
 A *variant* is a method plus sweep overrides (``pacs[pacs_beta=0.1]``). A *run* is a variant and a seed.
 Every run starts from the same base model, sees the same training problems in the same order for a given
 seed, and has the same rollout budget (steps × prompts × G × tokens): methods and sweeps change only loss
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.compare.methods import method_names, method_overrides
 from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS, benchmark_name
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
 from pacs_rl.settings import DATA_KEYS, SettingsError, read_yaml, rename_keys
@@ -47,7 +49,6 @@ from pacs_rl.training.schema import (
     CRITIC_FIELDS,
     CRITIC_LOSS_TYPES,
     RunSettings,
-    loss_type_names,
 )
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
@@ -67,11 +68,6 @@ TRAIN_CONFIG_FILE = "train_config.yaml"
 FINAL = "final"  # the trained model inside a run folder
 BASE = "base"
 
-# Variants a comparison adds to the registered losses: name -> (config overrides, row name in the tables).
-EXTRA_METHODS: dict[str, tuple[dict[str, Any], str]] = {
-    "pacs_no_weight": ({"loss_type": "pacs", "pacs_weighted": False}, "PACS w/o weight"),
-}
-
 
 @functools.cache
 def _training():
@@ -81,31 +77,10 @@ def _training():
     return run
 
 
-def method_names() -> list[str]:
-    """Every method: each registered loss (registry order), each extra variant after the loss it modifies."""
-    out = []
-    for name in loss_type_names():
-        out += [name, *(k for k, (overrides, _) in EXTRA_METHODS.items() if overrides["loss_type"] == name)]
-    return out
-
-
-def method_overrides(method: str) -> dict[str, Any]:
-    """The config overrides of ``method`` (a copy)."""
-    return dict(EXTRA_METHODS[method][0]) if method in EXTRA_METHODS else {"loss_type": method}
-
-
 def method_config_overrides(settings: dict[str, Any], method: str) -> dict[str, Any]:
-    """The config overrides of ``method`` in a comparison: the method's own, then its ``method_settings``."""
+    """The config overrides of ``method`` in a comparison: the method's own (compare/methods.py), then its
+    ``method_settings``."""
     return {**method_overrides(method), **settings.get("method_settings", {}).get(method, {})}
-
-
-def method_label(method: str) -> str:
-    """Row name of ``method`` in the tables, as the paper writes it."""
-    if method in EXTRA_METHODS:
-        return EXTRA_METHODS[method][1]
-    from pacs_rl.algorithms import LOSS_LABELS  # torch: only the report needs the labels
-
-    return LOSS_LABELS.get(method, method)
 
 
 # Fields a comparison sets for every run itself (they must not differ between methods).
@@ -648,6 +623,22 @@ def write_or_check_manifest(out: Path, settings: dict[str, Any], plan: list[RunS
     tmp.write_text(json.dumps(manifest, indent=2))
     tmp.replace(path)
     return manifest
+
+
+def as_recorded(plan: list[RunSpec], manifest: dict[str, Any]) -> tuple[list[RunSpec], list[str]]:
+    """The plan with each run the folder's manifest records taking its recorded overrides (a folder keeps what its
+    runs were trained with, where a method's name has since changed meaning), and a line per variant that does."""
+    recorded = {r["key"]: r.get("overrides") for r in manifest.get("runs", [])}
+    out, changed = [], {}
+    for spec in plan:
+        old = recorded.get(spec.key)
+        if old is not None and old != json.loads(json.dumps(spec.overrides, default=str)):
+            changed[spec.variant] = (old, spec.overrides)
+            spec = dataclasses.replace(spec, overrides=old)
+        out.append(spec)
+    lines = [f"{v}: this folder's runs keep the settings they were trained with, {old}; a new folder's {v} is {new}"
+             for v, (old, new) in changed.items()]  # fmt: skip
+    return out, lines
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:

@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from pacs_rl.compare.methods import method_label
 from pacs_rl.compare.plan import (
     TRAIN_DONE_FILE,
     RunSpec,
     eval_dir_of,
     grader_note,
-    method_label,
     sweep_table,
 )
 from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
