@@ -20,6 +20,7 @@ from pacs_rl.compare.paired import driver as drive
 from pacs_rl.compare.paired import figures, job, tables
 from pacs_rl.compare.paired import record as records
 from pacs_rl.compare.plan import CompareError
+from pacs_rl.settings import declared
 from train_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -678,3 +679,61 @@ def test_a_record_of_two_devices_says_where_its_runs_ran_and_the_main_devices_in
     assert line.startswith("Runs by device: cpu 6; NVIDIA H100 80GB HBM3 2 (seed 3).")
     assert f"over the cpu pairs alone: {100 * gap['mean']:+.1f} [{100 * gap['ci95'][0]:+.1f}," in line
     assert line.endswith("3 pairs.") and line in driver.markdown_tables(record)
+
+
+def test_the_protocol_is_declared_once_and_every_record_reads_as_recorded():
+    """The protocol's declarations give the protocol the sound record was made with, each value with its check; the
+    records' methods are the method table's (or, for a name that changed, their own recorded overrides)."""
+    import dataclasses
+
+    from pacs_rl.compare.methods import METHODS
+
+    bench = REPO / "docs" / "benchmarks"
+    sound = json.loads((bench / "pacs_vs_grpo.json").read_text())
+    assert {k: v for k, v in sound["protocol"].items() if k in records.PROTOCOL} == records.PROTOCOL
+    assert records.protocol_problems(records.Protocol()) == []
+    bad = records.Protocol(passk=records.PassKEval(top_p=1.5), train=records.TrainProtocol(max_steps=0))
+    assert records.protocol_problems(bad) == [
+        "train.max_steps=0: give a whole number >= 1",
+        "passk.top_p=1.5: give a number in (0, 1]",
+    ]
+    with pytest.raises(CompareError, match=r"max_steps=0: give a whole number >= 1"):
+        records.protocol(overrides={"max_steps": 0})
+    for name in (
+        "pacs_vs_grpo.json",
+        "pacs_vs_grpo_restatement_rule.json",
+        "pacs_vs_grpo_restatement_leak.json",
+    ):
+        methods = json.loads((bench / name).read_text())["protocol"]["methods"]
+        assert methods == {m: METHODS[m].overrides for m in methods}, (
+            name
+        )  # one meaning per name, as recorded
+    for part in (records.Protocol, records.TrainProtocol, records.PassKEval, records.GreedyEval):
+        for f in dataclasses.fields(part):  # a number has a domain: its declaration carries the check
+            if f.type in ("int", "float"):
+                assert declared(f).check is not None, f"{part.__name__}.{f.name}"
+
+
+def test_every_option_of_compare_paired_is_declared_with_its_check():
+    from pacs_rl.compare.paired.cli import FIELDS, PairedOptions, option_problems
+
+    for name, f in FIELDS.items():
+        if f.type.startswith(("int", "float")):
+            assert declared(f).check is not None, name
+    assert option_problems(PairedOptions()) == []
+    many = PairedOptions(workers=0, threads=0, max_pairs=0, first_seed=-1, full_seeds=-1, n=32, passk_every=0)
+    assert [p.split(":")[0] for p in option_problems(many)] == [
+        "--n 32", "--passk-every 0", "--workers 0", "--threads 0", "--max-pairs 0", "--full-seeds -1",
+        "--first-seed -1",
+    ]  # fmt: skip
+
+
+def test_the_older_preset_spelling_runs_the_sub_command_with_a_note(tmp_path):
+    old = CliRunner().invoke(
+        app, ["compare", "--preset", "pacs-vs-grpo", "--dry-run", "-o", str(tmp_path / "w")]
+    )
+    new = CliRunner().invoke(app, ["compare", "paired", "--dry-run", "-o", str(tmp_path / "w")])
+    assert old.exit_code == new.exit_code == 0, old.output
+    assert "note: --preset pacs-vs-grpo is now `pacs-rl compare paired`" in old.output
+    assert old.output.split("\n", 1)[1] == new.output  # the same dry run after the note
+    assert not (tmp_path / "w").exists()
