@@ -141,10 +141,11 @@ def test_only_filter_and_locks_let_processes_share_a_folder(tmp_path):
 
     # grpo's run is held by another process (a lock of its own here); pacs's lock file was left by a process that
     # died: the operating system let go of it with the process
+    locks = out / ".locks" / "runs"  # out of the way of the run folders
     for name in ("pacs", "grpo"):
-        (out / "runs" / name).mkdir(parents=True)
-    (out / "runs/pacs/seed0.lock").write_text("999999999")
-    held = FileLock(out / "runs/grpo/seed0.lock")
+        (locks / name).mkdir(parents=True)
+    (locks / "pacs/seed0.lock").write_text("999999999")
+    held = FileLock(locks / "grpo/seed0.lock")
     held.acquire()
     st = run_comparison(settings, out, train_fn=fake_train, eval_fn=fake_eval)["status"]
     bench = settings["eval"]["benchmarks"][0]

@@ -353,3 +353,28 @@ def test_each_preset_trains_and_evaluates_on_the_same_arithmetic_task(preset):
     assert train_lengths <= {(a, b) for a in (1, 2) for b in (1, 2)} and max(train_lengths) == max(
         held_lengths
     )
+
+
+def test_compare_settings_are_declared_with_their_checks_and_refused_by_name():
+    """The comparison's settings (top level and eval section) are declarations: their defaults are the settings' own,
+    every number or enumeration carries its check, and a value out of its domain is refused naming the setting."""
+    from pacs_rl.compare.plan import EVAL_DEFAULTS, EVAL_FIELDS, TOP_FIELDS
+    from pacs_rl.settings import declared
+
+    s = resolve_settings()
+    assert s["eval"] == EVAL_DEFAULTS and (s["methods"], s["seeds"]) == (["pacs", "grpo"], [0])
+    for name, f in {**TOP_FIELDS, **EVAL_FIELDS}.items():
+        domain = ("int", "float", "tuple[str", "tuple[int, ...]", "str") if name != "model" else ()
+        if f.type.startswith(domain) and name not in ("n", "ks", "plain_prompt"):
+            assert declared(f).check is not None, name  # n and ks: checked together, against the benchmarks
+    for section, bad, message in [
+        ("eval", {"temperature": -0.5}, r"eval\.temperature=-0\.5: give a number in \[0, inf\]"),
+        ("eval", {"top_p": 0}, r"eval\.top_p=0: give a number in \(0, 1\]"),
+        ("eval", {"batch_size": 0}, r"eval\.batch_size=0: give a whole number >= 1"),
+        ("eval", {"backend": "sglang"}, r"eval\.backend='sglang': use one of \['transformers', 'vllm'\]"),
+        ("eval", {"benchmarks": []}, r"eval\.benchmarks is empty"),
+        (None, {"seeds": [0, -1]}, "seeds must be a non-empty list of distinct whole numbers >= 0"),
+        (None, {"methods": []}, "--methods is empty"),
+    ]:
+        with pytest.raises(CompareError, match=message):
+            resolve_settings(preset="smoke", config={section: bad} if section else bad)

@@ -15,7 +15,9 @@ from pacs_rl.command import Command, CommandGroup, end_dry_run, fail, note, show
 from pacs_rl.compare.methods import method_label, method_names
 from pacs_rl.compare.paired.cli import paired_command
 from pacs_rl.compare.plan import (
+    EVAL_FIELDS,
     PRESETS,
+    TOP_FIELDS,
     TRAIN_DONE_FILE,
     CompareError,
     build_plan,
@@ -32,6 +34,11 @@ from pacs_rl.evaluation.report import METRICS_FILE
 from pacs_rl.models import model_problem
 from pacs_rl.settings import SettingsError, missing_packages, output_dir_problem
 from pacs_rl.training.schema import loss_type_names
+
+
+def _help(fields: dict, name: str, more: str = "") -> str:
+    """An option's help: its setting's declaration's (compare/plan.py), and what the option adds."""
+    return f"{fields[name].metadata['help']} {more}".strip()
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -58,7 +65,7 @@ def compare_command(
     seed: str = typer.Option(
         None,
         "--seed",
-        help="Seeds, comma-separated: one run per method and seed (default: from the settings, else 0).",
+        help=_help(TOP_FIELDS, "seeds", "Comma-separated; default: from the settings, else 0."),
         metavar="SEED,...",
     ),
     config: str = typer.Option(
@@ -85,8 +92,7 @@ def compare_command(
         None,
         "--model",
         "-m",
-        help="Base model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder "
-        "[default: smollm2-135m].",
+        help=_help(TOP_FIELDS, "model", "[default: smollm2-135m]"),
         metavar="NAME",
     ),
     dataset: str = typer.Option(
@@ -100,8 +106,7 @@ def compare_command(
         None,
         "--benchmarks",
         "-b",
-        help="Comma-separated evaluation benchmarks (math500, aime24, a .jsonl file, "
-        "'arithmetic?n=40&split=test&seed=1', ...). Default: from the settings.",
+        help=_help(EVAL_FIELDS, "benchmarks", "Comma-separated; default: from the settings."),
         metavar="SOURCE,...",
     ),
     output_dir: str = typer.Option(
@@ -113,14 +118,13 @@ def compare_command(
     n: str = typer.Option(
         None,
         "--n",
-        help="Samples per problem in evaluation (eval.n): 32; math500=32,aime24=512; or paper.",
+        help=_help(EVAL_FIELDS, "n"),
         metavar="N",
     ),
     k: str = typer.Option(
         None,
         "--k",
-        help="k values of pass@k, comma-separated (eval.ks), each at most n. Default: from the settings, without "
-        "those above a --n given here; else powers of two up to n.",
+        help=_help(EVAL_FIELDS, "ks", "Comma-separated; a --n given here drops the settings' ks above it."),
         metavar="K,...",
     ),
     only: str = typer.Option(

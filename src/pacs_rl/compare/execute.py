@@ -327,7 +327,7 @@ class _Comparison:
             self.console.print("  its training is not finished: skipped for now")
             return "waiting"
         target = phase.target(self.out)
-        lock = lock_of(target)
+        lock = lock_of(target, self.out)
         try:
             lock.acquire()
         except Timeout:

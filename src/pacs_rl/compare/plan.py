@@ -33,15 +33,17 @@ import dataclasses
 import difflib
 import functools
 import json
+import math
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.compare.checks import at_least, one_of, within
 from pacs_rl.compare.methods import method_names, method_overrides
 from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS, benchmark_name
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
-from pacs_rl.settings import DATA_KEYS, SettingsError, read_yaml, rename_keys
+from pacs_rl.settings import DATA_KEYS, SettingsError, declared, read_yaml, rename_keys, setting
 from pacs_rl.training.checks import coerce_setting, config_problems
 from pacs_rl.training.data import load_run_data
 from pacs_rl.training.schema import (
@@ -49,6 +51,7 @@ from pacs_rl.training.schema import (
     CRITIC_FIELDS,
     CRITIC_LOSS_TYPES,
     RunSettings,
+    declared_problems,
 )
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
@@ -107,21 +110,61 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "save_steps": 2,
     "save_total_limit": 1,
 }
-EVAL_DEFAULTS: dict[str, Any] = {
-    "benchmarks": ["arithmetic?n=40&split=test&seed=1"],
-    "n": 8,
-    "ks": None,  # powers of two up to n
-    "temperature": 0.6,
-    "top_p": 0.95,
-    "max_new_tokens": 64,
-    "seed": 0,
-    "batch_size": 64,
-    "grader": "auto",  # paper on the paper's benchmarks, sound elsewhere (pacs_rl.evaluation.EvalConfig)
-    "verify_workers": 0,
-    "plain_prompt": False,
-    "backend": "transformers",  # or vllm
-    "dtype": "float32",
-}
+
+
+def _grader(name: str, value: Any) -> str | None:
+    if str(value) == "auto":
+        return None
+    try:
+        parse_grader(str(value))
+    except ValueError as e:
+        return f"{name}: {e}"
+    return None
+
+
+def _named(name: str, value: Any) -> str | None:
+    return None if value else f"{name} is empty; give at least one benchmark (--benchmarks math500)."
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSection:
+    """The ``eval`` section: one evaluation protocol for the base model and every run (`pacs-rl eval`'s settings,
+    with defaults sized for a CPU), beside the data settings (DataSettings) it may set too."""
+
+    benchmarks: tuple[str, ...] = setting(
+        ("arithmetic?n=40&split=test&seed=1",),
+        "Benchmarks every model is evaluated on (math500, aime24, a .jsonl file, 'arithmetic?n=40&split=test&seed=1', "
+        "...).",
+        check=_named,
+    )
+    n: int | str = setting(8, "Samples per problem (eval.n): 32; math500=32,aime24=512; or paper.")
+    ks: tuple[int, ...] | None = setting(
+        None, "k values of pass@k (eval.ks), each at most n. Default: powers of two up to n."
+    )
+    temperature: float = setting(0.6, "Sampling temperature (the paper's 0.6).", check=within(0, math.inf))
+    top_p: float = setting(
+        0.95, "Nucleus sampling top-p (the paper's 0.95).", check=within(0, 1, low_open=True)
+    )
+    max_new_tokens: int = setting(64, "Tokens generated at most per sample.", check=at_least(1))
+    seed: int = setting(0, "Sampling seed.", check=at_least(0))
+    batch_size: int = setting(64, "Sequences sampled at once.", check=at_least(1))
+    grader: str = setting(
+        "auto",
+        "Grader: auto (paper on the paper's benchmarks, sound elsewhere: pacs_rl.evaluation.EvalConfig) or a name.",
+        check=_grader,
+    )
+    verify_workers: int = setting(0, "Processes that grade answers (0: this one).", check=at_least(0))
+    plain_prompt: bool = setting(
+        False, "Use 'Question: ... Answer:' when the tokenizer has no chat template."
+    )
+    backend: str = setting("transformers", "Sampling engine.", check=one_of(["transformers", "vllm"]))
+    dtype: str = setting("float32", "Model dtype.", check=one_of(["auto", "float32", "bfloat16", "float16"]))
+
+
+EVAL_FIELDS = {f.name: f for f in dataclasses.fields(EvalSection)}
+EVAL_DEFAULTS: dict[str, Any] = {k: list(f.default) if isinstance(f.default, tuple) else f.default
+                                 for k, f in EVAL_FIELDS.items()}  # fmt: skip
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Checks the pipeline, not the science: a tiny random model, 2 methods × 1 seed × 2 steps.
@@ -272,14 +315,44 @@ def load_settings_file(path: str | Path, notes: list[str] | None = None) -> dict
     return data
 
 
+def _methods(name: str, value: Any) -> str | None:
+    if not value:
+        return "--methods is empty; give e.g. --methods pacs,grpo."
+    unknown = [m for m in value if m not in method_names()]
+    if unknown:
+        return f"--methods: unknown method(s) {unknown}; known: {', '.join(method_names())}."
+    return f"--methods lists a method twice: {list(value)}." if len(set(value)) != len(value) else None
+
+
+def _seeds(name: str, value: Any) -> str | None:
+    ok = value and len(set(value)) == len(value) and all(isinstance(s, int) and s >= 0 for s in value)
+    return None if ok else f"seeds must be a non-empty list of distinct whole numbers >= 0, got {value!r}."
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A comparison's settings besides its sections (``train``: `pacs-rl train`'s settings shared by every run,
+    TRAIN_DEFAULTS; ``eval``: :class:`EvalSection`; ``sweeps``, ``method_settings``)."""
+
+    model: str = setting(
+        "smollm2-135m",
+        "Base model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder.",
+    )
+    methods: tuple[str, ...] = setting(
+        ("pacs", "grpo"), "Methods, each a run per seed (compare/methods.py).", check=_methods
+    )
+    seeds: tuple[int, ...] = setting((0,), "Seeds: one run per method and seed.", check=_seeds)
+
+
+TOP_FIELDS = {f.name: f for f in dataclasses.fields(Comparison)}
+
+
 def resolve_settings(
     preset: str | None = None, config: dict[str, Any] | None = None, cli: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Defaults ← preset ← settings file ← command-line options. Returns a complete, checked dict."""
     settings: dict[str, Any] = {
-        "model": "smollm2-135m",
-        "methods": ["pacs", "grpo"],
-        "seeds": [0],
+        **{k: list(f.default) if isinstance(f.default, tuple) else f.default for k, f in TOP_FIELDS.items()},
         "sweeps": {},
         "train": dict(TRAIN_DEFAULTS),
         "eval": dict(EVAL_DEFAULTS),
@@ -336,23 +409,15 @@ def check_settings(settings: dict[str, Any]) -> None:
 
 
 def _check_methods_and_seeds(settings: dict[str, Any]) -> None:
-    """methods: known, none twice (a comma-separated string becomes a list); seeds: distinct integers (a number N
-    becomes seeds 0..N-1)."""
-    methods = settings["methods"]
-    if isinstance(methods, str):
-        methods = settings["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
-    if not methods:
-        raise CompareError("--methods is empty; give e.g. --methods pacs,grpo.")
-    unknown = [m for m in methods if m not in method_names()]
-    if unknown:
-        raise CompareError(f"--methods: unknown method(s) {unknown}; known: {', '.join(method_names())}.")
-    if len(set(methods)) != len(methods):
-        raise CompareError(f"--methods lists a method twice: {methods}.")
-    seeds = settings["seeds"]
-    if isinstance(seeds, int):
-        seeds = settings["seeds"] = list(range(seeds))
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise CompareError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}.")
+    """methods and seeds by their declared checks, a comma-separated ``methods`` made a list and a number N of
+    ``seeds`` made seeds 0..N-1 first."""
+    if isinstance(settings["methods"], str):
+        settings["methods"] = [m.strip() for m in settings["methods"].split(",") if m.strip()]
+    if isinstance(settings["seeds"], int) and not isinstance(settings["seeds"], bool):
+        settings["seeds"] = list(range(settings["seeds"]))
+    problems = declared_problems(settings, TOP_FIELDS.values())
+    if problems:
+        raise CompareError(problems[0])
 
 
 def _check_train(train: dict[str, Any]) -> None:
@@ -397,15 +462,20 @@ def _check_sweeps(sweeps: dict[str, Any]) -> None:
 
 
 def _check_eval(ev: dict[str, Any]) -> None:
-    """The eval section: known keys, at least one benchmark, an n `pacs-rl eval --n` takes, ks within 1..n and a
-    grader that exists."""
-    unknown_eval = set(ev) - set(EVAL_DEFAULTS) - set(DATA_KEYS)
+    """The eval section: known keys, each by its declared check (:class:`EvalSection`), then an n `pacs-rl eval --n`
+    takes for these benchmarks and ks within 1..n."""
+    unknown_eval = set(ev) - set(EVAL_FIELDS) - set(DATA_KEYS)
     if unknown_eval:
         raise CompareError(
-            f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join([*EVAL_DEFAULTS, *DATA_KEYS])}."
+            f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join([*EVAL_FIELDS, *DATA_KEYS])}."
         )
-    if not ev["benchmarks"]:
-        raise CompareError("eval.benchmarks is empty; give at least one benchmark (--benchmarks math500).")
+    problems = [
+        p
+        for f in EVAL_FIELDS.values()
+        if declared(f).check and (p := declared(f).check(f"eval.{f.name}", ev.get(f.name)))
+    ]
+    if problems:
+        raise CompareError(problems[0])
     from pacs_rl.evaluation.runner import parse_samples  # numpy: imported when settings are checked
 
     try:
@@ -416,11 +486,6 @@ def _check_eval(ev: dict[str, Any]) -> None:
     smallest = min([default_n, *by_bench.values()])
     if ks is not None and any(int(k) < 1 or int(k) > smallest for k in ks):
         raise CompareError(f"eval.ks {ks} must lie in 1..n (n = {ev['n']}).")
-    try:
-        if str(ev["grader"]) != "auto":
-            parse_grader(str(ev["grader"]))
-    except ValueError as e:
-        raise CompareError(f"eval.grader: {e}") from None
 
 
 def _check_method_settings(settings: dict[str, Any]) -> None:
