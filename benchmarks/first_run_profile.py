@@ -167,10 +167,11 @@ def main() -> None:
     phases.wrap(PACSTrainer, "_save_checkpoint", "checkpoints")
     phases.wrap(PACSTrainer, "save_model", "final save")
 
-    from pacs_rl.training.cli import with_device
+    from pacs_rl.device import with_device
+    from pacs_rl.training.schema import default_settings
 
     # the device and precision `pacs-rl train` would choose here (bf16 where the CPU computes it)
-    values, device = with_device(parse_assignments(a.sets))
+    values, device = with_device(parse_assignments(a.sets), default_settings())
     print(f"device: {device.line()}", flush=True)
     settings, config_kwargs = split_settings(values)
     out_dir = a.output_dir or tempfile.mkdtemp(prefix="first-run-profile-")

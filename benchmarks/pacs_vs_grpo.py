@@ -1,5 +1,5 @@
-"""The PACS-vs-GRPO record (docs/benchmarks/pacs_vs_grpo.json): `pacs-rl compare --preset pacs-vs-grpo` with the
-record's file and settings, and the figures of docs/RESULTS.md. The engine is pacs_rl.compare.paired.
+"""The PACS-vs-GRPO record (docs/benchmarks/pacs_vs_grpo.json): `pacs-rl compare paired` with the record's file and
+settings, and the figures of docs/RESULTS.md. The engine is pacs_rl.compare.paired.
 
     python benchmarks/pacs_vs_grpo.py run --hours 8      # add pairs to the record (resumes; two runs at a time)
     python benchmarks/pacs_vs_grpo.py summary --markdown # the tables of docs/RESULTS.md
@@ -28,14 +28,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from pacs_rl.compare import paired
-from pacs_rl.compare.paired_figures import critic_table, plot_comparison, plot_critic
+from pacs_rl.compare.paired import job as run_job
+from pacs_rl.compare.paired import record as records
+from pacs_rl.compare.paired import tables
+from pacs_rl.compare.paired.figures import critic_table, plot_comparison, plot_critic
 
 RECORD = Path("docs/benchmarks/pacs_vs_grpo.json")
 WORK = Path("runs/pacs_vs_grpo")
 # how the record is made: PACS and GRPO only on every seed, greedy at 24 and 48 steps, pass@64 on every second
 # seed since it was taken on (the record's protocol and protocol_changes)
-RUN = ["--preset", paired.PRESET, "--record", str(RECORD), "--output-dir", str(WORK), "--workers", "2",
+RUN = ["paired", "--record", str(RECORD), "--output-dir", str(WORK), "--workers", "2",
        "--threads", "1", "--n", "64", "--passk-every", "2"]  # fmt: skip
 
 
@@ -60,9 +62,9 @@ def replay_runs(record: dict, specs: list[str]) -> list[tuple[str, int]]:
         if not seed.isdigit() or (method, int(seed)) not in runs:
             known = ", ".join(f"{m}:{s}" for m, s in sorted(runs))
             raise ValueError(f"{spec!r} is not a run of {RECORD} (method:seed, one of {known})")
-        if not (WORK / paired.slug(method) / f"seed{seed}" / "metrics.jsonl").is_file():
+        if not (WORK / records.slug(method) / f"seed{seed}" / "metrics.jsonl").is_file():
             raise ValueError(
-                f"{spec!r}: its run folder {WORK / paired.slug(method) / f'seed{seed}'} is not here"
+                f"{spec!r}: its run folder {WORK / records.slug(method) / f'seed{seed}'} is not here"
             )
         out.append((method, int(seed)))
     return out
@@ -73,12 +75,12 @@ def replay(record: dict, method: str, seed: int, steps: int) -> dict:
     once it logged them) and compare with its recorded run folder."""
     from repeatability import first_difference  # benchmarks/ is this script's folder
 
-    recorded = loss_rows(WORK / paired.slug(method) / f"seed{seed}" / "metrics.jsonl", steps)
+    recorded = loss_rows(WORK / records.slug(method) / f"seed{seed}" / "metrics.jsonl", steps)
     with tempfile.TemporaryDirectory() as tmp:
-        metrics = Path(tmp) / paired.slug(method) / f"seed{seed}" / "metrics.jsonl"
-        cmd = [sys.executable, "-m", "pacs_rl.compare.paired", "job", "--work", tmp, "--threads", "1",
+        metrics = Path(tmp) / records.slug(method) / f"seed{seed}" / "metrics.jsonl"
+        cmd = [sys.executable, "-m", "pacs_rl.compare.paired.job", "job", "--work", tmp, "--threads", "1",
                "--protocol", json.dumps(record["protocol"]), "--method", method, "--seed", str(seed)]  # fmt: skip
-        job = subprocess.Popen(cmd, env={**os.environ, **paired.JOB_ENV}, stdout=subprocess.DEVNULL,
+        job = subprocess.Popen(cmd, env={**os.environ, **run_job.JOB_ENV}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
         while job.poll() is None and not (metrics.is_file() and len(loss_rows(metrics)) >= steps):
             time.sleep(2)
@@ -98,10 +100,10 @@ def refill_results(record: dict, path: Path = RESULTS) -> Path:
     """Write the record's tables, its critic table and its cost per pair into docs/RESULTS.md, where its
     `<!-- tables: ... -->` and `<!-- critic_sound: ... -->` blocks and its cost sentence stand."""
     text = path.read_text()
-    for name, body in (("tables", paired.markdown_tables(record)), ("critic_sound", critic_table([record]))):
+    for name, body in (("tables", tables.markdown_tables(record)), ("critic_sound", critic_table([record]))):
         start = text.index("\n", text.index(f"<!-- {name}:")) + 1
         text = text[:start] + body + "\n" + text[text.index(f"<!-- end {name} -->") :]
-    now = paired.cost(record)["pair"].get("greedy")
+    now = records.cost(record)["pair"].get("greedy")
     if now:
         text = re.sub(r"greedy only, as now, [\d,]+ s, [\d,]+ s of it evaluation",
                       f"greedy only, as now, {now['seconds']:,} s, {now['eval_seconds']:,} s of it evaluation", text)  # fmt: skip
@@ -112,7 +114,7 @@ def refill_results(record: dict, path: Path = RESULTS) -> Path:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="pacs-rl compare --preset pacs-vs-grpo on the record")
+    r = sub.add_parser("run", help="pacs-rl compare paired on the record")
     r.add_argument("--hours", default="8")
     s = sub.add_parser("summary", help="the record's tables and cost per pair")
     s.add_argument("--record", type=Path, default=RECORD)
@@ -134,7 +136,7 @@ def main() -> None:
     sub.add_parser("job", add_help=False)  # one run, as drivers started before the engine moved call it
     a, rest = p.parse_known_args()
     if a.command == "job":
-        paired.main(["job", *rest])
+        run_job.main(["job", *rest])
     elif a.command == "run":
         sys.exit(subprocess.call([sys.executable, "-m", "pacs_rl", "compare", *RUN, "--hours", a.hours]))
     elif a.command == "plot":
@@ -161,22 +163,22 @@ def main() -> None:
             print(json.dumps(found[-1]))
         out = {"what": "recorded runs trained again by this checkout, first steps compared bit for bit",
                "command": "python benchmarks/pacs_vs_grpo.py replay " + " ".join(a.runs) + f" --steps {a.steps}",
-               "date": time.strftime("%Y-%m-%d"), "commit": paired._commit(), "cpu_capability": cpu_capability(),
+               "date": time.strftime("%Y-%m-%d"), "commit": run_job.commit(), "cpu_capability": cpu_capability(),
                "runs": found}  # fmt: skip
         REPLAY.write_text(json.dumps(out, indent=1) + "\n")
         sys.exit(0 if all(r["identical"] and r["steps"] == a.steps for r in found) else 1)
     elif a.command == "regrade":
         record = json.loads(a.record.read_text())
-        runs = paired.regrade(a.work)
-        record["regraded"] = {"grader": paired.PROTOCOL["grader"], "commit": paired._commit(), "runs": runs}
-        paired.save_record(a.record, record)
+        runs = run_job.regrade(a.work)
+        record["regraded"] = {"grader": records.PROTOCOL["grader"], "commit": run_job.commit(), "runs": runs}
+        records.save_record(a.record, record)
         print(json.dumps(runs, indent=1))
     else:
         record = json.loads(a.record.read_text())  # whatever its protocol
-        print(paired.markdown_tables(record) if a.markdown else paired.summary_text(record))
-        print(paired.cost_line(record))
+        print(tables.markdown_tables(record) if a.markdown else tables.summary_text(record))
+        print(tables.cost_line(record))
         if a.write:
-            paired.save_record(a.record, record)
+            records.save_record(a.record, record)
 
 
 if __name__ == "__main__":

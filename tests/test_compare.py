@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from filelock import FileLock
 
 from pacs_rl.compare.plan import resolve_settings
 
@@ -121,8 +122,6 @@ def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
 
 def test_only_filter_and_locks_let_processes_share_a_folder(tmp_path):
     """--only selects phases; a phase locked by a live process is left to it, a dead process's lock is taken."""
-    import os
-
     from pacs_rl.compare.execute import run_comparison
     from pacs_rl.compare.plan import FINAL, TRAIN_DONE_FILE
 
@@ -140,20 +139,22 @@ def test_only_filter_and_locks_let_processes_share_a_folder(tmp_path):
     def fake_eval(settings, model, benchmark, eval_dir, label):
         return "evaluated"
 
-    # grpo's run is held by a live process (this test's parent); pacs's by a process that no longer exists
-    (out / "runs/grpo").mkdir(parents=True)
-    (out / "runs/grpo/seed0.lock").write_text(str(os.getppid()))
-    (out / "runs/pacs").mkdir(parents=True)
-    (out / "runs/pacs/seed0.lock").write_text("999999999")
+    # grpo's run is held by another process (a lock of its own here); pacs's lock file was left by a process that
+    # died: the operating system let go of it with the process
+    locks = out / ".locks" / "runs"  # out of the way of the run folders
+    for name in ("pacs", "grpo"):
+        (locks / name).mkdir(parents=True)
+    (locks / "pacs/seed0.lock").write_text("999999999")
+    held = FileLock(locks / "grpo/seed0.lock")
+    held.acquire()
     st = run_comparison(settings, out, train_fn=fake_train, eval_fn=fake_eval)["status"]
     bench = settings["eval"]["benchmarks"][0]
     assert st["train pacs/seed0"] == "trained" and trained == ["pacs/seed0"]
     assert st["train grpo/seed0"] == "busy"
     assert st[f"eval grpo/seed0 on {bench}"] == "waiting"  # not trained yet
     assert st[f"eval pacs/seed0 on {bench}"] == "evaluated"
-    assert (out / "runs/grpo/seed0.lock").exists() and not (out / "runs/pacs/seed0.lock").exists()
 
-    (out / "runs/grpo/seed0.lock").unlink()
+    held.release()
     st = run_comparison(settings, out, train_fn=fake_train, eval_fn=fake_eval, only=["grpo/*"])["status"]
     assert list(st) == ["train grpo/seed0", f"eval grpo/seed0 on {bench}"]
     assert trained == ["pacs/seed0", "grpo/seed0"]

@@ -9,10 +9,12 @@ import math
 import numpy as np
 import pytest
 
+from pacs_rl.compare.methods import METHODS
 from pacs_rl.compare.plan import (
     PRESETS,
     CompareError,
     ManifestMismatch,
+    as_recorded,
     build_plan,
     grader_note,
     parse_sweep,
@@ -21,7 +23,7 @@ from pacs_rl.compare.plan import (
     write_or_check_manifest,
 )
 from pacs_rl.compare.report import passk_table
-from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test, t_quantile
+from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test
 
 
 # ---------------------------------------------------------------- statistics
@@ -29,9 +31,11 @@ from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test, t_qu
     ("df", "expected"),
     [(1, 12.7062), (2, 4.3027), (4, 2.7764), (3, 3.1824), (9, 2.2622), (30, 2.0423), (100, 1.9840)],
 )
-def test_t_quantile_matches_the_table(df, expected):
-    assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
-    assert t_quantile(0.95, 10) == pytest.approx(1.8125, abs=1e-4)
+def test_paired_interval_takes_students_t_from_the_table(df, expected):
+    """Half-width = t(0.975, pairs - 1) x SD / sqrt(pairs), t read from a printed table."""
+    diffs = [(-1.0) ** i * (1 + i % 3) for i in range(df + 1)]
+    out = paired_interval(diffs)
+    assert out["half_width"] == pytest.approx(expected * out["sd"] / math.sqrt(df + 1), abs=1e-4 * out["sd"])
 
 
 def test_paired_interval_states_the_pairs_a_target_needs_only_when_asked():
@@ -117,8 +121,39 @@ def test_plan_sweep_variants_and_dedupe():
     assert sweep_table(s, plan) == {
         "pacs_beta": {"pacs": {0.1: "pacs[pacs_beta=0.1]", 1.0: "pacs", 10.0: "pacs[pacs_beta=10]"}}
     }
-    nw = resolve_settings(preset="smoke", cli={"methods": ["pacs_no_weight"]})
-    assert build_plan(nw)[0].overrides == {"loss_type": "pacs", "pacs_weighted": False}
+    nw = resolve_settings(preset="smoke", cli={"methods": ["pacs_no_weight", "pacs_clip"]})
+    assert [p.overrides for p in build_plan(nw)] == [
+        METHODS["pacs_no_weight"].overrides,
+        METHODS["pacs_clip"].overrides,
+    ]
+
+
+def test_one_method_table_one_meaning_per_name(tmp_path):
+    """`pacs-rl compare` and `compare paired` read one table: pacs unclipped as its authors ran it, pacs_clip at 1.0;
+    a comparison folder made when pacs meant the CPU default's clip keeps its recorded overrides on resume."""
+    from pacs_rl.compare.methods import method_names
+    from pacs_rl.compare.paired.record import protocol
+
+    assert (
+        METHODS["pacs"].overrides["max_grad_norm"] is None
+        and METHODS["pacs_clip"].overrides["max_grad_norm"] == 1.0
+    )
+    assert protocol(methods=["pacs", "pacs_clip", "grpo"])["methods"] == {
+        m: METHODS[m].overrides for m in ("pacs", "pacs_clip", "grpo")
+    }
+    s = resolve_settings(preset="smoke")
+    assert {p.method: p.overrides for p in build_plan(s)} == {
+        m: METHODS[m].overrides for m in ("pacs", "grpo")
+    }
+    assert method_names()[:3] == ["pacs", "pacs_clip", "pacs_no_weight"] and "ppo" in method_names()
+    old = write_or_check_manifest(
+        tmp_path, s, build_plan(s)
+    )  # as an earlier version wrote it: pacs = loss_type only
+    old["runs"][0]["overrides"] = {"loss_type": "pacs"}
+    plan, lines = as_recorded(build_plan(s), old)
+    assert plan[0].overrides == {"loss_type": "pacs"} and plan[1].overrides == METHODS["grpo"].overrides
+    assert lines == [f"pacs: this folder's runs keep the settings they were trained with, {{'loss_type': 'pacs'}}; "
+                     f"a new folder's pacs is {METHODS['pacs'].overrides}"]  # fmt: skip
 
 
 def test_settings_errors_name_the_setting():
@@ -318,3 +353,28 @@ def test_each_preset_trains_and_evaluates_on_the_same_arithmetic_task(preset):
     assert train_lengths <= {(a, b) for a in (1, 2) for b in (1, 2)} and max(train_lengths) == max(
         held_lengths
     )
+
+
+def test_compare_settings_are_declared_with_their_checks_and_refused_by_name():
+    """The comparison's settings (top level and eval section) are declarations: their defaults are the settings' own,
+    every number or enumeration carries its check, and a value out of its domain is refused naming the setting."""
+    from pacs_rl.compare.plan import EVAL_DEFAULTS, EVAL_FIELDS, TOP_FIELDS
+    from pacs_rl.settings import declared
+
+    s = resolve_settings()
+    assert s["eval"] == EVAL_DEFAULTS and (s["methods"], s["seeds"]) == (["pacs", "grpo"], [0])
+    for name, f in {**TOP_FIELDS, **EVAL_FIELDS}.items():
+        domain = ("int", "float", "tuple[str", "tuple[int, ...]", "str") if name != "model" else ()
+        if f.type.startswith(domain) and name not in ("n", "ks", "plain_prompt"):
+            assert declared(f).check is not None, name  # n and ks: checked together, against the benchmarks
+    for section, bad, message in [
+        ("eval", {"temperature": -0.5}, r"eval\.temperature=-0\.5: give a number in \[0, inf\]"),
+        ("eval", {"top_p": 0}, r"eval\.top_p=0: give a number in \(0, 1\]"),
+        ("eval", {"batch_size": 0}, r"eval\.batch_size=0: give a whole number >= 1"),
+        ("eval", {"backend": "sglang"}, r"eval\.backend='sglang': use one of \['transformers', 'vllm'\]"),
+        ("eval", {"benchmarks": []}, r"eval\.benchmarks is empty"),
+        (None, {"seeds": [0, -1]}, "seeds must be a non-empty list of distinct whole numbers >= 0"),
+        (None, {"methods": []}, "--methods is empty"),
+    ]:
+        with pytest.raises(CompareError, match=message):
+            resolve_settings(preset="smoke", config={section: bad} if section else bad)

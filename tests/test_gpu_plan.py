@@ -102,9 +102,14 @@ def test_with_bf16_as_the_default_a_bf16_cpu_trains_in_bf16(monkeypatch, tmp_pat
     assert choose_device({"use_cpu": True}, H100, cpu_bf16=True).bf16  # the CPU asked for beside a GPU
     assert not choose_device({}, NO_CUDA, cpu_bf16=False).bf16  # emulated bf16: fp32 still
     _fake_cuda(monkeypatch, present=False, cpu_bf16=True)
-    values, device = cli.with_device(cli.user_settings(None, {}, []))
+    values, device = device_module.with_device(cli.user_settings(None, {}, []), schema.default_settings())
     assert device.bf16 and values == schema.default_settings() | {"bf16": True, **CPU_BF16}
-    assert cli.with_device(cli.user_settings(None, {}, ["bf16=false"]))[0]["bf16"] is False
+    assert (
+        device_module.with_device(cli.user_settings(None, {}, ["bf16=false"]), schema.default_settings())[0][
+            "bf16"
+        ]
+        is False
+    )
     out = CliRunner().invoke(app, ["train", "--dry-run", "-o", str(tmp_path / "x")])
     assert out.exit_code == 0, out.output
     assert "device: CPU, bf16 autocast: no CUDA device on this machine" in out.output
@@ -122,14 +127,18 @@ def test_a_plain_train_on_a_cpu_machine_is_exactly_the_cpu_default(monkeypatch):
     _fake_cuda(monkeypatch, present=False)
     assert cli.merge_settings(cli.user_settings(None, {}, [])) == schema.default_settings()
     options = {"model": "Qwen/Qwen2.5-0.5B-Instruct", "dataset": "x.jsonl", "max_steps": None}
-    values, device = cli.with_device(cli.user_settings(None, options, []))
+    values, device = device_module.with_device(
+        cli.user_settings(None, options, []), schema.default_settings()
+    )
     assert values == schema.default_settings() | {"model": options["model"], "dataset": "x.jsonl"}
     assert device.device == "cpu"
 
 
 def test_a_plain_train_chooses_cuda_when_it_is_there(monkeypatch, tmp_path):
     _fake_cuda(monkeypatch, present=True, bf16=True)
-    values, device = cli.with_device(cli.user_settings(None, {"model": "tiny", "dataset": "arithmetic"}, []))
+    values, device = device_module.with_device(
+        cli.user_settings(None, {"model": "tiny", "dataset": "arithmetic"}, []), schema.default_settings()
+    )
     assert device.device == "cuda"
     assert values["use_cpu"] is False and values["bf16"] is True
     assert values["fast_sampler"] is False and values["update_token_budget"] is None

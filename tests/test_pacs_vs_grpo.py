@@ -1,5 +1,5 @@
-"""The paired-seed engine behind `pacs-rl compare --preset pacs-vs-grpo` (pacs_rl.compare.paired, its figures and
-its command-line checks): its statistics, its job order, its cost per pair, resuming a record and refusing to mix
+"""The paired-seed engine behind `pacs-rl compare paired` (pacs_rl.compare.paired: its record, job, driver, tables,
+figures and command-line checks): its statistics, its job order, its cost per pair, resuming a record and refusing to mix
 protocols. Training itself is covered by the trainer's tests."""
 
 from __future__ import annotations
@@ -7,25 +7,33 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 import types
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
+from scipy.stats import t as student_t
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.compare import paired, paired_figures
+from pacs_rl.compare.paired import driver as drive
+from pacs_rl.compare.paired import figures, job, tables
+from pacs_rl.compare.paired import record as records
 from pacs_rl.compare.plan import CompareError
+from pacs_rl.settings import declared
 from train_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
+# the engine's modules as one namespace, to read from (a test that replaces a function patches its module)
+paired = types.SimpleNamespace(
+    **{**vars(figures), **vars(tables), **vars(job), **vars(drive), **vars(records)}
+)
 
 
 @pytest.fixture(scope="module")
 def driver():
     """The engine and its figures as one namespace."""
-    return types.SimpleNamespace(**{**vars(paired_figures), **vars(paired)})
+    return paired
 
 
 def test_paired_interval_hand_computed(driver):
@@ -39,8 +47,8 @@ def test_paired_interval_hand_computed(driver):
     assert out["ci95"] == pytest.approx([0.075 - half, 0.075 + half], rel=1e-4)
     # at this SD a ±5 pp interval needs n with t(n-1) * sd / sqrt(n) <= 0.05, and n - 1 does not reach it
     n = out["pairs_needed"]
-    assert driver.stats.t_quantile(0.975, n - 1) * sd / math.sqrt(n) <= 0.05
-    assert driver.stats.t_quantile(0.975, n - 2) * sd / math.sqrt(n - 1) > 0.05
+    assert student_t.ppf(0.975, n - 1) * sd / math.sqrt(n) <= 0.05
+    assert student_t.ppf(0.975, n - 2) * sd / math.sqrt(n - 1) > 0.05
     assert driver.paired_interval([0.3]) == {"pairs": 1, "mean": 0.3}  # no interval from one pair
 
 
@@ -243,7 +251,7 @@ def test_dynamics_reads_the_curves_and_the_second_minibatch_auc(driver, tmp_path
 
 def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_path):
     assert driver.parse_method("pacs[reference=frozen,ref_reset_steps=8,pacs_beta=0.25]") == {
-        **driver.METHODS["pacs"][0],
+        **driver.METHODS["pacs"].overrides,
         "reference": "frozen",
         "ref_reset_steps": 8,
         "pacs_beta": 0.25,
@@ -324,6 +332,15 @@ def _block(text: str, name: str) -> str:
     return text[start : text.index(f"<!-- end {name} -->")].strip()
 
 
+def _rounded(value):
+    """``value`` with every float rounded to 12 significant digits."""
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return float(f"{value:.12g}") if isinstance(value, float) else value
+
+
 def test_results_page_quotes_the_records(driver):
     """docs/RESULTS.md's tables are the records' own (printed by `summary --markdown` and `plot`), not typed."""
     text = (REPO / "docs" / "RESULTS.md").read_text()
@@ -332,8 +349,12 @@ def test_results_page_quotes_the_records(driver):
     leak = json.loads((bench / "pacs_vs_grpo_restatement_leak.json").read_text())  # the first record
     rule = json.loads((bench / "pacs_vs_grpo_restatement_rule.json").read_text())  # the second, closed
     critic = json.loads((bench / "pacs_critic.json").read_text())
-    for saved in (record, rule, leak):
-        assert saved["summary"] == driver.summarize(saved)  # the saved summary is this code's
+    for saved in (
+        record,
+        rule,
+        leak,
+    ):  # the saved summary is this code's (to the last digits of a t quantile)
+        assert _rounded(saved["summary"]) == _rounded(driver.summarize(saved))
     assert record["protocol"]["grader"] == "sound" and record["protocol"]["version"] == 2
     assert _block(text, "tables") == driver.markdown_tables(record)
     assert _block(text, "restatement_rule") == driver.markdown_tables(rule)
@@ -384,7 +405,7 @@ def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
 
 
 def test_methods_split_outside_brackets():
-    from pacs_rl.compare.paired_cli import split_methods
+    from pacs_rl.compare.paired.cli import split_methods
 
     assert split_methods("pacs, grpo") == ["pacs", "grpo"]
     assert split_methods("pacs[reference=frozen,ref_reset_steps=8],grpo") == [
@@ -397,15 +418,18 @@ def test_methods_split_outside_brackets():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--preset", "pacs-vs-grpo", "--seed", "1"], "sets its own --seed"),
-        (["--preset", "pacs-vs-grpo", "--model", "tiny", "--k", "1,2"], "sets its own --model, --k"),
-        (["--preset", "pacs-vs-grpo", "--no-progress"], "sets its own --no-progress"),
-        (["--workers", "3"], "--workers: only with --preset pacs-vs-grpo"),
-        (["--preset", "smoke", "--record", "r.json"], "--record: only with --preset pacs-vs-grpo"),
-        (["--preset", "pacs-vs-grpo", "--n", "32"], "samples n = 64"),
-        (["--preset", "pacs-vs-grpo", "--workers", "0"], "--workers 0"),
-        (["--preset", "pacs-vs-grpo", "--target", "0"], "--target 0"),
-        (["--preset", "pacs-vs-grpo", "--methods", "pacs,foo"], "--methods 'foo'"),
+        (["paired", "--seed", "1"], "No such option: --seed"),  # its protocol sets the seeds
+        (["paired", "--model", "tiny"], "No such option: --model"),
+        (["--workers", "3"], "No such option: --workers"),  # the planned comparison has no paired option
+        (["--preset", "smoke", "--record", "r.json"], "No such option: --record"),
+        (["--seed", "1", "paired"], "--seed: an option of the planned comparison"),
+        (["paired", "--n", "32"], "--n 32: use one of [64]"),
+        (["paired", "--workers", "0"], "--workers 0: give a whole number >= 1"),
+        (["paired", "--target", "0"], "--target 0.0: give a number in (0, 100)"),
+        (["paired", "--hours", "-1"], "--hours -1.0: give a number in (0, inf]"),
+        (["paired", "--passk-every", "2"], "--passk-every 2: pass@k on every N-th seed needs --n 64"),
+        (["paired", "--methods", "pacs,foo"], "--methods 'foo'"),
+        (["--preset", "pacs-vs-grpo", "--workers", "0"], "--workers 0"),  # the older spelling, checked alike
     ],
 )
 def test_paired_options_are_checked_before_anything_runs(args, message, tmp_path):
@@ -415,7 +439,7 @@ def test_paired_options_are_checked_before_anything_runs(args, message, tmp_path
 
 
 def _paired_command(record: Path, work: Path) -> list[str]:
-    return ["compare", "--preset", "pacs-vs-grpo", "--record", str(record), "--output-dir", str(work)]
+    return ["compare", "paired", "--record", str(record), "--output-dir", str(work)]
 
 
 def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
@@ -488,7 +512,7 @@ def test_a_run_trains_as_the_cpu_default_on_a_cpu_and_alike_on_a_gpu(monkeypatch
 
 
 def test_no_run_starts_on_a_nearly_full_disk(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(paired, "disk_free_gib", lambda path: 1.0)
+    monkeypatch.setattr(drive, "disk_free_gib", lambda path: 1.0)
     opts = paired.Options(record=tmp_path / "record.json", work=tmp_path / "work", methods=["pacs", "grpo"],
                           no_passk=True, overrides={"model": "tiny"})  # fmt: skip
     paired.run(opts)
@@ -607,13 +631,14 @@ def test_merge_command_adds_to_the_record_and_waits_for_a_running_driver(tmp_pat
         and "would add 2 runs" in dry.output
         and len(json.loads(record.read_text())["runs"]) == 2
     )
-    lock = tmp_path / "w" / f"{record.name}.lock"
-    lock.parent.mkdir()
-    lock.write_text(str(os.getppid()))  # a live process other than this one stands for a running driver
+    assert not (tmp_path / "w").exists()  # a dry run makes nothing
+    (tmp_path / "w").mkdir()
+    lock = FileLock(tmp_path / "w" / f"{record.name}.lock")  # held as a running driver holds it
+    lock.acquire()
     busy = CliRunner().invoke(app, [*args, "--merge", str(other)])
     assert busy.exit_code == 2 and "being added to by a running" in busy.output
     assert len(json.loads(record.read_text())["runs"]) == 2
-    lock.unlink()
+    lock.release()
     done = CliRunner().invoke(app, [*args, "--merge", str(other)])
     assert (
         done.exit_code == 0 and "added 2 runs" in done.output and "seed 7, run on NVIDIA H100" in done.output
@@ -654,3 +679,61 @@ def test_a_record_of_two_devices_says_where_its_runs_ran_and_the_main_devices_in
     assert line.startswith("Runs by device: cpu 6; NVIDIA H100 80GB HBM3 2 (seed 3).")
     assert f"over the cpu pairs alone: {100 * gap['mean']:+.1f} [{100 * gap['ci95'][0]:+.1f}," in line
     assert line.endswith("3 pairs.") and line in driver.markdown_tables(record)
+
+
+def test_the_protocol_is_declared_once_and_every_record_reads_as_recorded():
+    """The protocol's declarations give the protocol the sound record was made with, each value with its check; the
+    records' methods are the method table's (or, for a name that changed, their own recorded overrides)."""
+    import dataclasses
+
+    from pacs_rl.compare.methods import METHODS
+
+    bench = REPO / "docs" / "benchmarks"
+    sound = json.loads((bench / "pacs_vs_grpo.json").read_text())
+    assert {k: v for k, v in sound["protocol"].items() if k in records.PROTOCOL} == records.PROTOCOL
+    assert records.protocol_problems(records.Protocol()) == []
+    bad = records.Protocol(passk=records.PassKEval(top_p=1.5), train=records.TrainProtocol(max_steps=0))
+    assert records.protocol_problems(bad) == [
+        "train.max_steps=0: give a whole number >= 1",
+        "passk.top_p=1.5: give a number in (0, 1]",
+    ]
+    with pytest.raises(CompareError, match=r"max_steps=0: give a whole number >= 1"):
+        records.protocol(overrides={"max_steps": 0})
+    for name in (
+        "pacs_vs_grpo.json",
+        "pacs_vs_grpo_restatement_rule.json",
+        "pacs_vs_grpo_restatement_leak.json",
+    ):
+        methods = json.loads((bench / name).read_text())["protocol"]["methods"]
+        assert methods == {m: METHODS[m].overrides for m in methods}, (
+            name
+        )  # one meaning per name, as recorded
+    for part in (records.Protocol, records.TrainProtocol, records.PassKEval, records.GreedyEval):
+        for f in dataclasses.fields(part):  # a number has a domain: its declaration carries the check
+            if f.type in ("int", "float"):
+                assert declared(f).check is not None, f"{part.__name__}.{f.name}"
+
+
+def test_every_option_of_compare_paired_is_declared_with_its_check():
+    from pacs_rl.compare.paired.cli import FIELDS, PairedOptions, option_problems
+
+    for name, f in FIELDS.items():
+        if f.type.startswith(("int", "float")):
+            assert declared(f).check is not None, name
+    assert option_problems(PairedOptions()) == []
+    many = PairedOptions(workers=0, threads=0, max_pairs=0, first_seed=-1, full_seeds=-1, n=32, passk_every=0)
+    assert [p.split(":")[0] for p in option_problems(many)] == [
+        "--n 32", "--passk-every 0", "--workers 0", "--threads 0", "--max-pairs 0", "--full-seeds -1",
+        "--first-seed -1",
+    ]  # fmt: skip
+
+
+def test_the_older_preset_spelling_runs_the_sub_command_with_a_note(tmp_path):
+    old = CliRunner().invoke(
+        app, ["compare", "--preset", "pacs-vs-grpo", "--dry-run", "-o", str(tmp_path / "w")]
+    )
+    new = CliRunner().invoke(app, ["compare", "paired", "--dry-run", "-o", str(tmp_path / "w")])
+    assert old.exit_code == new.exit_code == 0, old.output
+    assert "note: --preset pacs-vs-grpo is now `pacs-rl compare paired`" in old.output
+    assert old.output.split("\n", 1)[1] == new.output  # the same dry run after the note
+    assert not (tmp_path / "w").exists()

@@ -10,8 +10,7 @@ import typer
 from pacs_rl import __version__
 from pacs_rl import device as devices
 from pacs_rl.command import Command, Group
-from pacs_rl.compare.cli import compare_command
-from pacs_rl.compare.plan import method_names
+from pacs_rl.compare import cli as compare_cli
 from pacs_rl.evaluation.cli import audit_command, eval_command
 from pacs_rl.models import BUNDLED_MODELS, bundled_gguf_path, cache_dir
 from pacs_rl.training.cli import train_command
@@ -67,11 +66,11 @@ def info() -> None:
 
 
 class _RegistryHelp(Command):
-    """A command whose option help may name the registered losses: ``{losses}`` and ``{methods}`` are filled
-    in when the help is shown (from names that need no torch)."""
+    """A command whose option help may name the registered losses: ``{losses}`` is filled in when the help is
+    shown (from names that need no torch)."""
 
     def format_help(self, ctx, formatter):
-        names = {"losses": ", ".join(loss_type_names()), "methods": ", ".join(method_names())}
+        names = {"losses": ", ".join(loss_type_names())}
         for param in self.params:
             if getattr(param, "help", None) and "{" in param.help:
                 param.help = param.help.format(**names)
@@ -88,7 +87,7 @@ class _TrainCommand(_RegistryHelp):
 
 app.command("eval", cls=Command)(eval_command)
 app.command("train", cls=_TrainCommand)(train_command)
-app.command("compare", cls=_RegistryHelp)(compare_command)
+app.add_typer(compare_cli.app, name="compare")
 app.command("audit", cls=Command)(audit_command)
 
 

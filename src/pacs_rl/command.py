@@ -96,15 +96,17 @@ class Group(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-class Command(TyperCommand):
-    """A sub-command whose arguments are rewritten before parsing (:func:`pacs_rl.settings.rewrite_args`), each
-    older spelling with a note. ``settings``: setting key -> type text, when every setting is also an option
+class _RewrittenArgs:
+    """The arguments of a command rewritten before parsing (:func:`pacs_rl.settings.rewrite_args`), each older
+    spelling with a note. ``settings``: setting key -> type text, when every setting is also an option
     (``--learning_rate 1e-5`` = ``--set learning_rate=1e-5``, TRL's spelling)."""
 
     settings: Mapping[str, str] | None = None
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
-        ctx.meta["pacs_rl.argv"] = [self.name or "", *args]  # as typed: the command that goes on after a stop
+        # as typed, from the first command under the root on (a sub-command's parent has set it): the command that
+        # goes on after a stop
+        ctx.meta.setdefault("pacs_rl.argv", [self.name or "", *args])
         notes: list[str] = []
         names = [o for p in self.params for o in (*p.opts, *p.secondary_opts)]
         try:
@@ -113,7 +115,15 @@ class Command(TyperCommand):
             raise CommandError(str(e), ctx=ctx) from None
         for message in notes:
             note(message)
-        return super().parse_args(ctx, args)
+        return super().parse_args(ctx, args)  # type: ignore[misc]
+
+
+class Command(_RewrittenArgs, TyperCommand):
+    """A sub-command whose arguments are rewritten before parsing (:class:`_RewrittenArgs`)."""
+
+
+class CommandGroup(_RewrittenArgs, TyperGroup):
+    """A sub-command with sub-commands of its own (`pacs-rl compare paired`), its arguments rewritten alike."""
 
 
 def data_option(name: str) -> Any:
@@ -141,6 +151,7 @@ def end_dry_run(refusals: Sequence[str]) -> None:
 __all__ = [
     "Command",
     "CommandError",
+    "CommandGroup",
     "Group",
     "data_option",
     "end_dry_run",

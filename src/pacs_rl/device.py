@@ -1,7 +1,6 @@
 """Which device and precision a `pacs-rl train` run uses: the hardware decides unless the user said otherwise.
 
-    choice = choose_device(user_settings, cuda_info())
-    values = {**default_settings(), **choice.settings, **user_settings}
+    values, choice = with_device(user_settings, default_settings())
 
 The CPU default (`pacs_rl.training.schema.CPU_DEFAULTS`) is the bottom layer of every run. `user_settings` is what the user gave
 above it (the --config file, the options, --set). The rules, in order:
@@ -210,3 +209,16 @@ def eval_dtype(cuda: CudaInfo) -> str:
     """`pacs-rl eval`'s dtype=auto on the device it picks: bfloat16 where the GPU computes in bf16, float32
     otherwise (the same rule as training's bf16)."""
     return "bfloat16" if cuda.available and cuda.bf16 else "float32"
+
+
+def device_layer(choice: DeviceChoice, user: Mapping[str, Any]) -> dict[str, Any]:
+    """What the device choice sets that the user did not: it lies over the defaults, under the user."""
+    return {k: v for k, v in choice.settings.items() if k not in user}
+
+
+def with_device(user: Mapping[str, Any], defaults: Mapping[str, Any]) -> tuple[dict[str, Any], DeviceChoice]:
+    """(the settings with the device layer, the device choice): ``defaults`` (the CPU default) < the device choice
+    < ``user``. The hardware picks CUDA and its precision over the defaults unless ``user`` sets use_cpu / bf16;
+    this imports torch to ask it. `pacs-rl train` and the paired comparison's runs both lay their settings so."""
+    choice = choose_device(user, cuda_info())
+    return {**defaults, **device_layer(choice, user), **user}, choice

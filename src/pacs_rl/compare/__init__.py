@@ -21,7 +21,7 @@ _EXPORTS = {
     "ManifestMismatch": "pacs_rl.compare.plan",
     "RunSpec": "pacs_rl.compare.plan",
     "build_plan": "pacs_rl.compare.plan",
-    "method_names": "pacs_rl.compare.plan",
+    "method_names": "pacs_rl.compare.methods",
     "parse_sweep": "pacs_rl.compare.plan",
     "resolve_settings": "pacs_rl.compare.plan",
     "run_comparison": "pacs_rl.compare.execute",

@@ -11,10 +11,13 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 
-from pacs_rl.command import end_dry_run, fail, note, show_library_notes, typed_command
-from pacs_rl.compare.paired_cli import PAIRED_PRESET, paired_preset
+from pacs_rl.command import Command, CommandGroup, end_dry_run, fail, note, show_library_notes, typed_command
+from pacs_rl.compare.methods import method_label, method_names
+from pacs_rl.compare.paired.cli import paired_command
 from pacs_rl.compare.plan import (
+    EVAL_FIELDS,
     PRESETS,
+    TOP_FIELDS,
     TRAIN_DONE_FILE,
     CompareError,
     build_plan,
@@ -22,7 +25,6 @@ from pacs_rl.compare.plan import (
     eval_dir_of,
     grader_note,
     load_settings_file,
-    method_label,
     parse_sweep,
     resolve_settings,
     write_or_check_manifest,
@@ -31,6 +33,12 @@ from pacs_rl.data import DataError
 from pacs_rl.evaluation.report import METRICS_FILE
 from pacs_rl.models import model_problem
 from pacs_rl.settings import SettingsError, missing_packages, output_dir_problem
+from pacs_rl.training.schema import loss_type_names
+
+
+def _help(fields: dict, name: str, more: str = "") -> str:
+    """An option's help: its setting's declaration's (compare/plan.py), and what the option adds."""
+    return f"{fields[name].metadata['help']} {more}".strip()
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -45,17 +53,19 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def compare_command(
+    ctx: typer.Context,
     methods: str = typer.Option(
         None,
         "--methods",
-        help="Comma-separated methods: {methods} (pacs_no_weight = PACS with pacs_weighted=False). "
-        "Default: from --config / --preset, else pacs,grpo.",
+        help="Comma-separated methods: {methods} (each as the PACS authors ran it: pacs unclipped, grpo as verl "
+        "ran it; pacs_clip = PACS with gradient clip 1.0; compare/methods.py). Default: from --config / --preset, "
+        "else pacs,grpo.",
         metavar="NAME,...",
     ),
     seed: str = typer.Option(
         None,
         "--seed",
-        help="Seeds, comma-separated: one run per method and seed (default: from the settings, else 0).",
+        help=_help(TOP_FIELDS, "seeds", "Comma-separated; default: from the settings, else 0."),
         metavar="SEED,...",
     ),
     config: str = typer.Option(
@@ -68,8 +78,7 @@ def compare_command(
     preset: str = typer.Option(
         None,
         "--preset",
-        help=f"Named settings: {', '.join(PRESETS)}; or {PAIRED_PRESET}: PACS against GRPO seed pair after seed "
-        "pair into one record, until the paired interval is within --target (docs/RESULTS.md).",
+        help=f"Named settings: {', '.join(PRESETS)}.",
         metavar="NAME",
     ),
     sweep: list[str] = typer.Option(
@@ -83,8 +92,7 @@ def compare_command(
         None,
         "--model",
         "-m",
-        help="Base model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder "
-        "[default: smollm2-135m].",
+        help=_help(TOP_FIELDS, "model", "[default: smollm2-135m]"),
         metavar="NAME",
     ),
     dataset: str = typer.Option(
@@ -98,8 +106,7 @@ def compare_command(
         None,
         "--benchmarks",
         "-b",
-        help="Comma-separated evaluation benchmarks (math500, aime24, a .jsonl file, "
-        "'arithmetic?n=40&split=test&seed=1', ...). Default: from the settings.",
+        help=_help(EVAL_FIELDS, "benchmarks", "Comma-separated; default: from the settings."),
         metavar="SOURCE,...",
     ),
     output_dir: str = typer.Option(
@@ -111,14 +118,13 @@ def compare_command(
     n: str = typer.Option(
         None,
         "--n",
-        help="Samples per problem in evaluation (eval.n): 32; math500=32,aime24=512; or paper.",
+        help=_help(EVAL_FIELDS, "n"),
         metavar="N",
     ),
     k: str = typer.Option(
         None,
         "--k",
-        help="k values of pass@k, comma-separated (eval.ks), each at most n. Default: from the settings, without "
-        "those above a --n given here; else powers of two up to n.",
+        help=_help(EVAL_FIELDS, "ks", "Comma-separated; a --n given here drops the settings' ks above it."),
         metavar="K,...",
     ),
     only: str = typer.Option(
@@ -140,88 +146,19 @@ def compare_command(
     no_progress: bool = typer.Option(
         False, "--no-progress", help="No progress bars: one line per training step, none while evaluating."
     ),
-    record: str = typer.Option(
-        None,
-        "--record",
-        help=f"{PAIRED_PRESET}: the record file [default: OUTPUT_DIR/record.json].",
-        metavar="FILE",
-    ),
-    workers: int = typer.Option(
-        None, "--workers", help=f"{PAIRED_PRESET}: runs at once [default: 2].", metavar="N"
-    ),
-    threads: int = typer.Option(
-        None, "--threads", help=f"{PAIRED_PRESET}: torch threads per run [default: 1].", metavar="N"
-    ),
-    hours: float = typer.Option(
-        None,
-        "--hours",
-        help=f"{PAIRED_PRESET}: start no run after this many hours [default: 8].",
-        metavar="H",
-    ),
-    target: float = typer.Option(
-        None,
-        "--target",
-        help=f"{PAIRED_PRESET}: once PACS - GRPO's 95% interval is within ± this many percentage points, run the "
-        "record's other methods on the seeds of the pairs, then stop [default: 5].",
-        metavar="PP",
-    ),
-    max_pairs: int = typer.Option(
-        None, "--max-pairs", help=f"{PAIRED_PRESET}: stop after this many complete seeds.", metavar="N"
-    ),
-    passk_every: int = typer.Option(
-        None,
-        "--passk-every",
-        help=f"{PAIRED_PRESET}, with --n 64: pass@k on every N-th seed only (a record without pass@k takes it on "
-        "from its next seed).",
-        metavar="N",
-    ),
-    full_seeds: int = typer.Option(
-        None,
-        "--full-seeds",
-        help=f"{PAIRED_PRESET}: every method of the record on seeds below this, only PACS and GRPO above "
-        "[default: 0].",
-        metavar="SEED",
-    ),
-    first_seed: int = typer.Option(
-        None,
-        "--first-seed",
-        help=f"{PAIRED_PRESET}: new seeds from this one on [default: 0]; a second machine adding to a copy of the "
-        "record takes seeds the first will not reach, and --merge brings its runs back.",
-        metavar="SEED",
-    ),
-    merge: str = typer.Option(
-        None,
-        "--merge",
-        help=f"{PAIRED_PRESET}: add to --record the runs of FILE (a copy of it that another machine added to) that "
-        "it lacks, then stop; each run keeps the device it ran on.",
-        metavar="FILE",
-    ),
 ) -> None:
     """Train several methods from one base model under one budget, evaluate all with one pass@k protocol,
     and write report.md + PNGs into --output-dir. Rerun the same command to resume after an interruption.
-    Older spellings still work: --output, --steps, --seeds N (seeds 0..N-1)."""
+    `pacs-rl compare paired` adds seed pairs of PACS and its baselines to one record instead.
+    Older spellings still work: --output, --steps, --seeds N (seeds 0..N-1), --preset pacs-vs-grpo."""
+    if ctx.invoked_subcommand is not None:
+        given = [p.opts[0] for p in ctx.command.params if ctx.params.get(p.name) not in (p.default, None, ())]
+        if given:
+            fail(f"{', '.join(given)}: an option of the planned comparison; `pacs-rl compare {ctx.invoked_subcommand}` "
+                 "takes its own options after its name")  # fmt: skip
+        return
     console = Console(stderr=True)
     output = Path(output_dir)
-    paired = {"--record": record, "--workers": workers, "--threads": threads, "--hours": hours, "--target": target,
-              "--max-pairs": max_pairs, "--full-seeds": full_seeds, "--passk-every": passk_every,
-              "--first-seed": first_seed, "--merge": merge}  # fmt: skip
-    if preset == PAIRED_PRESET:
-        others = {
-            "--seed": seed,
-            "--config": config,
-            "--sweep": sweep,
-            "--model": model,
-            "--dataset": dataset,
-            "--benchmarks": benchmarks,
-            "--k": k,
-            "--only": only,
-            "--no-progress": no_progress,
-        }  # fmt: skip (its runs log to OUTPUT_DIR/<method>/seed<k>.log)
-        paired_preset(output, methods, max_steps, n, paired, others, report_only, dry_run)
-        return
-    stray = [name for name, value in paired.items() if value is not None]
-    if stray:
-        fail(f"{', '.join(stray)}: only with --preset {PAIRED_PRESET} (a paired-seed record)")
     given = CompareOptions(methods=methods, seed=seed, model=model, sweep=sweep, max_steps=max_steps,
                            dataset=dataset, benchmarks=benchmarks, n=n, k=k)  # fmt: skip
     try:
@@ -387,3 +324,37 @@ def _dry_run(settings: dict, output: Path) -> None:
     typer.echo(f"  output: {output} ({trained} of {len(specs)} runs trained, {evaluated} of {len(evals)} "
                "evaluations finished)")  # fmt: skip
     end_dry_run(refusals)
+
+
+PAIRED_PRESET = "pacs-vs-grpo"  # the older spelling of `pacs-rl compare paired`: --preset pacs-vs-grpo
+
+
+class CompareGroup(CommandGroup):
+    """`pacs-rl compare`: the planned comparison, or with ``paired`` a paired-seed record (its own options). The
+    older ``--preset pacs-vs-grpo`` is read as ``paired``, with a note. ``{methods}`` and ``{losses}`` in an
+    option's help are filled in when the help is shown (from names that need no torch)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        rest = list(args)
+        for i, arg in enumerate(rest):
+            old = arg == "--preset" and rest[i + 1 : i + 2] == [PAIRED_PRESET]
+            if old or arg == f"--preset={PAIRED_PRESET}":
+                del rest[i : i + 1 + old]
+                note(
+                    f"--preset {PAIRED_PRESET} is now `pacs-rl compare paired`; the old spelling still works"
+                )
+                rest = ["paired", *rest]
+                break
+        return super().parse_args(ctx, rest)
+
+    def format_help(self, ctx, formatter):
+        names = {"losses": ", ".join(loss_type_names()), "methods": ", ".join(method_names())}
+        for param in self.params:
+            if getattr(param, "help", None) and "{" in param.help:
+                param.help = param.help.format(**names)
+        return super().format_help(ctx, formatter)
+
+
+app = typer.Typer(cls=CompareGroup, invoke_without_command=True, add_completion=False, rich_markup_mode=None)
+app.callback(invoke_without_command=True)(compare_command)
+app.command("paired", cls=Command)(paired_command)

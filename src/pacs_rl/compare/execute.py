@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from filelock import Timeout
 from rich.console import Console
 
-from pacs_rl.compare.lock import PhaseLock
+from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.plan import (
     BASE,
     FINAL,
@@ -26,6 +27,7 @@ from pacs_rl.compare.plan import (
     TRAIN_DONE_FILE,
     CompareError,
     RunSpec,
+    as_recorded,
     build_plan,
     check_training_data,
     eval_data_settings,
@@ -283,7 +285,9 @@ def run_comparison(
     plan = build_plan(settings)
     check_methods_buildable(settings)  # every check before the manifest is written
     check_training_data(settings)
-    write_or_check_manifest(out, settings, plan)
+    plan, kept = as_recorded(plan, write_or_check_manifest(out, settings, plan))
+    for line in kept:
+        console.print(f"note: {line}")
     run = _Comparison(settings, out, resolve_base_model(settings, out), train_fn, eval_fn, console)
     phases = plan_phases(settings, plan)
     phases = [p for p in phases if _selected(BASE if p.spec is None else p.spec.key, only)]
@@ -323,9 +327,11 @@ class _Comparison:
             self.console.print("  its training is not finished: skipped for now")
             return "waiting"
         target = phase.target(self.out)
-        lock = PhaseLock(target)
-        if not lock.acquire():
-            self.console.print(f"  another process holds {lock.path}: left to it")
+        lock = lock_of(target, self.out)
+        try:
+            lock.acquire()
+        except Timeout:
+            self.console.print(f"  another process holds {lock.lock_file}: left to it")
             return "busy"
         try:
             if phase.kind == "train":

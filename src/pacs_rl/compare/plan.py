@@ -1,6 +1,7 @@
 """What a comparison runs: methods, sweeps, presets, the run plan and the manifest that pins it.
 
-A *method* is a named set of `PACSConfig` overrides (``pacs_no_weight`` = PACS with ``pacs_weighted=False``).
+A *method* is a named set of `PACSConfig` overrides, one table for every comparison (compare/methods.py:
+``pacs`` = PACS unclipped as its authors ran it, ``pacs_clip`` = PACS with clip 1.0, ...).
 A *variant* is a method plus sweep overrides (``pacs[pacs_beta=0.1]``). A *run* is a variant and a seed.
 Every run starts from the same base model, sees the same training problems in the same order for a given
 seed, and has the same rollout budget (steps × prompts × G × tokens): methods and sweeps change only loss
@@ -32,14 +33,17 @@ import dataclasses
 import difflib
 import functools
 import json
+import math
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.compare.checks import at_least, one_of, within
+from pacs_rl.compare.methods import method_names, method_overrides
 from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS, benchmark_name
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
-from pacs_rl.settings import DATA_KEYS, SettingsError, read_yaml, rename_keys
+from pacs_rl.settings import DATA_KEYS, SettingsError, declared, read_yaml, rename_keys, setting
 from pacs_rl.training.checks import coerce_setting, config_problems
 from pacs_rl.training.data import load_run_data
 from pacs_rl.training.schema import (
@@ -47,7 +51,7 @@ from pacs_rl.training.schema import (
     CRITIC_FIELDS,
     CRITIC_LOSS_TYPES,
     RunSettings,
-    loss_type_names,
+    declared_problems,
 )
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
@@ -67,11 +71,6 @@ TRAIN_CONFIG_FILE = "train_config.yaml"
 FINAL = "final"  # the trained model inside a run folder
 BASE = "base"
 
-# Variants a comparison adds to the registered losses: name -> (config overrides, row name in the tables).
-EXTRA_METHODS: dict[str, tuple[dict[str, Any], str]] = {
-    "pacs_no_weight": ({"loss_type": "pacs", "pacs_weighted": False}, "PACS w/o weight"),
-}
-
 
 @functools.cache
 def _training():
@@ -81,31 +80,10 @@ def _training():
     return run
 
 
-def method_names() -> list[str]:
-    """Every method: each registered loss (registry order), each extra variant after the loss it modifies."""
-    out = []
-    for name in loss_type_names():
-        out += [name, *(k for k, (overrides, _) in EXTRA_METHODS.items() if overrides["loss_type"] == name)]
-    return out
-
-
-def method_overrides(method: str) -> dict[str, Any]:
-    """The config overrides of ``method`` (a copy)."""
-    return dict(EXTRA_METHODS[method][0]) if method in EXTRA_METHODS else {"loss_type": method}
-
-
 def method_config_overrides(settings: dict[str, Any], method: str) -> dict[str, Any]:
-    """The config overrides of ``method`` in a comparison: the method's own, then its ``method_settings``."""
+    """The config overrides of ``method`` in a comparison: the method's own (compare/methods.py), then its
+    ``method_settings``."""
     return {**method_overrides(method), **settings.get("method_settings", {}).get(method, {})}
-
-
-def method_label(method: str) -> str:
-    """Row name of ``method`` in the tables, as the paper writes it."""
-    if method in EXTRA_METHODS:
-        return EXTRA_METHODS[method][1]
-    from pacs_rl.algorithms import LOSS_LABELS  # torch: only the report needs the labels
-
-    return LOSS_LABELS.get(method, method)
 
 
 # Fields a comparison sets for every run itself (they must not differ between methods).
@@ -132,21 +110,61 @@ TRAIN_DEFAULTS: dict[str, Any] = {
     "save_steps": 2,
     "save_total_limit": 1,
 }
-EVAL_DEFAULTS: dict[str, Any] = {
-    "benchmarks": ["arithmetic?n=40&split=test&seed=1"],
-    "n": 8,
-    "ks": None,  # powers of two up to n
-    "temperature": 0.6,
-    "top_p": 0.95,
-    "max_new_tokens": 64,
-    "seed": 0,
-    "batch_size": 64,
-    "grader": "auto",  # paper on the paper's benchmarks, sound elsewhere (pacs_rl.evaluation.EvalConfig)
-    "verify_workers": 0,
-    "plain_prompt": False,
-    "backend": "transformers",  # or vllm
-    "dtype": "float32",
-}
+
+
+def _grader(name: str, value: Any) -> str | None:
+    if str(value) == "auto":
+        return None
+    try:
+        parse_grader(str(value))
+    except ValueError as e:
+        return f"{name}: {e}"
+    return None
+
+
+def _named(name: str, value: Any) -> str | None:
+    return None if value else f"{name} is empty; give at least one benchmark (--benchmarks math500)."
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSection:
+    """The ``eval`` section: one evaluation protocol for the base model and every run (`pacs-rl eval`'s settings,
+    with defaults sized for a CPU), beside the data settings (DataSettings) it may set too."""
+
+    benchmarks: tuple[str, ...] = setting(
+        ("arithmetic?n=40&split=test&seed=1",),
+        "Benchmarks every model is evaluated on (math500, aime24, a .jsonl file, 'arithmetic?n=40&split=test&seed=1', "
+        "...).",
+        check=_named,
+    )
+    n: int | str = setting(8, "Samples per problem (eval.n): 32; math500=32,aime24=512; or paper.")
+    ks: tuple[int, ...] | None = setting(
+        None, "k values of pass@k (eval.ks), each at most n. Default: powers of two up to n."
+    )
+    temperature: float = setting(0.6, "Sampling temperature (the paper's 0.6).", check=within(0, math.inf))
+    top_p: float = setting(
+        0.95, "Nucleus sampling top-p (the paper's 0.95).", check=within(0, 1, low_open=True)
+    )
+    max_new_tokens: int = setting(64, "Tokens generated at most per sample.", check=at_least(1))
+    seed: int = setting(0, "Sampling seed.", check=at_least(0))
+    batch_size: int = setting(64, "Sequences sampled at once.", check=at_least(1))
+    grader: str = setting(
+        "auto",
+        "Grader: auto (paper on the paper's benchmarks, sound elsewhere: pacs_rl.evaluation.EvalConfig) or a name.",
+        check=_grader,
+    )
+    verify_workers: int = setting(0, "Processes that grade answers (0: this one).", check=at_least(0))
+    plain_prompt: bool = setting(
+        False, "Use 'Question: ... Answer:' when the tokenizer has no chat template."
+    )
+    backend: str = setting("transformers", "Sampling engine.", check=one_of(["transformers", "vllm"]))
+    dtype: str = setting("float32", "Model dtype.", check=one_of(["auto", "float32", "bfloat16", "float16"]))
+
+
+EVAL_FIELDS = {f.name: f for f in dataclasses.fields(EvalSection)}
+EVAL_DEFAULTS: dict[str, Any] = {k: list(f.default) if isinstance(f.default, tuple) else f.default
+                                 for k, f in EVAL_FIELDS.items()}  # fmt: skip
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Checks the pipeline, not the science: a tiny random model, 2 methods × 1 seed × 2 steps.
@@ -297,14 +315,44 @@ def load_settings_file(path: str | Path, notes: list[str] | None = None) -> dict
     return data
 
 
+def _methods(name: str, value: Any) -> str | None:
+    if not value:
+        return "--methods is empty; give e.g. --methods pacs,grpo."
+    unknown = [m for m in value if m not in method_names()]
+    if unknown:
+        return f"--methods: unknown method(s) {unknown}; known: {', '.join(method_names())}."
+    return f"--methods lists a method twice: {list(value)}." if len(set(value)) != len(value) else None
+
+
+def _seeds(name: str, value: Any) -> str | None:
+    ok = value and len(set(value)) == len(value) and all(isinstance(s, int) and s >= 0 for s in value)
+    return None if ok else f"seeds must be a non-empty list of distinct whole numbers >= 0, got {value!r}."
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A comparison's settings besides its sections (``train``: `pacs-rl train`'s settings shared by every run,
+    TRAIN_DEFAULTS; ``eval``: :class:`EvalSection`; ``sweeps``, ``method_settings``)."""
+
+    model: str = setting(
+        "smollm2-135m",
+        "Base model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder.",
+    )
+    methods: tuple[str, ...] = setting(
+        ("pacs", "grpo"), "Methods, each a run per seed (compare/methods.py).", check=_methods
+    )
+    seeds: tuple[int, ...] = setting((0,), "Seeds: one run per method and seed.", check=_seeds)
+
+
+TOP_FIELDS = {f.name: f for f in dataclasses.fields(Comparison)}
+
+
 def resolve_settings(
     preset: str | None = None, config: dict[str, Any] | None = None, cli: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Defaults ← preset ← settings file ← command-line options. Returns a complete, checked dict."""
     settings: dict[str, Any] = {
-        "model": "smollm2-135m",
-        "methods": ["pacs", "grpo"],
-        "seeds": [0],
+        **{k: list(f.default) if isinstance(f.default, tuple) else f.default for k, f in TOP_FIELDS.items()},
         "sweeps": {},
         "train": dict(TRAIN_DEFAULTS),
         "eval": dict(EVAL_DEFAULTS),
@@ -361,23 +409,15 @@ def check_settings(settings: dict[str, Any]) -> None:
 
 
 def _check_methods_and_seeds(settings: dict[str, Any]) -> None:
-    """methods: known, none twice (a comma-separated string becomes a list); seeds: distinct integers (a number N
-    becomes seeds 0..N-1)."""
-    methods = settings["methods"]
-    if isinstance(methods, str):
-        methods = settings["methods"] = [m.strip() for m in methods.split(",") if m.strip()]
-    if not methods:
-        raise CompareError("--methods is empty; give e.g. --methods pacs,grpo.")
-    unknown = [m for m in methods if m not in method_names()]
-    if unknown:
-        raise CompareError(f"--methods: unknown method(s) {unknown}; known: {', '.join(method_names())}.")
-    if len(set(methods)) != len(methods):
-        raise CompareError(f"--methods lists a method twice: {methods}.")
-    seeds = settings["seeds"]
-    if isinstance(seeds, int):
-        seeds = settings["seeds"] = list(range(seeds))
-    if not seeds or len(set(seeds)) != len(seeds) or not all(isinstance(s, int) for s in seeds):
-        raise CompareError(f"seeds must be a non-empty list of distinct integers, got {seeds!r}.")
+    """methods and seeds by their declared checks, a comma-separated ``methods`` made a list and a number N of
+    ``seeds`` made seeds 0..N-1 first."""
+    if isinstance(settings["methods"], str):
+        settings["methods"] = [m.strip() for m in settings["methods"].split(",") if m.strip()]
+    if isinstance(settings["seeds"], int) and not isinstance(settings["seeds"], bool):
+        settings["seeds"] = list(range(settings["seeds"]))
+    problems = declared_problems(settings, TOP_FIELDS.values())
+    if problems:
+        raise CompareError(problems[0])
 
 
 def _check_train(train: dict[str, Any]) -> None:
@@ -422,15 +462,20 @@ def _check_sweeps(sweeps: dict[str, Any]) -> None:
 
 
 def _check_eval(ev: dict[str, Any]) -> None:
-    """The eval section: known keys, at least one benchmark, an n `pacs-rl eval --n` takes, ks within 1..n and a
-    grader that exists."""
-    unknown_eval = set(ev) - set(EVAL_DEFAULTS) - set(DATA_KEYS)
+    """The eval section: known keys, each by its declared check (:class:`EvalSection`), then an n `pacs-rl eval --n`
+    takes for these benchmarks and ks within 1..n."""
+    unknown_eval = set(ev) - set(EVAL_FIELDS) - set(DATA_KEYS)
     if unknown_eval:
         raise CompareError(
-            f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join([*EVAL_DEFAULTS, *DATA_KEYS])}."
+            f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join([*EVAL_FIELDS, *DATA_KEYS])}."
         )
-    if not ev["benchmarks"]:
-        raise CompareError("eval.benchmarks is empty; give at least one benchmark (--benchmarks math500).")
+    problems = [
+        p
+        for f in EVAL_FIELDS.values()
+        if declared(f).check and (p := declared(f).check(f"eval.{f.name}", ev.get(f.name)))
+    ]
+    if problems:
+        raise CompareError(problems[0])
     from pacs_rl.evaluation.runner import parse_samples  # numpy: imported when settings are checked
 
     try:
@@ -441,11 +486,6 @@ def _check_eval(ev: dict[str, Any]) -> None:
     smallest = min([default_n, *by_bench.values()])
     if ks is not None and any(int(k) < 1 or int(k) > smallest for k in ks):
         raise CompareError(f"eval.ks {ks} must lie in 1..n (n = {ev['n']}).")
-    try:
-        if str(ev["grader"]) != "auto":
-            parse_grader(str(ev["grader"]))
-    except ValueError as e:
-        raise CompareError(f"eval.grader: {e}") from None
 
 
 def _check_method_settings(settings: dict[str, Any]) -> None:
@@ -648,6 +688,22 @@ def write_or_check_manifest(out: Path, settings: dict[str, Any], plan: list[RunS
     tmp.write_text(json.dumps(manifest, indent=2))
     tmp.replace(path)
     return manifest
+
+
+def as_recorded(plan: list[RunSpec], manifest: dict[str, Any]) -> tuple[list[RunSpec], list[str]]:
+    """The plan with each run the folder's manifest records taking its recorded overrides (a folder keeps what its
+    runs were trained with, where a method's name has since changed meaning), and a line per variant that does."""
+    recorded = {r["key"]: r.get("overrides") for r in manifest.get("runs", [])}
+    out, changed = [], {}
+    for spec in plan:
+        old = recorded.get(spec.key)
+        if old is not None and old != json.loads(json.dumps(spec.overrides, default=str)):
+            changed[spec.variant] = (old, spec.overrides)
+            spec = dataclasses.replace(spec, overrides=old)
+        out.append(spec)
+    lines = [f"{v}: this folder's runs keep the settings they were trained with, {old}; a new folder's {v} is {new}"
+             for v, (old, new) in changed.items()]  # fmt: skip
+    return out, lines
 
 
 def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:

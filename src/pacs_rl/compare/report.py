@@ -21,15 +21,15 @@ from typing import Any
 
 import numpy as np
 
+from pacs_rl.compare.methods import method_label
 from pacs_rl.compare.plan import (
     TRAIN_DONE_FILE,
     RunSpec,
     eval_dir_of,
     grader_note,
-    method_label,
     sweep_table,
 )
-from pacs_rl.compare.stats import is_scipy_available, mean_se, sign_flip_test, wilcoxon_p
+from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
 from pacs_rl.evaluation.passk import mean_pass_at_k
 from pacs_rl.evaluation.report import METRICS_FILE, rank_marks
 from pacs_rl.evaluation.samples import SAMPLES_FILE, count_correct, read_samples
@@ -460,18 +460,13 @@ def paired_test_section(data: dict[str, Any], labels: dict[str, str]) -> list[st
     ref = "pacs" if "pacs" in variants else next(iter(variants), None)
     if ref is None:
         return []
-    wilcoxon = (
-        ", and Wilcoxon signed-rank (scipy)"
-        if is_scipy_available()
-        else "; scipy is not installed, so no Wilcoxon test"
-    )
     md = [
         "## Paired test on pass@1",
         "",
         f"Per problem, pass@1 = c/n of each run, averaged over the seeds of the row; d = {labels[ref]} "
         "minus the other row, on the same problems. p: two-sided sign-flip permutation test of mean d = 0 "
         "(exact over all sign patterns when at most 20 differences are non-zero, else 100,000 Monte-Carlo "
-        "patterns)" + wilcoxon + ".",
+        "patterns), and Wilcoxon signed-rank (scipy).",
         "",
     ]
     lines = [

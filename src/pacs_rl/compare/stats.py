@@ -15,7 +15,6 @@ carry no sign and do not change the count. The standard error of d̄ is sd(d)/�
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Sequence
 
@@ -78,16 +77,9 @@ def sign_flip_test(
     return {"p_value": p, "mean": mean, "se": se, "n": int(d.size), "n_nonzero": int(m), "method": method}
 
 
-def is_scipy_available() -> bool:
-    """Whether scipy (optional: only for :func:`wilcoxon_p`) can be imported."""
-    return importlib.util.find_spec("scipy") is not None
-
-
 def wilcoxon_p(diffs: Sequence[float]) -> float | None:
-    """Two-sided Wilcoxon signed-rank p-value via scipy, or None when scipy is not installed / not defined."""
-    if not is_scipy_available():
-        return None
-    from scipy.stats import wilcoxon  # optional, and slow to import: loaded on first use
+    """Two-sided Wilcoxon signed-rank p-value (scipy), or None where it is not defined (no non-zero difference)."""
+    from scipy.stats import wilcoxon  # slow to import: loaded on first use
 
     d = np.asarray(diffs, dtype=np.float64)
     if np.count_nonzero(d) == 0:
@@ -98,52 +90,24 @@ def wilcoxon_p(diffs: Sequence[float]) -> float | None:
         return None
 
 
-def t_quantile(p: float, df: int) -> float:
-    """The p-quantile of Student's t with ``df`` degrees of freedom (p in (0.5, 1)), by bisection on the exact
-    CDF of integer df (Abramowitz & Stegun 26.7.3-4: A(t|ν) = P(|T| < t) as a finite series in θ = atan(t/√ν));
-    no scipy needed."""
-
-    def two_sided(x: float) -> float:  # A(x | df)
-        theta = math.atan(x / math.sqrt(df))
-        s, c2 = math.sin(theta), math.cos(theta) ** 2
-        if df % 2:  # odd: (2/π)(θ + sinθ cosθ (1 + 2/3 cos²θ + 2·4/(3·5) cos⁴θ + ...)), ν − 3 terms after 1
-            term, total = 1.0, 1.0 if df > 1 else 0.0
-            for k in range(1, (df - 1) // 2):
-                term *= c2 * (2 * k) / (2 * k + 1)
-                total += term
-            return 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
-        term, total = 1.0, 1.0  # even: sinθ (1 + 1/2 cos²θ + 1·3/(2·4) cos⁴θ + ...)
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            total += term
-        return s * total
-
-    target = 2 * p - 1
-    lo, hi = 0.0, 1.0
-    while two_sided(hi) < target:
-        hi *= 2
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if two_sided(mid) < target else (lo, mid)
-    return (lo + hi) / 2
-
-
 def paired_interval(diffs: Sequence[float], target: float | None = None) -> dict:
     """Mean of paired differences (one per seed: method A's score minus method B's), its 95% Student-t interval
     and half-width, and the pairs (at this SD) a half-width of ``target`` needs (not computed when ``target`` is
     None)."""
+    from scipy.stats import norm, t  # slow to import: loaded on first use
+
     n = len(diffs)
     out: dict = {"pairs": n, "mean": sum(diffs) / n if n else None}
     if n < 2:
         return out
     mean = out["mean"]
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    half = float(t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     out.update(sd=sd, half_width=half, ci95=[mean - half, mean + half])
     if target is not None:
         # the normal quantile's answer is a lower bound (t > z); step up from it to the first n that reaches it
-        needed = max(2, math.ceil((1.959964 * sd / target) ** 2))
-        while t_quantile(0.975, needed - 1) * sd / math.sqrt(needed) > target:
+        needed = max(2, math.ceil((float(norm.ppf(0.975)) * sd / target) ** 2))
+        while t.ppf(0.975, needed - 1) * sd / math.sqrt(needed) > target:
             needed += 1
         out["pairs_needed"] = needed
     return out

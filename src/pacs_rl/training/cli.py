@@ -149,19 +149,6 @@ def merge_settings(user: dict[str, Any]) -> dict[str, Any]:
     return {**default_settings(), **user}
 
 
-def with_device(user: dict[str, Any]):
-    """(the settings with the device layer, the device choice): CPU defaults < the device choice < ``user``. The
-    hardware picks CUDA and its precision over the CPU default unless ``user`` sets use_cpu / bf16
-    (pacs_rl.device); this imports torch to ask it."""
-    choice = devices.choose_device(user, devices.cuda_info())
-    return {**default_settings(), **device_layer(choice, user), **user}, choice
-
-
-def device_layer(choice, user: dict[str, Any]) -> dict[str, Any]:
-    """What the device choice sets that the user did not: it lies over the CPU default, under the user."""
-    return {k: v for k, v in choice.settings.items() if k not in user}
-
-
 def _is_main_process() -> bool:
     """Rank 0 of a launched run (RANK from torchrun / accelerate launch), or a single process."""
     return int(os.environ.get("RANK", "0")) == 0
@@ -326,7 +313,7 @@ def _train(launch: Launch, progress: bool):
     device = devices.choose_device(
         launch.user, devices.cuda_info()
     )  # torch: only now, after the cheap checks
-    cfg |= device_layer(device, launch.user)  # config fields only (tests/test_gpu_plan.py)
+    cfg |= devices.device_layer(device, launch.user)  # config fields only (tests/test_gpu_plan.py)
     resume, out, state = launch.resume, launch.output_dir, launch.state
     run = _library()  # torch, TRL
     from pacs_rl.training.output import quiet_libraries  # beside the library it quiets
@@ -415,7 +402,7 @@ def _dry_run(launch: Launch, num_processes: int | None, gpu_memory_gib: float | 
     torch); a rerun into a run's folder refuses other settings, else the plan shows the resume."""
     from pacs_rl.training.plan import dry_run  # the plan reads the run's library (torch)
 
-    values, device = with_device(launch.user)
+    values, device = devices.with_device(launch.user, default_settings())
     if launch.state in ("checkpointed", "finished"):
         settings, cfg = checks.split_typed(values)
         _rerun(settings, _library().build_config(cfg, launch.output_dir), launch.output_dir, launch.state)

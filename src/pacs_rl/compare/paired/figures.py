@@ -1,4 +1,4 @@
-"""Figures and tables of paired-seed records (:mod:`pacs_rl.compare.paired`): greedy accuracy per seed and step,
+"""Figures and tables of paired-seed records (:mod:`pacs_rl.compare.paired.record`): greedy accuracy per seed and step,
 pass@k, entropy and length per step by method; the implicit critic's within-group AUC by steps since π_ref was
 last set to the policy, pooled over records of PACS variants."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from pacs_rl.compare.paired import tail_mean
+from pacs_rl.compare.paired.record import tail_mean
 from pacs_rl.compare.report import _plt
 
 

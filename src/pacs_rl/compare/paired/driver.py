@@ -1,0 +1,294 @@
+"""The paired record's driver: runs in processes of their own (:mod:`pacs_rl.compare.paired.job`), ``workers`` at a
+time, each result into the record as it lands, until the stopping rule: the time is up, the seeds asked for are
+complete, or PACS − GRPO's interval is within the target and the record's other methods have run on its seeds.
+
+Stopped (Ctrl-C, end of session) and started again, it goes on: a run in the record is done, a run folder left
+half-way resumes from its last checkpoint. Each run has ``threads`` torch threads (default 1: two single-threaded
+runs use 2 cores better than one two-threaded run, and a run at one thread repeats itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from filelock import Timeout
+
+from pacs_rl.compare.lock import lock_of
+from pacs_rl.compare.paired.job import JOB_ENV
+from pacs_rl.compare.paired.record import (
+    PRIMARY,
+    RESULT_FILE,
+    TARGET,
+    complete_seeds,
+    load_record,
+    passk_due,
+    save_record,
+    slug,
+    target_reached,
+)
+from pacs_rl.compare.paired.tables import cost_line, run_line, summary_text
+from pacs_rl.compare.plan import CompareError
+from pacs_rl.device import cuda_info
+
+
+@dataclasses.dataclass
+class Options:
+    """How :func:`run` adds to a record: where it and the run folders are, how many runs at once with how many
+    threads each, when to stop (hours, the target half-width of PACS − PRIMARY, a number of complete seeds), from
+    which seed on only PACS and PRIMARY run (``full_seeds``), from which seed new seeds start (``first_seed``: a
+    second machine adding to a copy of the record takes seeds the first will not reach, and its runs are merged back
+    with :func:`merge_records`), and the protocol of a new record (methods, train
+    overrides, pass@k)."""
+
+    record: Path
+    work: Path
+    workers: int = 2
+    threads: int = 1
+    hours: float = 8.0
+    target: float = TARGET
+    max_seeds: int | None = None
+    full_seeds: int | None = None
+    first_seed: int = 0
+    methods: list[str] | None = None
+    overrides: dict | None = None
+    no_passk: bool = False
+    passk_every: int | None = None
+
+
+def finished_result(folder: Path, proto: dict, seed: int | None) -> dict | None:
+    """The result a run folder holds, if it is all ``proto`` asks of that run: one evaluated before the record
+    took on pass@k is not, for a seed (or the base model) that pass@k is due on."""
+    path = folder / RESULT_FILE
+    if not path.is_file():
+        return None
+    result = json.loads(path.read_text())
+    return None if passk_due(proto, seed) and not result.get("passk") else result
+
+
+# a run's two checkpoints (~1.6 GB each for the bundled model's weights and Adam moments) and its evaluations, with
+# room to spare: below it no run starts (a full disk once stopped every run on the machine)
+MIN_FREE_GIB = 5.0
+
+
+# GPU memory one run process takes: 4.7-5.2 GiB each was measured (nvidia-smi, the CUDA context included) with 16
+# runs of this protocol sharing one H100, where the 16th overflowed its 79 GiB; the rest is room to spare.
+GPU_RUN_GIB = 6.0
+
+
+def disk_free_gib(path: Path) -> float:
+    """Free space on the disk that holds ``path`` (or its nearest existing parent), in GiB."""
+    path = Path(path).resolve()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free / 1024**3
+
+
+def gpu_slots(workers: int, cuda) -> tuple[int, str | None]:
+    """How many of ``workers`` runs fit at once on the GPU ``cuda`` (a :class:`pacs_rl.device.CudaInfo`), at
+    ``GPU_RUN_GIB`` each, and a line saying so where that is fewer; all of them on a CPU."""
+    if not cuda.available or not cuda.memory_gib:
+        return workers, None
+    fit = max(1, int(cuda.memory_gib // GPU_RUN_GIB))
+    if workers <= fit:
+        return workers, None
+    return fit, (
+        f"--workers {workers}: {workers} runs at about {GPU_RUN_GIB:g} GiB each need {workers * GPU_RUN_GIB:g} GiB of "
+        f"the GPU ({cuda.name or 'device 0'}: {cuda.memory_gib:.1f} GiB), so {fit} run at a time"
+    )
+
+
+def started_seeds(work: Path) -> tuple[int, ...]:
+    """The seeds with a run folder under ``work`` (finished or not)."""
+    return tuple(int(p.name[4:]) for p in work.glob("*/seed*") if p.is_dir() and p.name[4:].isdigit())
+
+
+def other_jobs(record: dict, methods: list[str]) -> list[tuple[str, int]]:
+    """Once PACS − PRIMARY has its interval: the record's other methods on the seeds that hold that pair, seed by
+    seed, what the record does not have yet."""
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    paired_seeds = complete_seeds(record, ["pacs", PRIMARY])
+    others = [m for m in methods if m not in ("pacs", PRIMARY)]
+    return [(m, s) for s in paired_seeds for m in others if (m, s) not in have]
+
+
+def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None, first_seed: int = 0):
+    """(method, seed) in order: the base model, then seed after seed from ``first_seed``, every method of a seed
+    together. From seed ``full_seeds`` on, only PACS and PRIMARY (the pair the stopping rule is on) when the record
+    has both."""
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    base = record.get("base")
+    if base is None or (
+        record.get("protocol", {}).get("passk") and "passk" not in base
+    ):  # pass@k taken on later
+        yield None, None
+    pair = [m for m in methods if m in ("pacs", PRIMARY)]
+    seed = first_seed
+    while True:
+        later = full_seeds is not None and seed >= full_seeds and len(pair) == 2
+        for method in pair if later else methods:
+            if (method, seed) not in have:
+                yield method, seed
+        seed += 1
+
+
+def run(args: Options) -> None:
+    """Add runs to the record ``args.record`` until its stopping rule (:class:`Options`), ``args.workers`` at a
+    time, each a process of its own; prints a line per finished run and the summary at the end."""
+    lock = lock_of(args.work / args.record.name)  # in the run folders: the record may sit among the docs
+    try:
+        lock.acquire()
+    except Timeout:
+        raise CompareError(
+            f"{args.record} is being added to by another process (it holds {lock.lock_file}); let it finish or stop it"
+        ) from None
+    try:
+        _run(args)
+    finally:
+        lock.release()
+
+
+def _run(args: Options) -> None:
+    record = load_record(args.record, args.overrides, args.methods, not args.no_passk, args.passk_every,
+                         started_seeds(args.work))  # fmt: skip
+    if args.record.is_file():
+        save_record(args.record, record)  # a protocol change (pass@k taken on) holds from now, whatever stops
+    args.work.mkdir(parents=True, exist_ok=True)
+    workers, note = gpu_slots(args.workers, cuda_info())
+    if note:
+        print(note, flush=True)
+        args = dataclasses.replace(args, workers=workers)
+    driver = _Driver(args, record)
+    signal.signal(signal.SIGTERM, driver.stop_children)
+    try:
+        driver.loop()
+    except KeyboardInterrupt:
+        driver.stop_children()
+    print(summary_text(record))
+    print(cost_line(record))
+
+
+class _Driver:
+    """The loop of :func:`run`: runs in processes of their own, ``args.workers`` at a time, each result into the
+    record as it lands, one retry of a failed run (it resumes from its checkpoint)."""
+
+    def __init__(self, args: Options, record: dict):
+        self.args, self.record = args, record
+        self.methods = list(record["protocol"]["methods"])
+        self.deadline = time.time() + args.hours * 3600
+        self.jobs = next_jobs(record, self.methods, args.full_seeds, args.first_seed)
+        self.running: dict[subprocess.Popen, tuple] = {}
+        self.failures: dict[tuple, int] = {}
+        self.pending: list[tuple] = []
+        self.warned = False
+        self.answered = False  # PACS - PRIMARY reached the target: the other methods run
+
+    def folder_of(self, method, seed) -> Path:
+        return self.args.work / ("base" if method is None else f"{slug(method)}/seed{seed}")
+
+    def collect(self, method, seed, result) -> None:
+        if method is None:
+            self.record["base"] = result
+        else:
+            self.record["runs"].append(result)
+        save_record(self.args.record, self.record)
+        print(run_line(self.record, method, seed, result), flush=True)
+
+    def stop_children(self, *_) -> None:
+        for proc in self.running:
+            proc.terminate()
+        raise SystemExit(130)
+
+    def reap(self) -> None:
+        """Record the runs that finished; queue a failed one again, once."""
+        for proc in [p for p in self.running if p.poll() is not None]:
+            method, seed = self.running.pop(proc)
+            folder = self.folder_of(method, seed)
+            if proc.returncode == 0 and (folder / RESULT_FILE).is_file():
+                self.collect(method, seed, json.loads((folder / RESULT_FILE).read_text()))
+                continue
+            self.failures[method, seed] = self.failures.get((method, seed), 0) + 1
+            print(f"FAILED {method} seed {seed} (exit {proc.returncode}; log {folder}.log)", flush=True)
+            if self.failures[method, seed] < 2:
+                self.pending.append((method, seed))
+
+    def stopping(self) -> bool:
+        """The time is up, or the seeds asked for are complete (with --full-seeds, a seed counts once PACS and
+        PRIMARY have it), or the target is reached and the record's other methods have run on the seeds of the
+        pairs (from then on the jobs are those: the primary pair first, the other methods once it is answered)."""
+        args = self.args
+        pair = [m for m in self.methods if m in ("pacs", PRIMARY)]
+        counted = pair if args.full_seeds is not None and len(pair) == 2 else self.methods
+        done = len(complete_seeds(self.record, counted))
+        if time.time() > self.deadline or (args.max_seeds is not None and done >= args.max_seeds):
+            return True
+        if not target_reached(self.record, args.target):
+            return False
+        if not self.answered:
+            self.answered = True
+            self.jobs = iter(other_jobs(self.record, self.methods))
+            print(
+                f"PACS - {PRIMARY} is within ±{100 * args.target:g} pp: the other methods on its seeds now",
+                flush=True,
+            )
+        return not other_jobs(self.record, self.methods) and not self.pending
+
+    def seeds_full(self, seed: int) -> bool:
+        """Whether starting ``seed`` would make more seeds (recorded, running or queued) than --max-pairs."""
+        if self.args.max_seeds is None:
+            return False
+        seeds = {r["seed"] for r in self.record["runs"]} | {
+            s for _, s in [*self.running.values(), *self.pending]
+        }
+        return seed not in seeds and len(seeds - {None}) >= self.args.max_seeds
+
+    def disk_short(self) -> bool:
+        free = disk_free_gib(self.args.work)
+        if free < MIN_FREE_GIB and not self.warned:
+            print(f"no new run: {free:.1f} GiB free under {self.args.work}, a run needs about {MIN_FREE_GIB:g} (its "
+                  "two checkpoints, then its evaluations); free space and start again", flush=True)  # fmt: skip
+            self.warned = True
+        return free < MIN_FREE_GIB
+
+    def start(self, method, seed) -> None:
+        args, folder = self.args, self.folder_of(method, seed)
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "pacs_rl.compare.paired.job", "job", "--work", str(args.work),
+               "--threads", str(args.threads), "--protocol", json.dumps(self.record["protocol"])]  # fmt: skip
+        cmd += [] if method is None else ["--method", method, "--seed", str(seed)]
+        env = {
+            **JOB_ENV,
+            **os.environ,
+            "OMP_NUM_THREADS": str(args.threads),
+            "MKL_NUM_THREADS": str(args.threads),
+        }
+        log = open(f"{folder}.log", "a")  # noqa: SIM115 (closed with the process)
+        self.running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)] = (method, seed)
+        print(f"started {method or 'base'} seed {seed}", flush=True)
+
+    def loop(self) -> None:
+        args = self.args
+        while True:
+            self.reap()
+            stop = self.stopping() or self.disk_short()
+            while not stop and len(self.running) < args.workers:
+                method, seed = self.pending.pop(0) if self.pending else next(self.jobs, (False, None))
+                if method is False:  # the other methods' jobs are all out
+                    break
+                if seed is not None and self.seeds_full(seed):
+                    break
+                done = finished_result(self.folder_of(method, seed), self.record["protocol"], seed)
+                if done is not None:  # finished before the driver could record it (a crash)
+                    self.collect(method, seed, done)
+                    continue
+                self.start(method, seed)
+            if not self.running:
+                return
+            time.sleep(5)

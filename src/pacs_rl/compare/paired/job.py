@@ -1,0 +1,276 @@
+"""One run of a paired record, in a process of its own (``python -m pacs_rl.compare.paired.job``, started by the
+driver): `pacs-rl train`'s CPU default under the record's protocol, the method and the seed, on the device the
+machine offers (:func:`pacs_rl.device.with_device`), then evaluated greedy on the whole held-out split at each of
+the protocol's steps and, where the protocol has it, with pass@k; its result (``result.json``) is what the record
+keeps. Only the result is kept: a run folder loses its weights once evaluated.
+"""
+
+from __future__ import annotations
+
+import time
+
+STARTED = (
+    time.time()
+)  # this module's import: in a run process, its start-up before the imports of torch and the rest
+
+import argparse  # noqa: E402 (after STARTED, which times them)
+import functools  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from pacs_rl.compare.paired.record import KS, PROTOCOL, RESULT_FILE, passk_due, slug, tail_mean  # noqa: E402
+from pacs_rl.data import arithmetic_pool_size, arithmetic_problems  # noqa: E402
+from pacs_rl.device import CPU_ONLY, cuda_info, with_device  # noqa: E402
+from pacs_rl.evaluation.audit import audit  # noqa: E402
+from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval  # noqa: E402
+from pacs_rl.models import TINY_MODEL, resolve_model, tiny_model_folder  # noqa: E402
+from pacs_rl.run_folder import FINAL_DIR, FINISHED_FILE, HELDOUT_SEED  # noqa: E402
+from pacs_rl.training.checks import split_settings  # noqa: E402
+from pacs_rl.training.schema import default_settings  # noqa: E402
+
+# a run process works offline (the bundled model, the built-in task) and quietly
+JOB_ENV = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def heldout_problems():
+    h = PROTOCOL["heldout"]
+    n = arithmetic_pool_size(ops=h["ops"], digits=h["digits"], split=h["split"])
+    return arithmetic_problems(n, seed=HELDOUT_SEED, ops=h["ops"], digits=h["digits"], split=h["split"])
+
+
+def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: str = "cpu") -> dict:
+    """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable), in fp32 on
+    ``device``."""
+    problems = heldout_problems()
+    g, pk = PROTOCOL["greedy"], PROTOCOL["passk"]
+    base = {
+        "model": model,
+        "benchmark": "arithmetic-heldout",
+        "grader": PROTOCOL["grader"],
+        "dtype": "float32",
+        "device": device,
+        "num_threads": threads,
+        "verify_workers": 0,
+        "progress": False,
+    }
+    greedy = EvalConfig(
+        **base,
+        output_dir=str(out / "greedy"),
+        n=1,
+        ks=[1],
+        top_p=1.0,
+        batch_size=64,
+        temperature=g["temperature"],
+        max_new_tokens=g["max_new_tokens"],
+    )
+    passk_config = EvalConfig(
+        **base,
+        output_dir=str(out / "passk"),
+        n=pk["n"],
+        ks=KS,
+        temperature=pk["temperature"],
+        top_p=pk["top_p"],
+        max_new_tokens=pk["max_new_tokens"],
+        batch_size=256,
+    )
+    load = functools.cache(functools.partial(build_sampler, greedy))  # only when something is left to sample
+    t0 = time.time()
+    gm = run_eval(greedy, load=load, problems=problems)
+    result = {
+        "greedy": {
+            "accuracy": gm["pass_at_k"]["1"],
+            "n": gm["num_problems"],
+            "mean_length": gm["mean_completion_tokens"],
+            "seconds": round(time.time() - t0),  # loading the model included (0 for one already sampled)
+        }
+    }
+    if passk:
+        t0 = time.time()
+        pm = run_eval(passk_config, load=load, problems=problems[: pk["problems"]])
+        result["passk"] = {
+            "pass_at_k": pm["pass_at_k"],
+            "n": pk["n"],
+            "problems": pm["num_problems"],
+            "mean_length": pm["mean_completion_tokens"],
+            "seconds": round(time.time() - t0),
+        }
+    return result
+
+
+def dynamics(metrics_file: Path) -> dict:
+    """Per-step curves and first/last summaries from a run's metrics.jsonl (a line cut mid-write is skipped, as
+    everywhere the file is read)."""
+    from pacs_rl.training.output import read_metrics
+
+    rows = [r for r in read_metrics(metrics_file) if "step" in r and "loss" in r]
+    curves = {}
+    for key, name in (
+        ("reward", "reward"),
+        ("entropy", "entropy"),
+        ("completions/mean_length", "length"),
+        ("groups/mixed_frac", "mixed_groups"),
+        ("grad_norm", "grad_norm"),
+        ("pacs/critic_auc", "critic_auc"),
+    ):
+        curves[name] = [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
+
+    logged = {k: [v for v in c if v is not None] for k, c in curves.items()}
+    return {
+        "steps": len(rows),
+        "entropy_first_3": tail_mean(logged["entropy"][:3]),
+        "entropy_last_3": tail_mean(logged["entropy"], 3),
+        "length_first_3": tail_mean(logged["length"][:3]),  # logged at rollout steps only
+        "length_last_3": tail_mean(logged["length"], 3),
+        "reward_last_3": tail_mean(logged["reward"], 3),
+        "critic_auc_second_minibatch": tail_mean(curves["critic_auc"][1::2]),
+        # the steps' own times, summed: the training time whatever stops and resumes the run had
+        "train_seconds": round(sum(float(r.get("step_time") or 0.0) for r in rows)),
+        "curves": curves,
+    }
+
+
+def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
+    """(the flat settings of one run of ``proto``, the device choice): `pacs-rl train`'s CPU default under the
+    protocol, the method and the seed, on the device the machine offers (pacs_rl.device), in fp32 and with
+    the CPU default's sampler and update pieces wherever it trains, so that a run on a GPU differs from one on a
+    CPU only in its kernels. On a CPU these are the CPU default's own settings (fp32 whatever the CPU: the record
+    began before the CPU default could choose bf16)."""
+    defaults = default_settings()
+    pinned = {k: defaults[k] for k in CPU_ONLY}  # kept on CUDA too: the same sampler on every device
+    return with_device(
+        {**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed}, defaults
+    )
+
+
+def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
+    """Train (or resume) one run of ``proto`` (a record's protocol) and evaluate it; ``method`` None evaluates
+    the base model."""
+    import torch
+
+    from pacs_rl.sampling.transformers_backend import cpu_capability  # torch
+    from pacs_rl.training.run import build_config, run_training  # torch, TRL
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
+    torch.set_num_threads(threads)
+    imports = round(time.time() - STARTED)  # the run process's imports (torch, transformers, TRL)
+    train, passk = proto["train"], passk_due(proto, seed)
+    cuda = cuda_info()
+    device = "cuda" if cuda.available else "cpu"  # the base model's evaluation; a run's is its training's
+    host = {
+        "cpu_capability": cpu_capability(),
+        "device": cuda.name if cuda.available else "cpu",  # runs on another device are marked so
+        "threads": threads,
+        "import_seconds": imports,
+        "commit": commit(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    if method is None:
+        _evaluate_base(train, work / "base", threads, passk, device, host)
+        return
+    folder = work / slug(method) / f"seed{seed}"
+    t0 = time.time()
+    values, choice = run_values(proto, method, seed)
+    device = choice.device
+    host["device"] = cuda.name if device == "cuda" else "cpu"
+    if not (folder / FINISHED_FILE).is_file():
+        settings, cfg = split_settings(values)
+        run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
+    result = {
+        "method": method,
+        "seed": seed,
+        **evaluate(str(folder / FINAL_DIR), folder / "eval", threads, passk, device),
+    }
+    result["greedy_at"] = greedy_at_checkpoints(proto, folder, threads, device)
+    result["dynamics"] = dynamics(folder / "metrics.jsonl")
+    # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
+    result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
+    (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    for checkpoint in folder.glob("checkpoint-*"):  # ~1.6 GB each; the record keeps what matters
+        shutil.rmtree(checkpoint, ignore_errors=True)
+    for weights in (folder / FINAL_DIR).glob("*.safetensors"):
+        weights.unlink()
+
+
+def _evaluate_base(train: dict, folder: Path, threads: int, passk: bool, device: str, host: dict) -> None:
+    """The base model's run: its evaluation, into ``folder``/result.json."""
+    model = train.get("model", default_settings()["model"])
+    model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
+    result = {"method": "base", **evaluate(model, folder / "eval", threads, passk, device)}
+    (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
+
+
+def greedy_at_checkpoints(proto: dict, folder: Path, threads: int, device: str) -> dict:
+    """The greedy evaluation of each of the protocol's earlier checkpoints (``greedy_at``) of the run in
+    ``folder``, by step."""
+    out = {}
+    for step in proto["greedy_at"]:
+        if step >= proto["train"]["max_steps"]:
+            continue
+        checkpoint = folder / f"checkpoint-{step}"
+        if not (checkpoint / "config.json").is_file():
+            raise SystemExit(f"{checkpoint} is missing: greedy_at {step} needs save_steps to divide it")
+        out[str(step)] = evaluate(
+            str(checkpoint), folder / f"eval-{step}", threads, passk=False, device=device
+        )["greedy"]
+    return out
+
+
+def regrade(work: Path) -> dict:
+    """Every evaluation's samples under ``work`` (the run folders) scored again with the protocol's grader by
+    ``pacs-rl audit``'s code (pacs_rl.evaluation.audit): the share right as recorded and now, and pass@k now. For a
+    record whose grader has since been fixed; `pacs-rl audit <work>` prints the same with examples of each change."""
+    folders = sorted(p.parent for p in work.glob("*/seed*/eval*/*/samples.jsonl"))
+    if not folders:
+        return {}
+    questions = {p.id: p.problem for p in heldout_problems()}  # the run.json names no loadable benchmark
+    result = audit(folders, PROTOCOL["grader"], questions, root=work)
+    return {
+        str(Path(f["run_dir"])): {
+            "samples": f["rows"],
+            "correct_as_recorded": round(f["paid_recorded"] / f["rows"], 4),
+            "correct_now": round(f["paid_now"] / f["rows"], 4),
+            "pass_at_k_now": {k: round(v, 4) for k, v in f.get("pass_at_k", {}).get("now", {}).items()},
+        }
+        for f in result["files"]
+        if f["rows"]
+    }
+
+
+def commit() -> str:
+    try:
+        here = Path(__file__).resolve().parent
+        return (
+            subprocess.run(
+                ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or "unknown"
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m pacs_rl.compare.paired.job job ...``: one run of a record, the process the driver starts."""
+    p = argparse.ArgumentParser(prog="python -m pacs_rl.compare.paired.job")
+    sub = p.add_subparsers(dest="command", required=True)
+    j = sub.add_parser("job", help="train (or resume) and evaluate one run of a record's protocol")
+    j.add_argument("--method", default=None)
+    j.add_argument("--seed", type=int, default=None)
+    j.add_argument("--work", type=Path, required=True)
+    j.add_argument("--threads", type=int, default=1)
+    j.add_argument("--protocol", type=json.loads, required=True)
+    a = p.parse_args(argv)
+    for key, value in JOB_ENV.items():
+        os.environ.setdefault(key, value)
+    job(a.method, a.seed, a.work, a.threads, a.protocol)
+
+
+if __name__ == "__main__":
+    main()

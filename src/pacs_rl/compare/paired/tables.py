@@ -1,0 +1,143 @@
+"""A paired-seed record as tables: a plain one for the terminal, the markdown ones docs/RESULTS.md quotes, the line
+a driver prints per finished run, and the cost per pair."""
+
+from __future__ import annotations
+
+from pacs_rl.compare.paired.record import PRIMARY, cost, summarize
+
+
+def _fmt(value, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def cost_line(record: dict) -> str:
+    """The cost per pair of PACS and PRIMARY, each kind of evaluation the record has, in one line."""
+    c = cost(record)
+    if not c["pair"]:
+        return "cost per pair: not enough runs trained in one go"
+    train = " + ".join(f"{m} {c['per_method'][m]['train_seconds_median']:.0f} s" for m in ("pacs", PRIMARY))
+    kinds = {"greedy": "greedy only", "passk": "with pass@k"}
+    pairs = "; ".join(
+        f"{kinds[k]}: {v['seconds']} s, {v['eval_seconds']} s of it evaluation and start-up"
+        for k, v in c["pair"].items()
+    )
+    line = f"cost per pair (medians, one thread each; training {train}): {pairs}"
+    names = {
+        "greedy_eval_seconds_median": "greedy",
+        "passk_seconds_median": "pass@k",
+        "import_seconds_median": "imports",
+    }
+    parts = []
+    for m in ("pacs", PRIMARY):
+        timed = [f"{names[k]} {v:.0f} s" for k, v in c["per_method"][m].items() if k in names]
+        if timed:
+            parts.append(f"{m} " + ", ".join(timed))
+    return line + (f"; a run's evaluation: {'; '.join(parts)}" if parts else "")
+
+
+def run_line(record: dict, method, seed, result) -> str:
+    pass64 = (result.get("passk") or {}).get("pass_at_k", {}).get("64")
+    if method is None:
+        return f"base: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}"
+    gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+    text = (
+        f"{method} seed {seed}: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}, "
+        f"{result['host']['wall_seconds']} s"
+    )
+    if gap.get("half_width") is not None:
+        text += f" | PACS - {PRIMARY}: {gap['mean']:+.3f} ± {gap['half_width']:.3f} ({gap['pairs']} pairs)"
+    return text
+
+
+def summary_text(record: dict) -> str:
+    """The record as a plain table: per method its seeds, mean greedy accuracy and pass@1/64, and PACS − method
+    (greedy) with its 95% interval and the pairs ±5 pp would need."""
+    lines = [
+        f"{'method':40} {'seeds':>5} {'greedy':>7} {'pass@1':>7} {'pass@64':>8}   PACS − method (greedy), 95% CI"
+    ]
+    for method, entry in summarize(record).items():
+        m = entry["mean"]
+        gap = entry.get("pacs_minus_this", {}).get("greedy_accuracy", {})
+        ci = (
+            f"{gap['mean']:+.3f} [{gap['ci95'][0]:+.3f}, {gap['ci95'][1]:+.3f}], {gap['pairs']} pairs, "
+            f"±5 pp needs {gap['pairs_needed']}"
+            if gap.get("ci95")
+            else ""
+        )
+        lines.append(
+            f"{method:40} {len(entry['seeds']):>5} {_fmt(m['greedy_accuracy']):>7} {_fmt(m.get('pass@1')):>7} "
+            f"{_fmt(m.get('pass@64')):>8}   {ci}"
+        )
+    return "\n".join(lines)
+
+
+def markdown_tables(record: dict) -> str:
+    """The record as two markdown tables: each method's mean (and per-run SD over seeds), and PACS − method paired
+    by seed with its 95% interval and the pairs a ±5 pp interval would need. Accuracies in percent."""
+    summary = summarize(record)
+    at = [f"greedy_accuracy@{s}" for s in record["protocol"].get("greedy_at", [])]
+    ks = [k for k in (1, 8, 64) if k in record["protocol"]["ks"]]
+    cols = [*at, "greedy_accuracy", *[f"pass@{k}" for k in ks]]
+    steps = record["protocol"]["train"].get("max_steps", 24)
+    names = {**{c: f"greedy @{c.rsplit('@', 1)[1]}" for c in at}, "greedy_accuracy": f"greedy @{steps}"}
+    head = [names.get(c, c) for c in cols]
+
+    def pct(x):
+        return "–" if x is None else f"{round(100 * x, 1) + 0.0:.1f}"  # + 0.0: no "-0.0"
+
+    lines = ["| method | seeds | " + " | ".join(f"{h} (SD)" for h in head) + " | entropy, length (last) |",
+             "|---|---:|" + "---:|" * len(cols) + "---|"]  # fmt: skip
+    for method, e in summary.items():
+        cells = [f"{pct(e['mean'][c])} ({pct(e['sd'][c])})" for c in cols]
+        dyn = f"{e['mean']['entropy_last'] or 0:.2f}, {e['mean']['length_last'] or 0:.0f}"
+        lines.append(f"| {method} | {len(e['seeds'])} | " + " | ".join(cells) + f" | {dyn} |")
+    lines += ["", "| PACS − method | pairs | " + " | ".join(head) + " | ±5 pp needs |",
+              "|---|---:|" + "---:|" * len(cols) + "---:|"]  # fmt: skip
+    for method, e in summary.items():
+        gaps = e.get("pacs_minus_this")
+        if not gaps:
+            continue
+        cells = []
+        for c in cols:
+            g = gaps[c]
+            if g.get("ci95"):
+                cells.append(f"{pct(g['mean'])} [{pct(g['ci95'][0])}, {pct(g['ci95'][1])}]")
+            else:  # one pair: its difference, no interval
+                cells.append(f"{pct(g.get('mean'))} [–]")
+        need = gaps["greedy_accuracy"].get("pairs_needed", "–")
+        lines.append(
+            f"| {method} | {gaps['greedy_accuracy']['pairs']} | " + " | ".join(cells) + f" | {need} |"
+        )
+    devices = by_device(record)
+    if devices:
+        lines += ["", devices]
+    return "\n".join(lines)
+
+
+def by_device(record: dict) -> str | None:
+    """Where a record's runs ran, when on more than one device, and PACS − PRIMARY (greedy at the last step) over
+    the pairs of the device most runs ran on alone, beside the pooled figure; None for a record of one device."""
+    seeds: dict[str, list[int]] = {}
+    for r in record["runs"]:
+        seeds.setdefault(r.get("host", {}).get("device", "cpu"), []).append(r["seed"])
+    if len(seeds) < 2:
+        return None
+    main = max(seeds, key=lambda d: len(seeds[d]))
+    parts = [
+        f"{where} {len(seen)}" + ("" if where == main else f" (seed{'s' if len(set(seen)) > 1 else ''} "
+                                  f"{', '.join(map(str, sorted(set(seen))))})")
+        for where, seen in sorted(seeds.items(), key=lambda kv: -len(kv[1]))
+    ]  # fmt: skip
+    line = f"Runs by device: {'; '.join(parts)}."
+    alone = [r for r in record["runs"] if r.get("host", {}).get("device", "cpu") == main]
+    gap = (
+        summarize({**record, "runs": alone})
+        .get(PRIMARY, {})
+        .get("pacs_minus_this", {})
+        .get("greedy_accuracy", {})
+    )
+    if gap.get("ci95"):
+        lo, hi = gap["ci95"]
+        line += (f" PACS − {PRIMARY} (greedy @{record['protocol']['train'].get('max_steps', 24)}) over the {main} "
+                 f"pairs alone: {100 * gap['mean']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], {gap['pairs']} pairs.")  # fmt: skip
+    return line
