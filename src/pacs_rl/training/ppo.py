@@ -57,9 +57,9 @@ from pacs_rl.algorithms import (
     ppo_policy_loss,
     ppo_value_loss,
 )
-from pacs_rl.settings import setting
+from pacs_rl.settings import declared_problems, setting
 from pacs_rl.training.config import PACSConfig, ServedLosses
-from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields, declared_problems
+from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields
 from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors
 from pacs_rl.training.trl_fields import CLIP_OPTION_FIELDS
 
