@@ -140,6 +140,7 @@ def interval(
 ) -> Check:
     """A finite number (``whole_number``: an int) between ``low`` and ``high`` (each bound included unless open; None:
     no bound). None, and a value of another type, are the type check's to refuse."""
+
     def text(bound: float) -> str:
         return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
 
@@ -412,6 +413,24 @@ def read_assignments(items: Iterable[str], where: str = "--set") -> dict[str, An
     return out
 
 
+def read_values(
+    values: Mapping[str, Any],
+    where: str,
+    kinds: Mapping[str, str],
+    hint: str,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
+    """Settings as given (a file, --set) under their current names, every name known and every value of its
+    declared type: the one pass a value takes (older spellings renamed, with a note in ``notes``; an unknown name
+    refused with its close matches, else ``hint``; text typed, other types checked). ``kinds``: every setting
+    name -> its declared type as text."""
+    values = rename_keys(values, where, notes)
+    for key in values:
+        if key not in kinds:
+            raise SettingsError(unknown_name(key, kinds, where, hint))
+    return {k: coerce(k, v, kinds[k]) for k, v in values.items()}
+
+
 # ---------------------------------------------------------------------------------------------------- files
 # Settings whose text can name a file or folder (at any depth of a settings file: a comparison's train and eval
 # sections too), by the names this project and TRL give them.
@@ -615,6 +634,7 @@ __all__ = [
     "output_dir_problem",
     "problems_found",
     "read_assignments",
+    "read_values",
     "read_yaml",
     "rename_keys",
     "resolve_paths",

@@ -22,9 +22,8 @@ from pacs_rl.settings import (
     coerce,
     missing_packages,
     read_assignments,
+    read_values,
     read_yaml,
-    rename_keys,
-    unknown_name,
 )
 from pacs_rl.training.batch import group_split_problem
 from pacs_rl.training.data import load_run_data
@@ -47,21 +46,11 @@ def coerce_setting(key: str, value: Any) -> Any:
     return coerce(key, value, setting_type(key))
 
 
-def check_keys(keys, where: str) -> None:
-    """Refuse unknown setting names, naming the close matches."""
-    known = known_keys()
-    for key in keys:
-        if key not in known:
-            raise SettingsError(unknown_name(key, known, where, "See `pacs-rl train --list-keys`."))
-
-
 def read_settings(values: Mapping[str, Any], where: str, notes: list[str] | None = None) -> dict[str, Any]:
     """Settings as given (a YAML file, --set, a comparison's train section) under their current names, every
-    name known and every value of its declared type: the one pass a value takes (older spellings renamed, with a
-    note in ``notes``; unknown names refused with close matches; text typed, other types checked)."""
-    values = rename_keys(values, where, notes)
-    check_keys(values, where)
-    return {k: coerce_setting(k, v) for k, v in values.items()}
+    name known and every value of its declared type (`pacs_rl.settings.read_values`)."""
+    kinds = {key: setting_type(key) for key in known_keys()}
+    return read_values(values, where, kinds, "See `pacs-rl train --list-keys`.", notes)
 
 
 def split_typed(typed: Mapping[str, Any]) -> tuple[RunSettings, dict[str, Any]]:
