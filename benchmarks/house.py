@@ -55,7 +55,18 @@ HEAVY = {
     "latex2sympy2_extended", "reasoning_gym", "deepspeed", "peft", "accelerate", "huggingface_hub", "tokenizers",
     "pyarrow", "verl", "ray", "safetensors", "numpy", "gguf", "omegaconf", "hydra",
 }  # fmt: skip
-LOWER = ("algorithms", "data", "device", "models", "rewards", "run_folder", "sampling", "settings")
+LOWER = (
+    "algorithms",
+    "data",
+    "device",
+    "lazy",
+    "models",
+    "progress",
+    "rewards",
+    "run_folder",
+    "sampling",
+    "settings",
+)
 UPPER = ("training", "evaluation", "compare", "cli", "integrations")
 
 

@@ -11,8 +11,20 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "pacs_rl"
 
 # What the lower layers may not import: models, sampling, data, rewards, algorithms, the shared settings, the
-# device choice and the run folder's layout are used by training, evaluation and compare, never the other way round.
-LOWER = ("algorithms", "data", "device", "models", "rewards", "run_folder", "sampling", "settings")
+# device choice, the run folder's layout, the lazy package face and the progress bars are used by training, evaluation
+# and compare, never the other way round.
+LOWER = (
+    "algorithms",
+    "data",
+    "device",
+    "lazy",
+    "models",
+    "progress",
+    "rewards",
+    "run_folder",
+    "sampling",
+    "settings",
+)
 UPPER = ("training", "evaluation", "compare", "cli", "integrations")
 # evaluation sits beside training: it may use the lower layers, not training (nor compare, above both)
 BESIDE = {"evaluation": ("training", "compare")}

@@ -36,9 +36,15 @@ from pacs_rl.evaluation.runner import (
     plan_evals,
     run_evals,
 )
-from pacs_rl.evaluation.samples import SAMPLES_FILE
 from pacs_rl.models import ModelError, model_problem
-from pacs_rl.run_folder import ProtocolUnknown, recorded_protocol, run_folder
+from pacs_rl.run_folder import (
+    EVAL_DIR,
+    EVAL_SAMPLES_FILE,
+    FINAL_DIR,
+    ProtocolUnknown,
+    recorded_protocol,
+    run_folder,
+)
 from pacs_rl.settings import DATA_KEYS, SettingsError, output_dir_problem, read_assignments, read_values
 
 
@@ -115,7 +121,7 @@ def _own_task(protocol: dict[str, Any], folder: Path, given: dict[str, Any]) -> 
     }
     how = "greedy" if own["temperature"] == 0 else f"T{own['temperature']}"
     own["output_dir"] = given["output_dir"] or str(
-        folder / "eval" / f"{how}-n{own['n']}-{own['max_new_tokens']}tok"
+        folder / EVAL_DIR / f"{how}-n{own['n']}-{own['max_new_tokens']}tok"
     )
     own["data"] = {k: v for k, v in own["data"].items() if v is not None}
     sampling = "greedy" if own["temperature"] == 0 else f"T {own['temperature']}, top-p {own['top_p']}"
@@ -342,7 +348,7 @@ def resolve_task(models: list[str], given: dict[str, Any]) -> EvalTask:
             fail(f"{e}: give --benchmarks SOURCE")
         if protocol is None:
             fail(f"{folder} is a training run without a held-out set (eval_size 0): give --benchmarks SOURCE")
-        models = [str(folder / "final") if Path(models[0]) == folder else models[0]]
+        models = [str(folder / FINAL_DIR) if Path(models[0]) == folder else models[0]]
         own = _own_task(protocol, folder, given)
         given = {
             "benchmarks": [protocol["source"]],
@@ -454,7 +460,7 @@ def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str,
         )
         typer.echo(f"  model {runs[0].model}{where}" + (f" ({runs[0].label})" if runs[0].label else ""))
         for cfg in runs:
-            samples = Path(cfg.output_dir) / SAMPLES_FILE
+            samples = Path(cfg.output_dir) / EVAL_SAMPLES_FILE
             done = sum(1 for _ in samples.open()) if samples.is_file() else 0
             state = f"resumes ({done} samples there)" if done else "new"
             typer.echo(f"    {cfg.benchmark}: {counts.get(cfg.benchmark, '?')}; n = {cfg.n}, k = "

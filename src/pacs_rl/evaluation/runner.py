@@ -35,9 +35,8 @@ from typing import IO, Any
 
 from pacs_rl.data import Problem, ProblemSet, benchmark_name, format_prompt, load_problems
 from pacs_rl.device import cuda_info, eval_dtype
-from pacs_rl.evaluation.report import METRICS_FILE, write_report
+from pacs_rl.evaluation.report import write_report
 from pacs_rl.evaluation.samples import (
-    SAMPLES_FILE,
     append_samples,
     count_correct,
     form_counts,
@@ -46,18 +45,18 @@ from pacs_rl.evaluation.samples import (
     sample_form,
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
+from pacs_rl.progress import started_bar
 from pacs_rl.rewards.graders import (  # names only: no math-verify
     DEFAULT_GRADER,
     TRAINING_GRADER,
     grader_name,
     parse_grader,
 )
+from pacs_rl.run_folder import EVAL_METRICS_FILE, EVAL_RUN_FILE, EVAL_SAMPLES_FILE
 from pacs_rl.settings import DataSettings, at_least, declared_problems, interval, rule, setting, whole
 
 # pacs_rl.sampling (torch), pacs_rl.rewards (math-verify, sympy) and the pass@k estimator (numpy) are imported where
 # they are used: `pacs-rl --help` imports this module through the eval command, which reads EvalConfig's declarations.
-
-RUN_FILE = "run.json"
 
 # Settings that change what is sampled or how it is scored: a resume must match them exactly.
 LOCKED_SETTINGS = (
@@ -282,7 +281,7 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
 
     Returns the rows already there and the number of broken/duplicate lines removed."""
     out.mkdir(parents=True, exist_ok=True)
-    run_file, samples = out / RUN_FILE, out / SAMPLES_FILE
+    run_file, samples = out / EVAL_RUN_FILE, out / EVAL_SAMPLES_FILE
     locked = config.locked()
     rows, dropped = read_samples(samples)
     if rows and not run_file.exists():
@@ -550,22 +549,11 @@ class _Progress:
     """A rich progress bar over samples with samples/s and the running accuracy (a context manager)."""
 
     def __init__(self, enabled: bool, total: int, done: int, correct: float, label: str):
-        self.bar = None
         self.correct, self.done, self.new, self.t0 = correct, done, 0, time.perf_counter()
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} samples/s"),
-            TextColumn("acc {task.fields[acc]}"),
-            TimeRemainingColumn(),
+        fields = ("{task.fields[rate]} samples/s", "acc {task.fields[acc]}")
+        self.bar = started_bar(
+            label, total, *fields, enabled=enabled, completed=done, rate="-", acc=self._acc()
         )
-        self.bar.start()
-        self.task = self.bar.add_task(label, total=total, completed=done, rate="-", acc=self._acc())
 
     def _acc(self) -> str:
         return f"{self.correct / self.done:.3f}" if self.done else "-"
@@ -574,7 +562,7 @@ class _Progress:
         self.done, self.new, self.correct = self.done + k, self.new + k, self.correct + correct
         if self.bar is not None:
             rate = self.new / max(time.perf_counter() - self.t0, 1e-9)
-            self.bar.update(self.task, advance=k, rate=f"{rate:.2f}", acc=self._acc())
+            self.bar.update(0, advance=k, rate=f"{rate:.2f}", acc=self._acc())
 
     def __enter__(self) -> _Progress:
         return self
@@ -710,12 +698,12 @@ def run_eval(
         label = f"{config.label or config.model} on {config.benchmark}"
         total, correct = len(problems) * config.n, sum(float(r["score"]) for r in reused)
         with (
-            (out / SAMPLES_FILE).open("a", encoding="utf-8") as f,
+            (out / EVAL_SAMPLES_FILE).open("a", encoding="utf-8") as f,
             _Progress(config.progress, total, len(reused), correct, label) as bar,
         ):
             rows += sample_missing(config, todo, sampler, tokenizer, f, timing, bar)
     metrics = assemble_metrics(config, problems, rows, ks, timing)
-    (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+    (out / EVAL_METRICS_FILE).write_text(json.dumps(metrics, indent=2))
     write_report([metrics], out)
     return metrics
 
