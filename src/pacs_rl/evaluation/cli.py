@@ -209,7 +209,7 @@ def eval_command(
     vllm_engine_kwargs: str = _option(
         "vllm_engine_kwargs", "--vllm-engine-kwargs", shown=False, extra="As JSON.", metavar="JSON"
     ),
-    limit: int = _option("limit", "--limit", shown=False, extra="Of each benchmark."),
+    limit: int = _option("limit", "--limit", shown=False, extra="Per benchmark.", metavar="N"),
     seed: int = _option("seed", "--seed", shown=f"{EVAL_FIELDS['seed'].default}{OWN}"),
     output_dir: str = _option(
         "output_dir",
@@ -233,7 +233,7 @@ def eval_command(
     plain_prompt: bool = typer.Option(
         False, "--plain-prompt", help=EVAL_FIELDS["plain_prompt"].metadata["help"]
     ),
-    label: list[str] = _option("label", "--label", shown=False, extra="One per --model."),
+    label: list[str] = _option("label", "--label", shown=False, extra="One per --model.", metavar="NAME"),
     set_: list[str] = typer.Option(
         [],
         "--set",
