@@ -42,9 +42,10 @@ from pathlib import Path
 from pacs_rl.data import INSTRUCTION, load_problems
 from pacs_rl.data.prompts import user_turn
 from pacs_rl.evaluation.runner import EvalConfig, run_evals
-from pacs_rl.evaluation.samples import SAMPLES_FILE, read_samples
+from pacs_rl.evaluation.samples import read_samples
 from pacs_rl.rewards import verify_batch
 from pacs_rl.rewards.math_verifier import authors_score
+from pacs_rl.run_folder import EVAL_SAMPLES_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_FILES = {
@@ -137,7 +138,7 @@ def completion_sets(args) -> dict[str, list[dict]]:
     """{set name: [{"id", "completion", "answer", "question"}]} from the cache and the solutions."""
     sets: dict[str, list[dict]] = {}
     questions: dict[str, dict[str, str]] = {}
-    for run in sorted(Path(args.cache).glob(f"*/*/{SAMPLES_FILE}")):
+    for run in sorted(Path(args.cache).glob(f"*/*/{EVAL_SAMPLES_FILE}")):
         meta = json.loads((run.parent / "run.json").read_text())["settings"]
         if meta["benchmark"] not in questions:
             questions[meta["benchmark"]] = {p.id: p.problem for p in load_problems(meta["benchmark"])}

@@ -41,13 +41,22 @@ SETTINGS_MODULES = (
     "training/trl_fields.py",  # (after) TRL's fields: type and treatment, one table
     "training/checks.py",  # (after) reading, typing and checking settings before torch
     "training/config.py",  # PACSConfig: the PACS fields over GRPOConfig, the checks that need TRL
+    "integrations/verl/options.py",  # (issue 49) the verl plug-in's PACS fields, declared once
 )
 # The settings parts of modules with another job too (counted by their top-level definitions): PPO's config
 # class; the command line's argument rewriting and data options (the rest of command.py is its error plumbing).
 SETTINGS_PARTS = {
     "training/ppo.py": ("PPOConfig",),
-    "command.py": ("Command", "settings_as_options", "_BOOL_TEXT", "data_option"),
-}
+    "command.py": ("Command", "settings_as_options", "_BOOL_TEXT", "data_option", "declared_option"),
+    # eval's settings: EvalConfig and its checks; the command's reading of --set and its options' help
+    "evaluation/runner.py": (
+        "EvalConfig", "_grader", "_KS", "LOCKED_SETTINGS", "DTYPES", "BACKENDS", "VLLM_ARGUMENT_OPTIONS",
+    ),
+    "evaluation/cli.py": ("_option", "read_sets", "EVAL_FIELDS", "SET_KEYS", "TASK_KEYS", "DEFAULTS", "OWN"),
+    # the verl plug-in's settings: its config class and their checks before Ray starts
+    "integrations/verl/core.py": ("PACSPolicyLossConfig", "_pacs_options"),
+    "integrations/verl/guard.py": ("_pacs_option_problems",),
+}  # fmt: skip
 
 # Imports that may sit inside a function: heavy or optional libraries, loaded where they are needed.
 HEAVY = {
@@ -55,7 +64,18 @@ HEAVY = {
     "latex2sympy2_extended", "reasoning_gym", "deepspeed", "peft", "accelerate", "huggingface_hub", "tokenizers",
     "pyarrow", "verl", "ray", "safetensors", "numpy", "gguf", "omegaconf", "hydra",
 }  # fmt: skip
-LOWER = ("algorithms", "data", "device", "models", "rewards", "run_folder", "sampling", "settings")
+LOWER = (
+    "algorithms",
+    "data",
+    "device",
+    "lazy",
+    "models",
+    "progress",
+    "rewards",
+    "run_folder",
+    "sampling",
+    "settings",
+)
 UPPER = ("training", "evaluation", "compare", "cli", "integrations")
 
 

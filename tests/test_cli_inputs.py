@@ -93,6 +93,27 @@ CASES = [
     ),
     (["train", "--dataset", "two.jsonl", "--no-skip-bad-rows"], "line 3: missing field 'answer'"),
     (["train", "--dataset", "arithmetic?ops=^"], "ops must be a non-empty combination"),
+    # ---- train: values out of their declared domain (training/schema.py, trl_fields.py)
+    (["train", "--set", "pacs_beta=0"], "pacs_beta=0: give a number > 0"),
+    (["train", "--set", "pacs_beta=-1"], "pacs_beta=-1: give a number > 0"),
+    (["train", "--set", "temperature=-1"], "temperature=-1: give a number > 0"),
+    (["train", "--set", "top_p=1.5"], "top_p=1.5: give a number in (0, 1]"),
+    (["train", "--set", "top_p=0"], "top_p=0: give a number in (0, 1]"),
+    (["train", "--learning-rate", "-1"], "learning_rate=-1.0: give a number >= 0"),
+    (["train", "--set", "max_completion_length=0"], "max_completion_length=0: give a whole number >= 1"),
+    (["train", "--set", "lora_r=0"], "lora_r=0: give a whole number >= 1"),
+    (["train", "--set", "lora_dropout=1.5"], "lora_dropout=1.5: give a number in [0, 1)"),
+    (["train", "--set", "num_generations=0"], "num_generations=0: give a whole number >= 2"),
+    (
+        ["train", "--set", "gradient_accumulation_steps=0"],
+        "gradient_accumulation_steps=0: give a whole number >= 1",
+    ),
+    (
+        ["train", "--set", "per_device_train_batch_size=0"],
+        "per_device_train_batch_size=0: give a whole number >= 1",
+    ),
+    (["train", "--set", "lr_scheduler_type=cosin"], "lr_scheduler_type='cosin'; use one of"),
+    (["train", "--set", "seed=-1"], "seed=-1: give a whole number in [0, 4294967295]"),
     # ---- eval
     (["eval"], "give --model"),
     (
@@ -124,6 +145,36 @@ CASES = [
         "--output-dir a_file.txt is a file",
     ),
     (["eval", "--model", "tiny", "--max-new-tokens", "abc"], "Invalid value for '--max-new-tokens'"),
+    # ---- eval: values out of their declared domain (EvalConfig, evaluation/runner.py), as options and with --set
+    (
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--temperature", "-1"],
+        "temperature=-1.0: give a number >= 0",
+    ),
+    (
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "top_p=1.5"],
+        "top_p=1.5: give a number in (0, 1]",
+    ),
+    (
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--max-new-tokens", "0"],
+        "max_new_tokens=0: give a whole",
+    ),
+    (
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--batch-size", "0"],
+        "batch_size=0: give a whole number",
+    ),
+    (
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "verify_timeout=0"],
+        "verify_timeout=0: give a",
+    ),
+    (
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "nosuch=1"],
+        "unknown setting 'nosuch' in --set",
+    ),
+    (
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "temperatur=1"],
+        "Did you mean: temperature",
+    ),
+    (["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "n=abc"], "n='abc': expected int"),
     # ---- compare
     (["compare", "--methods", "pacs,nosuch"], "unknown method(s) ['nosuch']"),
     (["compare", "--max-steps", "0", "--model", "tiny"], "max_steps=0"),
@@ -181,10 +232,13 @@ def test_mistakes_are_answered_before_torch_or_trl_load(workdir):
         ["train", "--set", "nosuchkey=1"],
         ["train", "--config", "syntax.yaml"],
         ["train", "--max-steps", "0"],
+        ["train", "--set", "pacs_beta=0"],
+        ["train", "--set", "num_generations=0"],
         ["train", "-o", "a_file.txt"],
         ["train", "--model", "tiny", "--dataset", "two.jsonl"],
         ["compare", "--methods", "nosuch"],
         ["eval", "--model", "tiny", "-b", "missing.jsonl"],
+        ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "temperature=-1"],
     ):
         out = subprocess.run(
             [sys.executable, "-c", script, *args], capture_output=True, text=True, env=env, cwd=workdir

@@ -179,3 +179,59 @@ def test_the_training_guide_agrees_with_the_declarations():
             wrong.append(f"{names[0]}: the guide says {default!r}, the declaration {value!r}")
     assert not unknown, f"docs/TRAINING.md names settings that do not exist: {unknown}"
     assert not wrong, "docs/TRAINING.md's defaults differ from training/schema.py: " + "; ".join(wrong)
+
+
+def _table_defaults(guide: str, header: str) -> dict[str, str]:
+    """name -> default cell of the rows of ``guide``'s tables whose header starts with ``header``."""
+    out, in_table = {}, False
+    for line in guide.splitlines():
+        if line.startswith(header):
+            in_table = True
+        elif not line.startswith("|"):
+            in_table = False
+        elif in_table and not line.startswith("|---"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            out[cells[0].strip("`")] = cells[1]
+    return out
+
+
+def _says(shown: str, value) -> bool:
+    """Whether a guide's default ``shown`` (as written, without backquotes) is the declared ``value``."""
+    if isinstance(value, bool) or value is None:
+        return shown == {None: "None", True: "true", False: "false"}[value]
+    try:
+        return float(shown) == float(value)
+    except (TypeError, ValueError):
+        return shown == str(value)
+
+
+def test_the_evaluation_guide_agrees_with_the_declarations():
+    """docs/EVALUATION.md's settings table names every setting EvalConfig declares (but the shared data settings,
+    in their own table), each with its declared default."""
+    import dataclasses
+
+    from pacs_rl.evaluation.runner import EvalConfig
+    from pacs_rl.settings import DATA_KEYS
+
+    rows = _table_defaults((REPO / "docs" / "EVALUATION.md").read_text(), "| key | default | option |")
+    declared = {f.name: f for f in dataclasses.fields(EvalConfig) if f.name not in DATA_KEYS}
+    assert set(rows) == set(declared)
+    wrong = {
+        name: (rows[name], f.default)
+        for name, f in declared.items()
+        if not (
+            rows[name] == "(required)"
+            if f.default is dataclasses.MISSING
+            else _says(rows[name].strip("`"), f.default)
+        )
+    }
+    assert not wrong, f"docs/EVALUATION.md's defaults differ from EvalConfig's: {wrong}"
+
+
+def test_the_verl_guide_names_every_declared_pacs_field_with_its_default():
+    from pacs_rl.integrations.verl.options import LOSS_FIELDS, POLICY_LOSS
+
+    rows = _table_defaults((REPO / "docs" / "VERL.md").read_text(), "| key | value |")
+    for f in LOSS_FIELDS:
+        cell = rows[f"{POLICY_LOSS}.{f.name}"]
+        assert _says(cell.rpartition("default ")[2].strip("`"), f.default), (f.name, cell)

@@ -72,3 +72,18 @@ def test_compare_dry_run_counts_the_runs_and_what_is_done(tmp_path):
 def test_dry_run_is_in_the_help(command):
     code, out = invoke(command, "--help")
     assert code == 0 and "--dry-run" in out
+
+
+def test_train_dry_run_refuses_counts_of_zero_by_name_without_a_traceback(tmp_path):
+    """A batch count of 0 used to end the plan in a ZeroDivisionError; each is now refused by its declared check,
+    and the trainer config (which would divide by them) is not built."""
+    code, out = invoke("train", "--model", "tiny", "--dry-run", "-o", str(tmp_path / "x"), "--set", "num_generations=0",
+                       "--set", "gradient_accumulation_steps=0", "--set", "per_device_train_batch_size=0")  # fmt: skip
+    assert code == 1 and "Traceback" not in out and "ZeroDivisionError" not in out, out
+    assert "refused (3):" in out, out
+    for name, least in (
+        ("num_generations", 2),
+        ("gradient_accumulation_steps", 1),
+        ("per_device_train_batch_size", 1),
+    ):
+        assert f"  - {name}=0: give a whole number >= {least}" in out, out

@@ -7,12 +7,26 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "pacs_rl"
 
 # What the lower layers may not import: models, sampling, data, rewards, algorithms, the shared settings, the
-# device choice and the run folder's layout are used by training, evaluation and compare, never the other way round.
-LOWER = ("algorithms", "data", "device", "models", "rewards", "run_folder", "sampling", "settings")
+# device choice, the run folder's layout, the lazy package face and the progress bars are used by training, evaluation
+# and compare, never the other way round.
+LOWER = (
+    "algorithms",
+    "data",
+    "device",
+    "lazy",
+    "models",
+    "progress",
+    "rewards",
+    "run_folder",
+    "sampling",
+    "settings",
+)
 UPPER = ("training", "evaluation", "compare", "cli", "integrations")
 # evaluation sits beside training: it may use the lower layers, not training (nor compare, above both)
 BESIDE = {"evaluation": ("training", "compare")}
@@ -114,3 +128,29 @@ def test_lower_layers_never_import_the_upper_ones():
     )
     assert [pair for pair in upward if pair not in KNOWN] == []
     assert set(upward) == KNOWN, "a known exception is gone: take it out of KNOWN"
+
+
+def test_the_lazy_package_faces_load_nothing_heavy_and_hand_on_every_name():
+    """pacs_rl.training, .evaluation, .rewards (and .compare) are lazy faces (pacs_rl.lazy.lazy_face): importing one
+    loads no torch, TRL or math-verify (checked in a fresh process), and every name of its table resolves to the
+    object its module defines."""
+    import importlib
+    import subprocess
+    import sys
+
+    faces = ["pacs_rl.training", "pacs_rl.evaluation", "pacs_rl.rewards", "pacs_rl.compare"]
+    script = "import sys\n" + "".join(f"import {f}\n" for f in faces)
+    script += "print([m for m in ('torch', 'trl', 'math_verify', 'sympy') if m in sys.modules])\n"
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    for face in faces:
+        package = importlib.import_module(face)
+        for name in package.__all__:
+            value = getattr(package, name)
+            module = package._EXPORTS[name]
+            module = module if module.startswith("pacs_rl.") else f"{face}.{module}"
+            assert value is getattr(importlib.import_module(module), name), (face, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nosuch'"):
+        _ = importlib.import_module("pacs_rl.training").nosuch

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from pacs_rl.rewards.math_verifier import check
+from pacs_rl.run_folder import FORMS_FILE
 from pacs_rl.training.monitor import (
-    FORMS_FILE,
     WARN_MIN_PAID,
     AnswerMonitor,
     form_warnings,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pacs_rl.run_folder import METRICS_FILE
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.logprobs import completion_logits_shared_prompt, completion_logps, plan_pieces
-from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
 from pacs_rl.training.trainer import sequence_tensors
 from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 

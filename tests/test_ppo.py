@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from pacs_rl.algorithms import masked_whiten
-from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.run_folder import CRITIC_DIR, METRICS_FILE
+from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
 from pacs_rl.training.ppo import (
-    CRITIC_DIR,
     PPOConfig,
     PPOTrainer,
     build_critic,

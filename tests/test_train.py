@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from pacs_rl.run_folder import last_complete_checkpoint
+from pacs_rl.run_folder import METRICS_FILE, last_complete_checkpoint
 from pacs_rl.training import PACSConfig, PACSTrainer
-from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
 from pacs_rl.training.trainer import group_mixed_fraction, sequence_tensors, shuffle_groups
 from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 

@@ -11,8 +11,9 @@ import torch
 from transformers import TrainerCallback
 
 from pacs_rl.algorithms import compute_policy_loss
+from pacs_rl.run_folder import METRICS_FILE
 from pacs_rl.training import PACSConfig, PACSTrainer
-from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from pacs_rl.training.trainer import sequence_tensors, sharding_problems
 from train_helpers import G, parity_reward, tiny_run_kwargs

@@ -325,6 +325,42 @@ def test_the_torch_free_names_are_the_libraries():
     assert schema.SCORE_METHODS == SCORE_METHODS and schema.LOSS_AGG_MODES == LOSS_AGG_MODES
 
 
+def test_the_enumerated_values_trl_fields_spells_are_the_libraries():
+    """The values of transformers' and TRL's enumerated fields, spelled in training/trl_fields.py so that a value is
+    checked before they load, are the installed enums and choices; the vLLM modes are the ones TRL's help names."""
+    import dataclasses
+
+    from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    from pacs_rl.training import trl_fields as t
+
+    for spelled, enum in (
+        (t.SCHEDULER_TYPES, SchedulerType),
+        (t.OPTIMIZERS, OptimizerNames),
+        (t.INTERVAL_STRATEGIES, IntervalStrategy),
+        (t.SAVE_STRATEGIES, SaveStrategy),
+        (t.HUB_STRATEGIES, HubStrategy),
+    ):
+        assert set(spelled) == {e.value for e in enum}, enum.__name__
+    fields = {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    for name, spelled in (
+        ("log_level", t.LOG_LEVELS),
+        ("dataloader_multiprocessing_context", t.MP_CONTEXTS),
+        ("ddp_backend", t.DDP_BACKENDS),
+    ):
+        assert set(spelled) - {None} == set(fields[name].metadata["choices"]), name
+    for name, spelled in (
+        ("vllm_mode", t.VLLM_MODES),
+        ("vllm_model_impl", t.VLLM_MODEL_IMPLS),
+        ("vllm_importance_sampling_mode", t.IS_MODES),
+    ):
+        assert all(
+            f"'{v}'" in fields[name].metadata["help"] or f"`{v}`" in fields[name].metadata["help"]
+            for v in spelled
+        ), name
+
+
 def _non_default(name: str):
     """A value other than GRPOConfig's default for field ``name``."""
     from pacs_rl.training.trl_fields import grpo_default

@@ -74,6 +74,13 @@ def test_non_pacs_runs_are_not_checked():
         ("actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla", "policy_loss.loss_mode=pacs"),
         ("actor_rollout_ref.actor.policy_loss.pacs_score", "ppo", "pacs_score='ppo'"),
         ("actor_rollout_ref.actor.policy_loss.pacs_beta", 0.0, "pacs_beta=0.0"),
+        (
+            "actor_rollout_ref.actor.policy_loss.pacs_beta",
+            -1.0,
+            "policy_loss.pacs_beta=-1.0: β must be a positive",
+        ),
+        ("actor_rollout_ref.actor.policy_loss.pacs_beta", float("inf"), "pacs_beta=inf"),
+        ("actor_rollout_ref.actor.policy_loss.pacs_beta", "abc", "pacs_beta='abc'"),
         ("algorithm.rollout_correction.rollout_is", "token", "rollout_is=null"),
     ],
 )
@@ -319,3 +326,40 @@ def test_every_example_config_passes_the_guard(config_path):
                 key, value = override.split("=", 1)
                 _set(launched, key, yaml.safe_load(value))
             assert verl_config_problems(launched) == []
+
+
+def test_verls_config_class_is_generated_from_the_declaration():
+    """PACSPolicyLossConfig (core.py) is options.policy_loss_config_class over verl's PolicyLossConfig: every
+    declared field with its type, default and help, loss_mode pacs, and the declared checks when it is built (here
+    over a stand-in for verl's class, a Mapping dataclass as verl's BaseConfig is)."""
+    import collections.abc
+    import dataclasses
+
+    from pacs_rl.integrations.verl.options import LOSS_FIELDS, policy_loss_config_class
+
+    @dataclasses.dataclass
+    class PolicyLossConfig(collections.abc.Mapping):
+        loss_mode: str = "vanilla"
+        clip_cov_ratio: float = 0.0002
+
+        def __getitem__(self, key):
+            return getattr(self, key)
+
+        def __iter__(self):
+            return iter(f.name for f in dataclasses.fields(self))
+
+        def __len__(self):
+            return len(dataclasses.fields(self))
+
+    generated = policy_loss_config_class(PolicyLossConfig, "somewhere.core")
+    fields = {f.name: f for f in dataclasses.fields(generated)}
+    assert generated.__module__ == "somewhere.core" and issubclass(generated, PolicyLossConfig)
+    assert fields["loss_mode"].default == "pacs" and "clip_cov_ratio" in fields
+    for f in LOSS_FIELDS:
+        assert (fields[f.name].default, fields[f.name].metadata) == (f.default, f.metadata)
+    config = generated(pacs_beta=0.5, pacs_score="dr_grpo")
+    assert (config.pacs_beta, config.pacs_score, config.pacs_weighted) == (0.5, "dr_grpo", True)
+    with pytest.raises(ValueError, match=r"actor.policy_loss.pacs_beta=0: β must be a positive number"):
+        generated(pacs_beta=0)
+    with pytest.raises(ValueError, match=r"actor.policy_loss.pacs_score='ppo': choose one of"):
+        generated(pacs_score="ppo")

@@ -126,6 +126,19 @@ class CommandGroup(_RewrittenArgs, TyperGroup):
     """A sub-command with sub-commands of its own (`pacs-rl compare paired`), its arguments rewritten alike."""
 
 
+def declared_option(
+    f: Any, *flags: str, default: Any = None, shown: Any = None, extra: str = "", metavar: str | None = None
+) -> Any:
+    """The option of the setting that dataclass field ``f`` declares (`pacs_rl.settings.setting`): its help is the
+    declaration's, ``extra`` after it, and ``[default: shown]`` (``shown`` None: the declared default; False: no
+    default shown). ``default``: the option's own value when not given (None: not given, the layer below decides)."""
+    if shown is None:
+        shown = f.default
+    text = f.metadata["help"] + (f" {extra}" if extra else "")
+    text += "" if shown is False else f"  [default: {shown}]"
+    return typer.Option(default, *flags, help=text, show_default=False, metavar=metavar)
+
+
 def data_option(name: str) -> Any:
     """The option of data setting ``name`` (:class:`DataSettings`), the same in every command: default None
     (the setting's default, or the layer below it), its help from the field."""
@@ -154,6 +167,7 @@ __all__ = [
     "CommandGroup",
     "Group",
     "data_option",
+    "declared_option",
     "end_dry_run",
     "error_line",
     "fail",

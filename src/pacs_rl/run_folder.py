@@ -1,13 +1,24 @@
-"""What a `pacs-rl train` run folder holds, for the code that writes it (training) and the code that reads it
-(`pacs-rl eval --model RUN/final`, the model card, `pacs-rl compare`): the names of its files, its state for a
-rerun into it, and the held-out protocol it measured with, as `pacs-rl eval` takes it.
+"""What a `pacs-rl train` run folder and a `pacs-rl eval` folder hold, for the code that writes them and the code
+that reads them (`pacs-rl eval --model RUN/final`, `audit`, the model card, `pacs-rl compare`): the names of their
+files (here only), a run's state for a rerun into it, and the held-out protocol it measured with, as `pacs-rl eval`
+takes it.
 
     RUN/settings.json        the run's settings, its data, how held-out accuracy was measured ("heldout")
+    RUN/metrics.jsonl        one row per logged step; RUN/training_curves.png their plot
     RUN/heldout.json         held-out accuracy before and after training
+    RUN/answer_forms.json    the forms of the paid answers (rollouts, held-out)
+    RUN/samples/             rollouts.jsonl, heldout_before.jsonl, heldout_after.jsonl: completions and verdicts
     RUN/checkpoint-N/        TRL's checkpoints; complete once trainer_state.json is written
-    RUN/final/               the trained weights (and their model card)
+    RUN/final/               the trained weights (and their model card, README.md, also in RUN/)
     RUN/base_model/          the tiny random model a run of --model tiny started from
+    RUN/eval/<protocol>/     `pacs-rl eval --model RUN/final` on the run's own held-out task
     RUN/run_complete.json    written last, by a run that finished
+
+    EVAL/run.json            the settings an eval folder's samples were drawn with (checked on resume)
+    EVAL/samples.jsonl       one row per sample
+    EVAL/metrics.json        pass@k, counts, forms, settings, timing
+    EVAL/results.md, passk.png   the table and the curve
+    EVAL/audit.json          `pacs-rl audit`'s result (beside the first folder audited)
 
 Light on purpose (no torch): the command checks a folder before anything heavy loads.
 """
@@ -25,18 +36,55 @@ from pacs_rl.data.procedural import arithmetic_task, is_procedural
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
 from pacs_rl.settings import output_dir_problem
 
+# ---- a `pacs-rl train` run folder
 SETTINGS_FILE = "settings.json"
 HELDOUT_FILE = "heldout.json"
 FINISHED_FILE = "run_complete.json"
 FINAL_DIR = "final"
 CURVES_FILE = "training_curves.png"
 BASE_MODEL_DIR = "base_model"  # where --model tiny is saved inside the run folder
+METRICS_FILE = "metrics.jsonl"
+FORMS_FILE = "answer_forms.json"
+CARD_FILE = "README.md"  # the model card, in the run folder and in final/
+SAMPLES_DIR = "samples"
+ROLLOUTS_FILE = "rollouts.jsonl"  # in SAMPLES_DIR
+EVAL_DIR = "eval"  # RUN/eval/<protocol>: the run's own held-out task evaluated
+OTHER_SETTINGS_FILE = (
+    "run_settings.json"  # a settings record some folders hold, read by `pacs-rl audit` for the grader
+)
+CHECKPOINT_PREFIX = "checkpoint-"  # transformers' checkpoint-N folders
+TRAINER_STATE_FILE = (
+    "trainer_state.json"  # transformers', in a checkpoint: written last, so it marks it complete
+)
+PACS_STATE_FILE = (
+    "pacs_trainer_state_rank{rank}.pt"  # in a checkpoint: PACSTrainer's own state, one per process
+)
+CRITIC_DIR = "critic"  # in a checkpoint (and beside a saved final model): PPO's critic
+CRITIC_OPTIMIZER_FILE = "optimizer.pt"  # in CRITIC_DIR
+CRITIC_SCHEDULER_FILE = "scheduler.pt"  # in CRITIC_DIR
+
+# ---- a `pacs-rl eval` folder
+EVAL_RUN_FILE = "run.json"
+EVAL_SAMPLES_FILE = "samples.jsonl"
+EVAL_METRICS_FILE = "metrics.json"
+RESULTS_FILE = "results.md"
+PASSK_PLOT_FILE = "passk.png"
+AUDIT_FILE = "audit.json"
 
 # The held-out arithmetic problems are drawn with this seed whatever the run's seed: every seed of a
 # comparison is measured on the same problems (a seed-dependent set added its own variance to the spread
 # over seeds). It is the set seed 0 drew before.
 HELDOUT_SEED = 10_000
 FIELD_KEYS = ("problem_field", "answer_field", "prompt_field")
+
+
+def heldout_samples_file(when: str) -> str:
+    """The samples file of the held-out pass ``when`` ('before' or 'after' training), in SAMPLES_DIR."""
+    return f"heldout_{when}.jsonl"
+
+
+# a run's samples files, in the order they are reported
+TRAINING_SAMPLES_FILES = (heldout_samples_file("before"), heldout_samples_file("after"), ROLLOUTS_FILE)
 
 
 def read_json(path: str | Path) -> dict[str, Any]:
@@ -53,14 +101,14 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
         return None
     best, best_step = None, -1
     for name in os.listdir(output_dir):
-        if not name.startswith("checkpoint-"):
+        if not name.startswith(CHECKPOINT_PREFIX):
             continue
         try:
-            step = int(name.split("-", 1)[1])
+            step = int(name.removeprefix(CHECKPOINT_PREFIX))
         except ValueError:
             continue
         path = os.path.join(output_dir, name)
-        if os.path.isfile(os.path.join(path, "trainer_state.json")) and step > best_step:
+        if os.path.isfile(os.path.join(path, TRAINER_STATE_FILE)) and step > best_step:
             best, best_step = path, step
     return best
 
@@ -73,7 +121,7 @@ def output_folder_problem(out: str | Path, resume: bool) -> str | None:
         return problem
     out = Path(out)
     if not resume:
-        if out.is_dir() and any(out.glob("checkpoint-*")):
+        if out.is_dir() and any(out.glob(f"{CHECKPOINT_PREFIX}*")):
             return f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
         return None
     if last_complete_checkpoint(out) is None:
@@ -93,7 +141,7 @@ def folder_state(out: str | Path) -> str:
         return "finished"
     if last_complete_checkpoint(out) is not None:
         return "checkpointed" if recorded else "unknown"
-    if any(out.glob("checkpoint-*")):
+    if any(out.glob(f"{CHECKPOINT_PREFIX}*")):
         return "unknown" if not recorded else "started"
     return "started" if recorded else "new"
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -82,6 +83,104 @@ def setting(
 def declared(f: Any) -> Declared:
     """The declaration of dataclass field ``f`` beyond its help (an empty one for a field not made by `setting`)."""
     return _DECLARED.get(f, Declared())
+
+
+def is_declared(f: Any) -> bool:
+    """Whether dataclass field ``f`` was made by `setting`."""
+    return f in _DECLARED
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+# A check is ``check(name, value)`` -> a problem's text naming the setting and what to do, a list of them, or None.
+Check = Callable[[str, Any], "str | list[str] | None"]
+
+
+def whole(value: Any) -> bool:
+    """An int, not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def number(value: Any) -> bool:
+    """An int or a float, not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def rule(ok: Callable[[Any], bool], advice: str, null: bool = False) -> Check:
+    """``name=value`` + ``advice`` unless ``ok(value)`` (or the value is None, with ``null``)."""
+
+    def check(name: str, value: Any) -> str | None:
+        return None if (null and value is None) or ok(value) else f"{name}={value!r}{advice}"
+
+    return check
+
+
+def at_least(least: int, note: str = "", null: bool = False) -> Check:
+    """A whole number >= ``least``, its type checked too (``null``: or None)."""
+    return rule(lambda v: whole(v) and v >= least, f": give a whole number >= {least}{note}", null)
+
+
+def one_of(choices: Iterable[Any], verb: str = "use") -> Check:
+    choices = tuple(choices)
+    return rule(lambda v: v in choices, f"; {verb} one of {list(choices)}.")
+
+
+def bounded(ok: Callable[[float], bool], advice: str) -> Check:
+    """A bound on a number (a value of another type, or None, is the type check's to refuse)."""
+    return rule(lambda v: not number(v) or ok(v), advice)
+
+
+def interval(
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    open_low: bool = False,
+    open_high: bool = False,
+    whole_number: bool = False,
+    note: str = "",
+) -> Check:
+    """A finite number (``whole_number``: an int) between ``low`` and ``high`` (each bound included unless open; None:
+    no bound). None, and a value of another type, are the type check's to refuse."""
+
+    def text(bound: float) -> str:
+        return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+    if low is not None and high is not None:
+        span = f"in {'(' if open_low else '['}{text(low)}, {text(high)}{')' if open_high else ']'}"
+    elif low is not None:
+        span = f"{'>' if open_low else '>='} {text(low)}"
+    else:
+        span = f"{'<' if open_high else '<='} {text(high)}"
+    what = "a whole number" if whole_number else "a number"
+
+    def ok(v: Any) -> bool:
+        if (whole_number and not whole(v)) or not math.isfinite(v):
+            return False
+        above = low is None or (v > low if open_low else v >= low)
+        return above and (high is None or (v < high if open_high else v <= high))
+
+    return bounded(ok, f": give {what} {span}{note}")
+
+
+def problems_found(values: Any, checks: Iterable[tuple[str, Check | None]], prefix: str = "") -> list[str]:
+    """The problems ``checks`` (setting name, its check or None) find in ``values`` (an object, or a mapping: a
+    setting it lacks is not checked), in their order; each names the setting as ``prefix`` + its name (``prefix``:
+    where it sits in a larger config, e.g. verl's ``actor_rollout_ref.actor.policy_loss.``)."""
+    get = values.get if isinstance(values, Mapping) else (lambda n, d: getattr(values, n, d))
+    missing = object()
+    out: list[str] = []
+    for name, check in checks:
+        value = get(name, missing)
+        if check is None or value is missing:
+            continue
+        found = check(prefix + name, value)
+        out += [found] if isinstance(found, str) else list(found or [])
+    return out
+
+
+def declared_problems(values: Any, fields: Iterable[Any], prefix: str = "") -> list[str]:
+    """What the declared checks of ``fields`` (dataclass fields made by `setting`) find in ``values``
+    (`problems_found`)."""
+    return problems_found(values, ((f.name, declared(f).check) for f in fields), prefix)
 
 
 # ---------------------------------------------------------------------------------------------------- data
@@ -261,6 +360,75 @@ def unknown_name(name: str, known: Iterable[str], where: str, hint: str) -> str:
     close = difflib.get_close_matches(name, list(known), n=4, cutoff=0.6)
     tail = f" Did you mean: {', '.join(close)}?" if close else f" {hint}"
     return f"unknown setting {name!r} in {where}.{tail}"
+
+
+# ---------------------------------------------------------------------------------------------------- values
+_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
+_PLAIN = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+
+
+def coerce(key: str, value: Any, kind: str) -> Any:
+    """``value`` of setting ``key`` as its declared type ``kind`` (the type as text: 'int', 'float | None', ...):
+    converted when it arrives as text (from a command line, or a YAML file that reads 1e-5 as a string); checked
+    when a value of a plain type (int, float, bool, str, or one of them or None) arrives as another type. Raises
+    SettingsError naming the key."""
+    if not isinstance(value, str):
+        plain = _PLAIN.get(kind.removesuffix(" | None"))
+        wrong = isinstance(value, bool) and bool not in (plain or (bool,))
+        if plain and value is not None and (wrong or not isinstance(value, plain)):
+            raise SettingsError(f"{key}={value!r}: expected {kind}")
+        return value
+    low = value.strip().lower()
+    if low == "null" or (low == "none" and "str" not in kind):
+        return None
+    takes_text = "str" in kind
+    if "bool" in kind:
+        if low in _TRUE + _FALSE:
+            return low in _TRUE
+        if not (takes_text or "int" in kind or "float" in kind):
+            raise SettingsError(f"{key}={value!r}: expected a bool (true or false)")
+    try:
+        if "float" in kind:
+            return float(value)
+        if "int" in kind:
+            return int(value)
+    except ValueError:
+        if not takes_text:
+            raise SettingsError(f"{key}={value!r}: expected {kind}") from None
+    return value
+
+
+def read_assignments(items: Iterable[str], where: str = "--set") -> dict[str, Any]:
+    """``["learning_rate=1e-5", "pacs_weighted=false"]`` -> {key: value}, each value's text read as YAML first
+    (a value YAML cannot read stays text); the keys are not checked here."""
+    out = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise SettingsError(f"{where} {item!r}: expected key=value, e.g. {where} learning_rate=1e-5")
+        try:
+            out[key.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            out[key.strip()] = text
+    return out
+
+
+def read_values(
+    values: Mapping[str, Any],
+    where: str,
+    kinds: Mapping[str, str],
+    hint: str,
+    notes: list[str] | None = None,
+) -> dict[str, Any]:
+    """Settings as given (a file, --set) under their current names, every name known and every value of its
+    declared type: the one pass a value takes (older spellings renamed, with a note in ``notes``; an unknown name
+    refused with its close matches, else ``hint``; text typed, other types checked). ``kinds``: every setting
+    name -> its declared type as text."""
+    values = rename_keys(values, where, notes)
+    for key in values:
+        if key not in kinds:
+            raise SettingsError(unknown_name(key, kinds, where, hint))
+    return {k: coerce(k, v, kinds[k]) for k, v in values.items()}
 
 
 # ---------------------------------------------------------------------------------------------------- files
@@ -444,22 +612,36 @@ __all__ = [
     "DATA_KEYS",
     "PATH_SETTINGS",
     "RENAMED_SETTINGS",
+    "Check",
     "DataSettings",
     "Declared",
     "Missing",
     "SettingsError",
+    "at_least",
+    "bounded",
     "canonical_key",
+    "coerce",
     "declared",
+    "declared_problems",
     "install_line",
+    "interval",
+    "is_declared",
     "missing_packages",
     "missing_requirements",
+    "number",
     "one_line",
+    "one_of",
     "output_dir_problem",
+    "problems_found",
+    "read_assignments",
+    "read_values",
     "read_yaml",
     "rename_keys",
     "resolve_paths",
     "rewrite_args",
+    "rule",
     "setting",
     "tracker_names",
     "unknown_name",
+    "whole",
 ]

@@ -22,6 +22,8 @@ token losses by the vLLM importance-sampling ratio (the KL term is not weighted)
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import Tensor
 
@@ -353,15 +355,14 @@ def _group_metrics(
 # group-advantage baselines
 # ----------------------------------------------------------------------------------------------------
 
-# Options every group baseline takes beyond clip_eps / clip_eps_high / kl_coef (see grpo_loss):
+# Options every group baseline takes beyond clip_eps / clip_eps_high / kl_coef (one signature, below):
 #   loss_agg_mode, max_completion_length   how token losses are reduced (aggregate_token_loss)
 #   clip_ratio_c                            verl's dual clip
 #   kl_ratio_weighted                       the KL term × ρ (TRL's use_bias_correction_kl)
 # and per-row inputs scored (B,) and is_weights (B, T) or (B, 1).
 
 
-@register_policy_loss("grpo", label="GRPO")
-def grpo_loss(
+def _group_loss_signature(
     logp: Tensor,
     old_logp: Tensor,
     mask: Tensor,
@@ -379,6 +380,36 @@ def grpo_loss(
     scored: Tensor | None = None,
     is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
+    """The signature the group baselines share (each made by :func:`_group_baseline`, less the options it has no
+    use for); never called."""
+
+
+def _group_baseline(
+    name: str, label: str, advantage_method: str, doc: str, without: tuple[str, ...] = (), **variant
+):
+    """Group baseline ``name``: `_group_clip_loss` with the shared signature (less the options ``without``), its
+    advantage from ``advantage_method`` and the ``variant`` switches (covariance_weighting, dr_grpo_norm),
+    registered as ``name`` with table label ``label``."""
+    signature = inspect.signature(_group_loss_signature)
+    signature = signature.replace(
+        parameters=[p for p in signature.parameters.values() if p.name not in without]
+    )
+
+    def loss(*args, **kwargs) -> tuple[Tensor, dict[str, float]]:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return _group_clip_loss(advantage_method=advantage_method, **bound.arguments, **variant)
+
+    loss.__signature__ = signature
+    loss.__name__ = loss.__qualname__ = f"{name}_loss"
+    loss.__doc__ = doc
+    return register_policy_loss(name, label=label)(loss)
+
+
+grpo_loss = _group_baseline(
+    "grpo",
+    "GRPO",
+    "grpo",
     """GRPO (Shao et al. 2024; PACS Appendix A.2).
 
     A_i = (R_i − mean_G R)/(std_G R + eps) (unbiased std); loss = agg[ℓ^clip_{i,t} + kl_coef · k3_{i,t}]
@@ -387,72 +418,32 @@ def grpo_loss(
     rewards: (B,) any real. The k3 term needs ref_logp; kl_mean is reported whenever ref_logp is given.
     scored (B,): rows with False are left out of the group's mean and std and get advantage 0 (TRL's
     unscorable completions). is_weights: the vLLM importance-sampling ratio multiplying the surrogate.
-    """
-    return _group_clip_loss(
-        logp, old_logp, mask, rewards, group_size, "grpo", clip_eps, clip_eps_high, kl_coef, ref_logp, eps,
-        loss_agg_mode, max_completion_length, clip_ratio_c=clip_ratio_c, kl_ratio_weighted=kl_ratio_weighted,
-        scored=scored, is_weights=is_weights,
-    )  # fmt: skip
-
-
-@register_policy_loss("dr_grpo", label="Dr. GRPO")
-def dr_grpo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    mask: Tensor,
-    rewards: Tensor,
-    group_size: int,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    ref_logp: Tensor | None = None,
-    max_completion_length: int | None = None,
-    clip_ratio_c: float | None = None,
-    kl_ratio_weighted: bool = False,
-    scored: Tensor | None = None,
-    is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    """,
+)
+dr_grpo_loss = _group_baseline(
+    "dr_grpo",
+    "Dr. GRPO",
+    "dr_grpo",
     """Dr. GRPO (Liu et al. 2025): no std, no length normalisation.
 
     A_i = R_i − mean_G R; loss = 1/B Σ_i (Σ_t ℓ_{i,t}) / L with the constant L = max_completion_length
     (default T = mask.shape[1], the padded response length), as TRL's dr_grpo. The aggregation is the
     method itself, so it has no loss_agg_mode. Other arguments as grpo_loss.
-    """
-    return _group_clip_loss(
-        logp, old_logp, mask, rewards, group_size, "dr_grpo", clip_eps, clip_eps_high, kl_coef, ref_logp,
-        max_completion_length=max_completion_length, clip_ratio_c=clip_ratio_c,
-        kl_ratio_weighted=kl_ratio_weighted, scored=scored, is_weights=is_weights, dr_grpo_norm=True,
-    )  # fmt: skip
-
-
-@register_policy_loss("rloo", label="RLOO")
-def rloo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    mask: Tensor,
-    rewards: Tensor,
-    group_size: int,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    ref_logp: Tensor | None = None,
-    loss_agg_mode: str = "seq-mean-token-mean",
-    max_completion_length: int | None = None,
-    clip_ratio_c: float | None = None,
-    kl_ratio_weighted: bool = False,
-    scored: Tensor | None = None,
-    is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+    """,
+    without=("eps", "loss_agg_mode"),
+    dr_grpo_norm=True,
+)
+rloo_loss = _group_baseline(
+    "rloo",
+    "RLOO",
+    "rloo",
     """RLOO (Kool et al. 2019; Ahmadian et al. 2024) with the token-level clipped surrogate.
 
     A_i = R_i − 1/(G−1) Σ_{j≠i} R_j (over the scored rows when ``scored`` is given); aggregation as GRPO,
     so RLOO and GRPO differ only in the advantage. Arguments as grpo_loss.
-    """
-    return _group_clip_loss(
-        logp, old_logp, mask, rewards, group_size, "rloo", clip_eps, clip_eps_high, kl_coef, ref_logp,
-        loss_agg_mode=loss_agg_mode, max_completion_length=max_completion_length, clip_ratio_c=clip_ratio_c,
-        kl_ratio_weighted=kl_ratio_weighted, scored=scored, is_weights=is_weights,
-    )  # fmt: skip
+    """,
+    without=("eps",),
+)
 
 
 @torch.no_grad()
@@ -480,34 +471,16 @@ def covariance_weights(logp: Tensor, advantages: Tensor, mask: Tensor) -> Tensor
     return torch.where(valid, w, torch.zeros_like(w))
 
 
-@register_policy_loss("cw_grpo", label="CW-GRPO")
-def cw_grpo_loss(
-    logp: Tensor,
-    old_logp: Tensor,
-    mask: Tensor,
-    rewards: Tensor,
-    group_size: int,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
-    ref_logp: Tensor | None = None,
-    eps: float = 1e-6,
-    loss_agg_mode: str = "seq-mean-token-mean",
-    max_completion_length: int | None = None,
-    clip_ratio_c: float | None = None,
-    kl_ratio_weighted: bool = False,
-    scored: Tensor | None = None,
-    is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+cw_grpo_loss = _group_baseline(
+    "cw_grpo",
+    "CW-GRPO",
+    "grpo",
     """CW-GRPO (Wang et al. 2026): GRPO with A_i → w̃_{i,t} A_i, w̃ from :func:`covariance_weights`
     evaluated on the current (detached) logp and the GRPO advantages. Aggregation as GRPO. Arguments as
     grpo_loss; metrics add cw_weight_min / cw_weight_max.
-    """
-    return _group_clip_loss(
-        logp, old_logp, mask, rewards, group_size, "grpo", clip_eps, clip_eps_high, kl_coef, ref_logp, eps,
-        loss_agg_mode, max_completion_length, covariance_weighting=True, clip_ratio_c=clip_ratio_c,
-        kl_ratio_weighted=kl_ratio_weighted, scored=scored, is_weights=is_weights,
-    )  # fmt: skip
+    """,
+    covariance_weighting=True,
+)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Names are imported lazily, so ``import pacs_rl.evaluation`` stays light (no torc
 
 from __future__ import annotations
 
-import importlib
+from pacs_rl.lazy import lazy_face
 
 _EXPORTS = {
     "EvalConfig": "pacs_rl.evaluation.runner",
@@ -29,10 +29,4 @@ _EXPORTS = {
     "mean_pass_at_k": "pacs_rl.evaluation.passk",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'pacs_rl.evaluation' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

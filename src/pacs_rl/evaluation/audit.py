@@ -23,27 +23,33 @@ import json
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pacs_rl.data import load_problems
-from pacs_rl.evaluation.samples import FORM_ORDER, SAMPLES_FILE, sample_form
+from pacs_rl.evaluation.samples import FORM_ORDER, read_samples, sample_form
+from pacs_rl.progress import advancing
 from pacs_rl.rewards.answers import answer_form
 from pacs_rl.rewards.graders import TRAINING_GRADER, grader_name
+from pacs_rl.run_folder import (
+    AUDIT_FILE,
+    EVAL_METRICS_FILE,
+    EVAL_RUN_FILE,
+    EVAL_SAMPLES_FILE,
+    FORMS_FILE,
+    OTHER_SETTINGS_FILE,
+    SAMPLES_DIR,
+    SETTINGS_FILE,
+    TRAINING_SAMPLES_FILES,
+)
 
-AUDIT_FILE = "audit.json"
-RUN_FILE = "run.json"  # pacs_rl.evaluation.runner.RUN_FILE (the runner imports numpy and the data loaders)
-METRICS_FILE = "metrics.json"
-TRAINING_SAMPLES_DIR = "samples"
-# the order a training run's files are reported in
-TRAINING_FILES = ("heldout_before.jsonl", "heldout_after.jsonl", "rollouts.jsonl")
 # where a training run names its grader, first found wins: file -> paths of keys in it
 GRADER_RECORDS = (
-    ("answer_forms.json", (("grader",),)),
-    ("run_settings.json", (("grader",), ("run", "grader"), ("settings", "grader"))),
-    ("settings.json", (("run", "grader"), ("grader",))),
+    (FORMS_FILE, (("grader",),)),
+    (OTHER_SETTINGS_FILE, (("grader",), ("run", "grader"), ("settings", "grader"))),
+    (SETTINGS_FILE, (("run", "grader"), ("grader",))),
 )
 KINDS = {"eval": "pacs-rl eval", "rollouts": "training rollouts", "heldout": "training held-out"}
 EXAMPLES = 3
@@ -101,8 +107,8 @@ def _dig(value: Any, keys: tuple[str, ...]) -> Any:
 
 def _eval_file(path: Path) -> SamplesFile:
     folder = path.parent
-    settings = _read_json(folder / RUN_FILE).get("settings") or {}
-    grader = settings.get("grader") or _read_json(folder / METRICS_FILE).get("grader")
+    settings = _read_json(folder / EVAL_RUN_FILE).get("settings") or {}
+    grader = settings.get("grader") or _read_json(folder / EVAL_METRICS_FILE).get("grader")
     return SamplesFile(path, "eval", folder, _canonical(grader), settings)
 
 
@@ -128,16 +134,14 @@ def _training_order(path: Path) -> tuple:
     name = path.name
     return (
         str(path.parent),
-        TRAINING_FILES.index(name) if name in TRAINING_FILES else len(TRAINING_FILES),
+        TRAINING_SAMPLES_FILES.index(name) if name in TRAINING_SAMPLES_FILES else len(TRAINING_SAMPLES_FILES),
         name,
     )
 
 
 def _in_folder(folder: Path) -> list[SamplesFile]:
-    evals = sorted(folder.rglob(SAMPLES_FILE))
-    training = sorted(
-        (p for p in folder.rglob(f"{TRAINING_SAMPLES_DIR}/*.jsonl") if p.is_file()), key=_training_order
-    )
+    evals = sorted(folder.rglob(EVAL_SAMPLES_FILE))
+    training = sorted((p for p in folder.rglob(f"{SAMPLES_DIR}/*.jsonl") if p.is_file()), key=_training_order)
     found = [_eval_file(p) for p in evals if p.is_file()] + [_training_file(p) for p in training]
     return sorted(found, key=lambda s: (str(s.run_dir), _training_order(s.path)))
 
@@ -152,9 +156,9 @@ def find_samples(paths: Iterable[str | Path]) -> list[SamplesFile]:
         if not p.exists():
             raise AuditError(f"{p}: no such file or folder; give a pacs-rl eval or pacs-rl train run folder")
         if p.is_file():
-            if p.name == SAMPLES_FILE:
+            if p.name == EVAL_SAMPLES_FILE:
                 found = [_eval_file(p)]
-            elif p.suffix == ".jsonl" and p.parent.name == TRAINING_SAMPLES_DIR:
+            elif p.suffix == ".jsonl" and p.parent.name == SAMPLES_DIR:
                 found = [_training_file(p)]
             else:
                 raise AuditError(
@@ -179,33 +183,6 @@ def find_samples(paths: Iterable[str | Path]) -> list[SamplesFile]:
 def default_grader(recorded: str | None) -> str:
     """The grader to audit with when none is given: ``sound``, or ``paper`` for samples scored by ``sound``."""
     return "paper" if recorded == TRAINING_GRADER else TRAINING_GRADER
-
-
-def read_rows(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """The gradable rows of a samples file (a completion, a gold answer and a score), each (problem_id,
-    sample_index) once where rows have them; and the number of lines left out (broken, duplicate, incomplete)."""
-    rows: list[dict[str, Any]] = []
-    seen: set[tuple[str, int]] = set()
-    dropped = 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            float(row["score"])
-            if not isinstance(row["completion"], str) or row.get("answer") is None:
-                raise KeyError("answer")
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            dropped += 1
-            continue
-        if "problem_id" in row and "sample_index" in row:
-            key = (str(row["problem_id"]), int(row["sample_index"]))
-            if key in seen:
-                dropped += 1
-                continue
-            seen.add(key)
-        rows.append(row)
-    return rows, dropped
 
 
 def count_lines(path: Path) -> int:
@@ -323,7 +300,7 @@ def _where(sf: SamplesFile, row: Mapping[str, Any]) -> str:
 
 
 def _ks(sf: SamplesFile, fewest: int) -> list[int]:
-    recorded = _read_json(sf.run_dir / METRICS_FILE).get("ks") if sf.kind == "eval" else None
+    recorded = _read_json(sf.run_dir / EVAL_METRICS_FILE).get("ks") if sf.kind == "eval" else None
     ks = [int(k) for k in recorded] if isinstance(recorded, list) and recorded else None
     if ks is None:
         ks = [2**i for i in range(fewest.bit_length())]
@@ -436,40 +413,6 @@ def audit_rows(
     return out
 
 
-@dataclass
-class _Bar:
-    """One progress bar over every row to grade (rich), or nothing."""
-
-    total: int
-    enabled: bool
-    bar: Any = None
-
-    def __enter__(self) -> _Bar:
-        if self.enabled and self.total >= PROGRESS_MIN_ROWS:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn("[bold]re-grading"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=Console(stderr=True),
-                transient=True,  # gone once done: the report follows on stdout
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("re-grading", total=self.total)
-        return self
-
-    def advance(self, k: int) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=k)
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 def _grader_for(sf: SamplesFile, grader: str | None) -> str:
     return grader_name(grader) if grader else default_grader(sf.recorded_grader)
 
@@ -512,10 +455,16 @@ def audit(
     started = time.perf_counter()
     files = []
     pool = RewardPool(num_workers=workers, timeout=timeout) if workers > 0 else None
+    total = sum(len(f.rows) for f in loaded)
+    bar = {
+        "enabled": progress and total >= PROGRESS_MIN_ROWS,
+        "transient": True,
+        "stderr": True,
+    }  # the report follows
     try:
-        with _Bar(sum(len(f.rows) for f in loaded), progress) as bar:
+        with advancing("re-grading", total, **bar) as advance:
             for f in loaded:
-                verdicts = _regrade(f, pool, timeout, bar)
+                verdicts = _regrade(f, pool, timeout, advance)
                 files.append(
                     {
                         "path": _name(f.sf.path, root),
@@ -558,13 +507,13 @@ def _read_planned(planned: list[tuple[SamplesFile, str]], lookup: Questions) -> 
     fails first."""
     loaded = []
     for sf, g in planned:
-        rows, dropped = read_rows(sf.path)
+        rows, dropped = read_samples(sf.path, keyed=False, gradable=True)
         qs, info = _questions_for(sf, rows, lookup)
         loaded.append(_Loaded(sf, g, rows, dropped, qs, info))
     return loaded
 
 
-def _regrade(f: _Loaded, pool: Any, timeout: float, bar: _Bar) -> list:
+def _regrade(f: _Loaded, pool: Any, timeout: float, advance: Callable[[int], None]) -> list:
     """The verdicts of ``f``'s rows under its grader, CHUNK rows per call (in ``pool``'s processes, else in this
     one), the progress bar advanced after each."""
     from pacs_rl.rewards import verify_batch  # math-verify, sympy
@@ -578,7 +527,7 @@ def _regrade(f: _Loaded, pool: Any, timeout: float, bar: _Bar) -> list:
         else:
             result = verify_batch(*args, f.grader, num_workers=0, timeout=timeout, prompts=prompts)
         verdicts += result.verdicts
-        bar.advance(len(chunk))
+        advance(len(chunk))
     return verdicts
 
 
@@ -723,7 +672,6 @@ def write_json(result: Mapping[str, Any], path: Path) -> Path:
 
 
 __all__ = [
-    "AUDIT_FILE",
     "AuditError",
     "Questions",
     "SamplesFile",
@@ -735,7 +683,6 @@ __all__ = [
     "file_lines",
     "find_samples",
     "plan",
-    "read_rows",
     "report_lines",
     "shorten",
     "training_grader",

@@ -1,11 +1,14 @@
 """``pacs-rl eval``: pass@k of one or more models on one or more benchmarks, or a merged table of finished runs.
 
-The command parses its options, checks them (the output folder, the model names) before torch loads, builds an
-:class:`EvalConfig`, calls the library and prints.
+Its settings are EvalConfig's declarations (evaluation/runner.py): each option's help, ``--set KEY=VALUE`` (typed
+from the declaration), ``--list-keys`` and the checks are read from them. The command parses its options, checks
+them (the output folder, the model names, every declared check) before torch loads, builds an :class:`EvalConfig`,
+calls the library and prints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -15,7 +18,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from pacs_rl.command import data_option, end_dry_run, fail, note, typed_command
+from pacs_rl.command import data_option, declared_option, end_dry_run, fail, note, typed_command
 from pacs_rl.data import DataError, hub_dataset, load_problems
 from pacs_rl.data.procedural import ARITHMETIC_DIGITS, ARITHMETIC_OPS, parse_query
 from pacs_rl.evaluation.report import (
@@ -26,10 +29,23 @@ from pacs_rl.evaluation.report import (
     results_table,
     write_report,
 )
-from pacs_rl.evaluation.samples import SAMPLES_FILE
+from pacs_rl.evaluation.runner import (
+    EvalConfig,
+    ResumeMismatch,
+    parse_samples,
+    plan_evals,
+    run_evals,
+)
 from pacs_rl.models import ModelError, model_problem
-from pacs_rl.run_folder import ProtocolUnknown, recorded_protocol, run_folder
-from pacs_rl.settings import DATA_KEYS, output_dir_problem
+from pacs_rl.run_folder import (
+    EVAL_DIR,
+    EVAL_SAMPLES_FILE,
+    FINAL_DIR,
+    ProtocolUnknown,
+    recorded_protocol,
+    run_folder,
+)
+from pacs_rl.settings import DATA_KEYS, SettingsError, output_dir_problem, read_assignments, read_values
 
 
 def _parse_ks(text: str | None) -> list[int] | None:
@@ -55,9 +71,18 @@ def split_benchmarks(values: list[str]) -> list[str]:
     return out
 
 
-# The options whose default depends on what is evaluated: a training run's own held-out protocol, else these.
-DEFAULTS = {"benchmarks": ["math500"], "n": "32", "temperature": 0.6, "top_p": 0.95, "max_new_tokens": 1024,
-            "grader": "auto", "output_dir": "eval_runs"}  # fmt: skip
+EVAL_FIELDS = {
+    f.name: f for f in dataclasses.fields(EvalConfig)
+}  # every setting of `pacs-rl eval`, declared once
+SET_KEYS = tuple(
+    key for key in EVAL_FIELDS if key not in ("model", "benchmark")
+)  # what --set takes (--list-keys)
+# The settings whose default depends on what is evaluated: a training run's own held-out protocol, else these
+# (the declared ones; --benchmarks: math500).
+TASK_KEYS = ("n", "temperature", "top_p", "max_new_tokens", "grader", "output_dir")
+DEFAULTS = {"benchmarks": ["math500"], **{key: EVAL_FIELDS[key].default for key in TASK_KEYS}}
+DEFAULTS["n"] = str(DEFAULTS["n"])  # --n is text: 32, math500=32,aime24=512 or paper
+OWN = "; a run's own held-out task: its own"
 CUT_OFF_WARN = 0.5  # warn when more than this share of the samples hit the token limit
 
 
@@ -96,7 +121,7 @@ def _own_task(protocol: dict[str, Any], folder: Path, given: dict[str, Any]) -> 
     }
     how = "greedy" if own["temperature"] == 0 else f"T{own['temperature']}"
     own["output_dir"] = given["output_dir"] or str(
-        folder / "eval" / f"{how}-n{own['n']}-{own['max_new_tokens']}tok"
+        folder / EVAL_DIR / f"{how}-n{own['n']}-{own['max_new_tokens']}tok"
     )
     own["data"] = {k: v for k, v in own["data"].items() if v is not None}
     sampling = "greedy" if own["temperature"] == 0 else f"T {own['temperature']}, top-p {own['top_p']}"
@@ -120,6 +145,12 @@ def _parse_json(text: str | None, option: str) -> dict | None:
     return value
 
 
+def _option(key: str, *flags: str, shown: Any = None, extra: str = "", metavar: str | None = None) -> Any:
+    """The option of EvalConfig setting ``key``: its help from the declaration (runner.py), default None (not
+    given: the declared default, or a training run's own protocol)."""
+    return declared_option(EVAL_FIELDS[key], *flags, shown=shown, extra=extra, metavar=metavar)
+
+
 def eval_command(
     run_dirs: list[str] = typer.Argument(
         None,
@@ -132,97 +163,61 @@ def eval_command(
         help="Check every setting and print each run (model, benchmark, problems, n, k, sampling, folder) "
         "without loading a model, reading the Hub or writing anything.",
     ),
-    model: list[str] = typer.Option(
-        None,
-        "--model",
-        "-m",
-        help="Model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder. Repeat for "
-        "several.",
-        metavar="NAME",
+    model: list[str] = _option(
+        "model", "--model", "-m", shown=False, extra="Repeat for several.", metavar="NAME"
     ),
-    benchmarks: list[str] = typer.Option(
-        None,
+    benchmarks: list[str] = _option(
+        "benchmark",
         "--benchmarks",
         "-b",
-        help="Comma-separated and/or repeated: math500, aime24, aime25, amc23, minerva, olympiadbench; a "
-        ".jsonl/.json/.parquet file; a Hub dataset id; 'arithmetic?n=100&seed=0'; or "
-        "'reasoning_gym:<task>?size=100&seed=0'. The model loads once for all of them.  [default: math500; for "
-        "a `pacs-rl train` run's model (RUN/final, or RUN): the run's own held-out task and protocol]",
+        shown="math500; for a `pacs-rl train` run's model (RUN/final, or RUN): the run's own held-out task and "
+        "protocol",
+        extra="Comma-separated and/or repeated: math500, aime24, aime25, amc23, minerva, olympiadbench; a file; a "
+        "Hub dataset id; 'arithmetic?n=100&seed=0'; or 'reasoning_gym:<task>?size=100&seed=0'. The model loads once "
+        "for all of them.",
         metavar="SOURCE",
-        show_default=False,
     ),
-    n: str = typer.Option(
-        None,
+    n: str = _option(
+        "n",
         "--n",
-        help="Samples per problem: 32; per benchmark math500=32,aime24=512; or 'paper' (32 for MATH-500, 512 "
-        "for AIME and AMC).  [default: 32; a run's own held-out task: its 1]",
+        shown=f"{EVAL_FIELDS['n'].default}; a run's own held-out task: its 1",
+        extra="Per benchmark: math500=32,aime24=512; or 'paper' (32 for MATH-500, 512 for AIME and AMC).",
         metavar="N",
-        show_default=False,
     ),
-    k: str = typer.Option(
-        None, "--k", help="k values, comma-separated (default: powers of two up to n).", metavar="K,..."
+    k: str = _option("ks", "--k", shown=False, metavar="K,..."),
+    temperature: float = _option(
+        "temperature", "--temperature", shown=f"{EVAL_FIELDS['temperature'].default}{OWN}"
     ),
-    temperature: float = typer.Option(
-        None,
-        help="Sampling temperature (paper: 0.6; 0 = greedy).  [default: 0.6; a run's own held-out task: its own]",
-        show_default=False,
+    top_p: float = _option("top_p", "--top-p", shown=f"{EVAL_FIELDS['top_p'].default}{OWN}"),
+    max_new_tokens: int = _option(
+        "max_new_tokens", "--max-new-tokens", shown=f"{EVAL_FIELDS['max_new_tokens'].default}{OWN}"
     ),
-    top_p: float = typer.Option(
-        None,
-        "--top-p",
-        help="Nucleus top-p (paper: 0.95).  [default: 0.95; a run's own task: its own]",
-        show_default=False,
+    grader: str = _option(
+        "grader", "--grader", shown=f"{EVAL_FIELDS['grader'].default}; a run's own held-out task: its grader"
     ),
-    max_new_tokens: int = typer.Option(
-        None,
-        "--max-new-tokens",
-        help="Generated tokens per sample at most.  [default: 1024; a run's own held-out task: its own]",
-        show_default=False,
+    backend: str = _option("backend", "--backend"),
+    dtype: str = _option("dtype", "--dtype"),
+    batch_size: int = _option("batch_size", "--batch-size"),
+    threads: int = _option("num_threads", "--threads", shown="torch's own"),
+    device: str = _option("device", "--device"),
+    tensor_parallel_size: int = _option("tensor_parallel_size", "--tensor-parallel-size"),
+    data_parallel_size: int = _option("data_parallel_size", "--data-parallel-size"),
+    gpu_memory_utilization: float = _option(
+        "gpu_memory_utilization", "--gpu-memory-utilization", shown=False
     ),
-    grader: str = typer.Option(
-        None,
-        "--grader",
-        help="auto: paper on the paper's benchmarks (its tables compare with the paper's), sound on other data. "
-        "sound: one committed final answer, a number where the gold is one, never the question given back. paper: "
-        "math-verify as the PACS authors call it. strict: a \\boxed{} answer. paper/strict take +rules: "
-        "restatement, multiple_boxed, echo.  [default: auto; a run's own held-out task: the run's grader]",
-        show_default=False,
+    max_model_len: int = _option("max_model_len", "--max-model-len", shown=False),
+    vllm_engine_kwargs: str = _option(
+        "vllm_engine_kwargs", "--vllm-engine-kwargs", shown=False, extra="As JSON.", metavar="JSON"
     ),
-    backend: str = typer.Option("transformers", help="Sampling engine: transformers or vllm."),
-    dtype: str = typer.Option(
-        "auto",
-        help="auto (bfloat16 on a GPU with bf16, Ampere or newer; float32 otherwise), float32, bfloat16, float16.",
-    ),
-    batch_size: int = typer.Option(64, "--batch-size", help="Sequences per generate call."),
-    threads: int = typer.Option(
-        None, "--threads", help="torch CPU threads; 1 is much faster when other jobs share the CPU."
-    ),
-    device: str = typer.Option("auto", help="transformers device: auto (cuda when available), cpu, cuda:0."),
-    tensor_parallel_size: int = typer.Option(
-        1, "--tensor-parallel-size", help="vLLM: GPUs per model replica."
-    ),
-    data_parallel_size: int = typer.Option(
-        1, "--data-parallel-size", help="vLLM: model replicas (passed to vllm.LLM as is)."
-    ),
-    gpu_memory_utilization: float = typer.Option(
-        None, "--gpu-memory-utilization", help="vLLM: fraction of GPU memory to use (vLLM's default 0.9)."
-    ),
-    max_model_len: int = typer.Option(None, "--max-model-len", help="vLLM: context length per sequence."),
-    vllm_engine_kwargs: str = typer.Option(
-        None,
-        "--vllm-engine-kwargs",
-        help="vLLM: further vllm.LLM arguments as JSON: '{\"enforce_eager\": true}'.",
-    ),
-    limit: int = typer.Option(None, help="Only the first LIMIT problems (file order) of each benchmark."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    output_dir: str = typer.Option(
-        None,
+    limit: int = _option("limit", "--limit", shown=False, extra="Per benchmark.", metavar="N"),
+    seed: int = _option("seed", "--seed", shown=f"{EVAL_FIELDS['seed'].default}{OWN}"),
+    output_dir: str = _option(
+        "output_dir",
         "--output-dir",
         "-o",
-        help="Output folder; rerunning the same command into it resumes it.  [default: eval_runs; a run's own "
-        "held-out task: RUN/eval/<protocol>]",
+        shown=f"{EVAL_FIELDS['output_dir'].default}; a run's own held-out task: RUN/eval/<protocol>",
+        extra="Rerunning the same command into it resumes it.",
         metavar="DIR",
-        show_default=False,
     ),
     split: str = data_option("split"),
     problem_field: str = data_option("problem_field"),
@@ -231,17 +226,23 @@ def eval_command(
     instruction: str = data_option("instruction"),
     system_prompt: str = data_option("system_prompt"),
     skip_bad_rows: bool = data_option("skip_bad_rows"),
-    chat_template_kwargs: str = typer.Option(
-        None,
-        "--chat-template-kwargs",
-        help="Chat-template variables as JSON: '{\"enable_thinking\": false}'.",
-        metavar="JSON",
+    chat_template_kwargs: str = _option(
+        "chat_template_kwargs", "--chat-template-kwargs", shown=False, extra="As JSON.", metavar="JSON"
     ),
-    verify_workers: int = typer.Option(1, "--verify-workers", help="Verifier processes (0 = in-process)."),
+    verify_workers: int = _option("verify_workers", "--verify-workers"),
     plain_prompt: bool = typer.Option(
-        False, "--plain-prompt", help="Plain prompt for models without chat template."
+        False, "--plain-prompt", help=EVAL_FIELDS["plain_prompt"].metadata["help"]
     ),
-    label: list[str] = typer.Option(None, "--label", help="Row name in the table, one per --model."),
+    label: list[str] = _option("label", "--label", shown=False, extra="One per --model.", metavar="NAME"),
+    set_: list[str] = typer.Option(
+        [],
+        "--set",
+        "-s",
+        help="Any setting of --list-keys: --set temperature=0.7 (repeatable; wins over the options).",
+        metavar="KEY=VALUE",
+        show_default=False,
+    ),
+    list_keys: bool = typer.Option(False, "--list-keys", help="List the settings --set takes and exit."),
     merge: bool = typer.Option(
         False, "--merge", help="Merge finished runs (RUN_DIRS) into one table and plot."
     ),
@@ -256,6 +257,9 @@ def eval_command(
     evaluated on the run's own held-out task and protocol. Older spellings still work: --output, --benchmark,
     --on-error.
     """
+    if list_keys:
+        typer.echo("\n".join(sorted(SET_KEYS)))
+        raise typer.Exit()
     console = Console(stderr=True)
     if merge:
         _merge(run_dirs, output_dir or DEFAULTS["output_dir"], console)
@@ -264,30 +268,54 @@ def eval_command(
         fail(f"unexpected arguments {run_dirs}; to merge finished runs add --merge")
     if not model:
         fail("give --model (several allowed), or --merge with run folders")
+    sets = read_sets(set_)
     given = {"benchmarks": benchmarks, "n": n, "temperature": temperature, "top_p": top_p,
              "max_new_tokens": max_new_tokens, "grader": grader, "output_dir": output_dir}  # fmt: skip
+    given |= {key: str(v) if key == "n" else v for key, v in sets.items() if key in TASK_KEYS}
     task = resolve_task(list(model), given)
     _announce(task, console)
-    options = RunOptions(
-        k=k, limit=limit, seed=seed, chat_template_kwargs=chat_template_kwargs, vllm_engine_kwargs=vllm_engine_kwargs,
-        data=dict(zip(DATA_KEYS, (split, problem_field, answer_field, prompt_field, instruction, system_prompt,
-                                  skip_bad_rows), strict=True)),
-        engine={"backend": backend, "dtype": dtype, "batch_size": batch_size, "device": device,
-                "num_threads": threads, "verify_workers": verify_workers, "plain_prompt": plain_prompt,
-                "tensor_parallel_size": tensor_parallel_size, "data_parallel_size": data_parallel_size,
-                "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": max_model_len,
-                "progress": not no_progress},
-    )  # fmt: skip
-    config, n_by_bench = eval_config(task, options, hub=not dry_run)  # a plan may be made away from the Hub
+    values = {
+        "ks": _parse_ks(k), "limit": limit, "seed": seed, "backend": backend, "dtype": dtype,
+        "batch_size": batch_size, "device": device, "num_threads": threads, "verify_workers": verify_workers,
+        "plain_prompt": plain_prompt or None, "tensor_parallel_size": tensor_parallel_size,
+        "data_parallel_size": data_parallel_size, "gpu_memory_utilization": gpu_memory_utilization,
+        "max_model_len": max_model_len, "progress": False if no_progress else None,
+        "chat_template_kwargs": _parse_json(chat_template_kwargs, "--chat-template-kwargs"),
+        "vllm_engine_kwargs": _parse_json(vllm_engine_kwargs, "--vllm-engine-kwargs"),
+        **dict(zip(DATA_KEYS, (split, problem_field, answer_field, prompt_field, instruction, system_prompt,
+                               skip_bad_rows), strict=True)),
+    }  # fmt: skip
+    values |= {key: v for key, v in sets.items() if key not in TASK_KEYS}
+    config, n_by_bench = eval_config(task, values, hub=not dry_run)  # a plan may be made away from the Hub
     labels = list(label) if label else None
     if dry_run:
         _dry_run(config, task.models, labels, task.sources, n_by_bench)
         return
-    results = _run_evals(config, task, labels, n_by_bench, no_progress)
+    results = _run_evals(config, task, labels, n_by_bench)
     typer.echo(results_table(results))
     for r in results:
         _print_run_summary(r, console)
     console.print(f"results in {task.output_dir}")
+
+
+def read_sets(items: list[str]) -> dict[str, Any]:
+    """``--set KEY=VALUE`` of `pacs-rl eval`: EvalConfig settings, each value's text read as YAML, then under its
+    current name (an older one with a note), known and typed from its declaration (`pacs_rl.settings.read_values`)."""
+    notes: list[str] = []
+    try:
+        values = read_assignments(items, "--set")
+        for key in ("model", "benchmark"):
+            if key in values:
+                raise SettingsError(
+                    f"{key} in --set: give it as an option (--model, --benchmarks; several allowed)"
+                )
+        kinds = {key: str(EVAL_FIELDS[key].type) for key in SET_KEYS}
+        typed = read_values(values, "--set", kinds, "See `pacs-rl eval --list-keys`.", notes)
+    except SettingsError as e:
+        fail(e)
+    for message in notes:
+        note(message)
+    return typed
 
 
 @dataclass
@@ -320,7 +348,7 @@ def resolve_task(models: list[str], given: dict[str, Any]) -> EvalTask:
             fail(f"{e}: give --benchmarks SOURCE")
         if protocol is None:
             fail(f"{folder} is a training run without a held-out set (eval_size 0): give --benchmarks SOURCE")
-        models = [str(folder / "final") if Path(models[0]) == folder else models[0]]
+        models = [str(folder / FINAL_DIR) if Path(models[0]) == folder else models[0]]
         own = _own_task(protocol, folder, given)
         given = {
             "benchmarks": [protocol["source"]],
@@ -347,28 +375,11 @@ def _announce(task: EvalTask, console: Console) -> None:
         note(bare)
 
 
-@dataclass
-class RunOptions:
-    """The options of `pacs-rl eval` that the task does not resolve, as given: --k and the JSON options still to
-    be parsed, the limit, seed and data settings (None where not given) and the EvalConfig fields that pass
-    through unchanged (``engine``: engine, device, vLLM, verifier and progress settings)."""
-
-    k: str | None
-    limit: int | None
-    seed: int
-    chat_template_kwargs: str | None
-    vllm_engine_kwargs: str | None
-    data: dict[str, Any]
-    engine: dict[str, Any]
-
-
-def eval_config(task: EvalTask, options: RunOptions, hub: bool = True):
+def eval_config(task: EvalTask, values: dict[str, Any], hub: bool = True):
     """The EvalConfig of the call's first run (plan_evals derives one per model and benchmark) and the samples per
-    benchmark, after checking every model name (on the Hub too when ``hub``) and --n. A training run's own prompt,
-    fields, limit and seed apply where the call gives none. The runner is imported here, when a run is planned:
-    it imports numpy and the data loaders, which `pacs-rl --help` need not pay for."""
-    from pacs_rl.evaluation.runner import EvalConfig, parse_samples
-
+    benchmark, after checking every model name (on the Hub too when ``hub``), --n and every declared check (before
+    torch loads). ``values``: the EvalConfig settings the call gives beyond the task (None: not given: a training
+    run's own prompt, fields, limit and seed where it has them, else the declared default)."""
     for name in task.models:
         problem = model_problem(name, hub=hub)
         if problem:
@@ -377,33 +388,23 @@ def eval_config(task: EvalTask, options: RunOptions, hub: bool = True):
         n_default, n_by_bench = parse_samples(task.n, task.sources)
     except ValueError as e:
         fail(e)
-    data = dict(options.data)
-    for key, value in task.own.get("data", {}).items():  # the run's own prompt and fields, unless given here
-        data[key] = value if data.get(key) is None else data[key]
-    limit, seed = options.limit, options.seed
-    if task.own.get("limit") is not None and limit is None:
-        limit = task.own["limit"]
-    if task.own and seed == 0:
-        seed = task.own["seed"]
+    own = {**task.own.get("data", {}), **{k: task.own.get(k) for k in ("limit", "seed")}}
+    values = {key: own.get(key) if values.get(key) is None else values[key] for key in {*values, *own}}
     config = EvalConfig(
         model=task.models[0], benchmark=task.sources[0], output_dir=task.output_dir, n=n_default,
-        ks=_parse_ks(options.k), temperature=task.temperature, top_p=task.top_p,
-        max_new_tokens=task.max_new_tokens, grader=task.grader, limit=limit, seed=seed,
-        chat_template_kwargs=_parse_json(options.chat_template_kwargs, "--chat-template-kwargs"),
-        vllm_engine_kwargs=_parse_json(options.vllm_engine_kwargs, "--vllm-engine-kwargs"),
-        **options.engine, **{key: value for key, value in data.items() if value is not None},
+        temperature=task.temperature, top_p=task.top_p, max_new_tokens=task.max_new_tokens, grader=task.grader,
+        **{key: value for key, value in values.items() if value is not None},
     )  # fmt: skip
+    problems = config.problems()
+    if problems:
+        fail("; ".join(problems))
     return config, n_by_bench
 
 
-def _run_evals(
-    config, task: EvalTask, labels: list[str] | None, n: dict[str, int], no_progress: bool
-) -> list:
+def _run_evals(config, task: EvalTask, labels: list[str] | None, n: dict[str, int]) -> list:
     """Run every evaluation of the call and return their metrics; a setting or data the runner refuses fails with
     its message, and Ctrl-C says where the samples drawn so far are kept and how to go on."""
-    from pacs_rl.evaluation.runner import ResumeMismatch, run_evals
-
-    if no_progress:  # transformers' own bars too ("Loading weights")
+    if not config.progress:  # transformers' own bars too ("Loading weights")
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -423,8 +424,6 @@ def _run_evals(
 def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str, int]) -> None:
     """``--dry-run``: every run of the call, checked, without loading a model or reading the Hub; exit 1 with
     every refusal when something cannot run."""
-    from pacs_rl.evaluation.runner import plan_evals
-
     refusals = []
     if config.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         refusals.append(
@@ -461,7 +460,7 @@ def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str,
         )
         typer.echo(f"  model {runs[0].model}{where}" + (f" ({runs[0].label})" if runs[0].label else ""))
         for cfg in runs:
-            samples = Path(cfg.output_dir) / SAMPLES_FILE
+            samples = Path(cfg.output_dir) / EVAL_SAMPLES_FILE
             done = sum(1 for _ in samples.open()) if samples.is_file() else 0
             state = f"resumes ({done} samples there)" if done else "new"
             typer.echo(f"    {cfg.benchmark}: {counts.get(cfg.benchmark, '?')}; n = {cfg.n}, k = "

@@ -10,7 +10,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.json"
+from pacs_rl.run_folder import EVAL_METRICS_FILE, PASSK_PLOT_FILE, RESULTS_FILE
+
+METRICS_FILE = EVAL_METRICS_FILE  # for compare/, which imports it from here (it moves to run_folder's)
 NOT_PLAIN_WARN = 0.10  # paid answers not plain above this share of the paid ones: the command warns
 
 
@@ -51,14 +53,16 @@ def find_metrics(paths: list[str | Path]) -> list[Path]:
     """``metrics.json`` files of run folders: a folder holding one, or its direct sub-folders' ones."""
     found: list[Path] = []
     for p in map(Path, paths):
-        if p.is_file() and p.name == METRICS_FILE:
+        if p.is_file() and p.name == EVAL_METRICS_FILE:
             found.append(p)
-        elif (p / METRICS_FILE).is_file():
-            found.append(p / METRICS_FILE)
+        elif (p / EVAL_METRICS_FILE).is_file():
+            found.append(p / EVAL_METRICS_FILE)
         elif p.is_dir():
-            sub = sorted(p.glob(f"*/{METRICS_FILE}"))
+            sub = sorted(p.glob(f"*/{EVAL_METRICS_FILE}"))
             if not sub:
-                raise FileNotFoundError(f"no {METRICS_FILE} in {p} or its sub-folders: is that run finished?")
+                raise FileNotFoundError(
+                    f"no {EVAL_METRICS_FILE} in {p} or its sub-folders: is that run finished?"
+                )
             found.extend(sub)
         else:
             raise FileNotFoundError(f"run folder not found: {p}")
@@ -229,6 +233,6 @@ def write_report(runs: list[dict[str, Any]], out_dir: str | Path) -> tuple[Path,
     """Write ``results.md`` and ``passk.png`` for ``runs`` into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md = out / "results.md"
+    md = out / RESULTS_FILE
     md.write_text(results_table(runs))
-    return md, plot_passk(runs, out / "passk.png")
+    return md, plot_passk(runs, out / PASSK_PLOT_FILE)

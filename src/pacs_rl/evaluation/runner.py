@@ -35,10 +35,8 @@ from typing import IO, Any
 
 from pacs_rl.data import Problem, ProblemSet, benchmark_name, format_prompt, load_problems
 from pacs_rl.device import cuda_info, eval_dtype
-from pacs_rl.evaluation.passk import mean_pass_at_k
-from pacs_rl.evaluation.report import METRICS_FILE, write_report
+from pacs_rl.evaluation.report import write_report
 from pacs_rl.evaluation.samples import (
-    SAMPLES_FILE,
     append_samples,
     count_correct,
     form_counts,
@@ -47,18 +45,18 @@ from pacs_rl.evaluation.samples import (
     sample_form,
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
+from pacs_rl.progress import started_bar
 from pacs_rl.rewards.graders import (  # names only: no math-verify
     DEFAULT_GRADER,
     TRAINING_GRADER,
     grader_name,
     parse_grader,
 )
-from pacs_rl.settings import DataSettings
+from pacs_rl.run_folder import EVAL_METRICS_FILE, EVAL_RUN_FILE, EVAL_SAMPLES_FILE
+from pacs_rl.settings import DataSettings, at_least, declared_problems, interval, rule, setting, whole
 
-# pacs_rl.sampling (torch) and pacs_rl.rewards (math-verify, sympy) are imported where they are used:
-# `pacs-rl --help` imports this module through the eval command.
-
-RUN_FILE = "run.json"
+# pacs_rl.sampling (torch), pacs_rl.rewards (math-verify, sympy) and the pass@k estimator (numpy) are imported where
+# they are used: `pacs-rl --help` imports this module through the eval command, which reads EvalConfig's declarations.
 
 # Settings that change what is sampled or how it is scored: a resume must match them exactly.
 LOCKED_SETTINGS = (
@@ -81,6 +79,7 @@ LOCKED_SETTINGS = (
     "dtype",
 )
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+BACKENDS = ("transformers", "vllm")
 # vllm.LLM arguments set from their own options (not through vllm_engine_kwargs)
 VLLM_ARGUMENT_OPTIONS = {
     "model": "--model",
@@ -93,99 +92,122 @@ VLLM_ARGUMENT_OPTIONS = {
 }
 
 
+def _grader(name: str, value: Any) -> str | None:
+    if value == "auto":
+        return None
+    try:
+        parse_grader(value)
+    except ValueError as e:
+        return str(e)  # it names the grader
+    return None
+
+
+_KS = rule(
+    lambda v: v is None or (isinstance(v, list) and all(whole(k) and k >= 1 for k in v)),
+    ": give whole numbers >= 1 (and <= n), or null for powers of two up to n",
+)
+
+
 @dataclass
 class EvalConfig(DataSettings):
-    """Settings of one evaluation run (the ``pacs-rl eval`` options); the data and prompt settings (split,
-    problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows) are
+    """Settings of one evaluation run (the ``pacs-rl eval`` options), each declared once: ``name: type =
+    setting(default, help, check=...)`` (`pacs_rl.settings.setting`). The command's options and their help,
+    ``--set``, ``--list-keys`` and the checks before torch loads are read from these declarations. The data and
+    prompt settings (split, problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows) are
     :class:`pacs_rl.settings.DataSettings`', shared with `pacs-rl train`."""
 
-    model: str = field(
-        metadata={
-            "help": "Model: bundled alias (smollm2-135m), tiny (a tiny random model), Hub id or local folder."
-        }
+    model: str = setting(
+        dataclasses.MISSING,
+        "Model: bundled alias (smollm2-135m), tiny (a tiny random model), Hub id or local folder.",
     )
-    benchmark: str = field(
-        metadata={"help": "Benchmark name, .jsonl/.json/.parquet file, Hub dataset id, or procedural task."}
+    benchmark: str = setting(
+        dataclasses.MISSING,
+        "Benchmark name, .jsonl/.json/.parquet file, Hub dataset id, or procedural task.",
     )
-    output_dir: str = field(
-        default="eval_runs", metadata={"help": "Folder for samples, metrics, table, plot."}
+    output_dir: str = setting("eval_runs", "Folder for samples, metrics, table, plot.")
+    n: int = setting(32, "Samples per problem (paper: 32 for MATH-500, 512 for AIME/AMC).", check=at_least(1))
+    ks: list[int] | None = setting(None, "k values for pass@k; default: powers of two up to n.", check=_KS)
+    temperature: float = setting(
+        0.6, "Sampling temperature (paper: 0.6; 0 = greedy).", check=interval(0, note=" (0 = greedy)")
     )
-    n: int = field(
-        default=32, metadata={"help": "Samples per problem (paper: 32 for MATH-500, 512 for AIME/AMC)."}
+    top_p: float = setting(
+        0.95,
+        "Nucleus sampling top-p (paper, Table 4: 0.95).",
+        check=interval(0, 1, open_low=True, note=" (1 = no nucleus cut)"),
     )
-    ks: list[int] | None = field(
-        default=None, metadata={"help": "k values for pass@k; default: powers of two up to n."}
+    max_new_tokens: int = setting(1024, "Tokens generated at most per sample.", check=at_least(1))
+    backend: str = setting(
+        "transformers",
+        "Sampling engine: transformers or vllm.",
+        check=rule(lambda v: v in BACKENDS, ": choose transformers or vllm"),
+        choices=BACKENDS,
     )
-    temperature: float = field(default=0.6, metadata={"help": "Sampling temperature (paper: 0.6)."})
-    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling top-p (paper, Table 4: 0.95)."})
-    max_new_tokens: int = field(default=1024, metadata={"help": "Tokens generated at most per sample."})
-    backend: str = field(default="transformers", metadata={"help": "Sampling engine: transformers or vllm."})
-    dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "Model dtype: auto (bfloat16 on a GPU with bf16, float32 otherwise), float32, bfloat16, float16. With "
-            "transformers on CPU, bfloat16 keeps fp32 weights and samples under bf16 autocast."
-        },
+    dtype: str = setting(
+        "auto",
+        "Model dtype: auto (bfloat16 on a GPU with bf16, Ampere or newer; float32 otherwise), float32, bfloat16, "
+        "float16. With transformers on CPU, bfloat16 keeps fp32 weights and samples under bf16 autocast.",
+        check=rule(lambda v: v in DTYPES, f": choose one of {list(DTYPES)}"),
+        choices=DTYPES,
     )
-    device: str = field(
-        default="auto", metadata={"help": "transformers device: auto (cuda if any), cpu, cuda:0."}
+    device: str = setting("auto", "transformers device: auto (cuda if any), cpu, cuda:0.")
+    num_threads: int | None = setting(
+        None,
+        "torch CPU threads (torch.set_num_threads); 1 is far faster on an oversubscribed CPU.",
+        check=at_least(1, ", or null (torch's own)", null=True),
     )
-    num_threads: int | None = field(
-        default=None,
-        metadata={
-            "help": "torch CPU threads (torch.set_num_threads); 1 is far faster on an oversubscribed CPU."
-        },
+    batch_size: int = setting(64, "Sequences per generate call of the engine.", check=at_least(1))
+    problems_per_chunk: int | None = setting(
+        None,
+        "Problems sampled between two writes of samples.jsonl; default batch_size // n.",
+        check=at_least(1, ", or null", null=True),
     )
-    batch_size: int = field(default=64, metadata={"help": "Sequences per generate call of the engine."})
-    problems_per_chunk: int | None = field(
-        default=None,
-        metadata={"help": "Problems sampled between two writes of samples.jsonl; default batch_size // n."},
+    limit: int | None = setting(
+        None,
+        "Use only the first `limit` problems (file order).",
+        check=at_least(1, ", or null (every problem)", null=True),
     )
-    limit: int | None = field(
-        default=None, metadata={"help": "Use only the first `limit` problems (file order)."}
+    seed: int = setting(0, "Sampling seed.", check=interval(0, 2**32 - 1, whole_number=True))
+    grader: str = setting(
+        "auto",
+        "Answer grader: auto (paper on the paper's benchmarks, so tables compare with the paper's; sound on "
+        "any other data), sound (one committed final answer, a number where the gold is one, never the question "
+        "given back), paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), paper or "
+        "strict with +rules (restatement, multiple_boxed, echo).",
+        check=_grader,
     )
-    seed: int = field(default=0, metadata={"help": "Sampling seed."})
-    grader: str = field(
-        default="auto",
-        metadata={
-            "help": "Answer grader: auto (paper on the paper's benchmarks, so tables compare with the paper's; sound on "
-            "any other data), sound (one committed final answer, a number where the gold is one, never the question "
-            "given back), paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), paper or "
-            "strict with +rules (restatement, multiple_boxed, echo)."
-        },
+    verify_timeout: float = setting(
+        3.0, "Seconds per answer check at most.", check=interval(0, open_low=True)
     )
-    verify_timeout: float = field(default=3.0, metadata={"help": "Seconds per answer check at most."})
-    verify_workers: int = field(
-        default=1, metadata={"help": "Verifier processes (0 = in this process, bounded by a signal timer)."}
+    verify_workers: int = setting(
+        1, "Verifier processes (0 = in this process, bounded by a signal timer).", check=at_least(0)
     )
-    plain_prompt: bool = field(
-        default=False,
-        metadata={"help": "Use 'Question: ... Answer:' when the tokenizer has no chat template."},
+    plain_prompt: bool = setting(
+        False, "Use 'Question: ... Answer:' when the tokenizer has no chat template."
     )
-    chat_template_kwargs: dict | None = field(
-        default=None,
-        metadata={"help": "Extra chat-template variables, e.g. {'enable_thinking': False} (TRL's field)."},
+    chat_template_kwargs: dict | None = setting(
+        None, "Extra chat-template variables, e.g. {'enable_thinking': False} (TRL's field)."
     )
-    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM: GPUs per model replica."})
-    data_parallel_size: int = field(
-        default=1,
-        metadata={"help": "vLLM: model replicas (passed to vllm.LLM; needs a vLLM that supports it)."},
+    tensor_parallel_size: int = setting(1, "vLLM: GPUs per model replica.", check=at_least(1))
+    data_parallel_size: int = setting(
+        1, "vLLM: model replicas (passed to vllm.LLM; needs a vLLM that supports it).", check=at_least(1)
     )
-    gpu_memory_utilization: float | None = field(
-        default=None, metadata={"help": "vLLM: fraction of GPU memory it may use (default vLLM's, 0.9)."}
+    gpu_memory_utilization: float | None = setting(
+        None,
+        "vLLM: fraction of GPU memory it may use (default vLLM's, 0.9).",
+        check=interval(0, 1, open_low=True),
     )
-    max_model_len: int | None = field(
-        default=None, metadata={"help": "vLLM: context length (prompt + completion) to reserve per sequence."}
+    max_model_len: int | None = setting(
+        None,
+        "vLLM: context length (prompt + completion) to reserve per sequence.",
+        check=at_least(1, ", or null", null=True),
     )
-    vllm_engine_kwargs: dict | None = field(
-        default=None,
-        metadata={
-            "help": "vLLM: further vllm.LLM arguments, e.g. {'enforce_eager': True} (no compile: starts in seconds "
-            "rather than minutes on a CPU)."
-        },
+    vllm_engine_kwargs: dict | None = setting(
+        None,
+        "vLLM: further vllm.LLM arguments, e.g. {'enforce_eager': True} (no compile: starts in seconds rather "
+        "than minutes on a CPU).",
     )
-    label: str | None = field(default=None, metadata={"help": "Row name in results.md (default: the model)."})
-    progress: bool = field(default=True, metadata={"help": "Show a progress bar."})
+    label: str | None = setting(None, "Row name in results.md (default: the model).")
+    progress: bool = setting(True, "Show a progress bar.")
 
     def resolved_ks(self) -> list[int]:
         if self.ks is None:
@@ -222,14 +244,9 @@ class EvalConfig(DataSettings):
         }
 
     def problems(self) -> list[str]:
-        """Every setting that cannot be used, each naming the setting and what to do (empty when all is well)."""
-        out = []
-        if self.n < 1:
-            out.append(f"n={self.n}: give a whole number >= 1")
-        if self.dtype not in DTYPES:
-            out.append(f"dtype={self.dtype!r}: choose one of {list(DTYPES)}")
-        if self.backend not in ("transformers", "vllm"):
-            out.append(f"backend={self.backend!r}: choose transformers or vllm")
+        """Every setting that cannot be used, each naming the setting and what to do (empty when all is well): the
+        declared checks, then the rules across settings."""
+        out = declared_problems(self, dataclasses.fields(self))
         engine = self.vllm_engine_kwargs or {}
         if engine and self.backend != "vllm":
             out.append(
@@ -241,11 +258,6 @@ class EvalConfig(DataSettings):
             out.append(
                 f"vllm_engine_kwargs sets {taken}, which have their own options ({options}): use those"
             )
-        if self.grader != "auto":
-            try:
-                parse_grader(self.grader)
-            except ValueError as e:
-                out.append(str(e))
         return out
 
     def resolved_grader(self) -> str:
@@ -269,7 +281,7 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
 
     Returns the rows already there and the number of broken/duplicate lines removed."""
     out.mkdir(parents=True, exist_ok=True)
-    run_file, samples = out / RUN_FILE, out / SAMPLES_FILE
+    run_file, samples = out / EVAL_RUN_FILE, out / EVAL_SAMPLES_FILE
     locked = config.locked()
     rows, dropped = read_samples(samples)
     if rows and not run_file.exists():
@@ -320,6 +332,8 @@ def compute_metrics(
 ) -> tuple[dict[str, float], list[int]]:
     """pass@k (eq. 10) over ``problem_ids`` from their first ``n`` samples. Returns pass@k by k (as
     str keys, for JSON) and the number of correct samples per problem."""
+    from pacs_rl.evaluation.passk import mean_pass_at_k  # numpy: kept out of the command's start
+
     counts = count_correct(rows, n)
     missing = [pid for pid in problem_ids if pid not in counts or counts[pid].samples != n]
     if missing:
@@ -535,22 +549,11 @@ class _Progress:
     """A rich progress bar over samples with samples/s and the running accuracy (a context manager)."""
 
     def __init__(self, enabled: bool, total: int, done: int, correct: float, label: str):
-        self.bar = None
         self.correct, self.done, self.new, self.t0 = correct, done, 0, time.perf_counter()
-        if not enabled:
-            return
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.bar = Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]} samples/s"),
-            TextColumn("acc {task.fields[acc]}"),
-            TimeRemainingColumn(),
+        fields = ("{task.fields[rate]} samples/s", "acc {task.fields[acc]}")
+        self.bar = started_bar(
+            label, total, *fields, enabled=enabled, completed=done, rate="-", acc=self._acc()
         )
-        self.bar.start()
-        self.task = self.bar.add_task(label, total=total, completed=done, rate="-", acc=self._acc())
 
     def _acc(self) -> str:
         return f"{self.correct / self.done:.3f}" if self.done else "-"
@@ -559,7 +562,7 @@ class _Progress:
         self.done, self.new, self.correct = self.done + k, self.new + k, self.correct + correct
         if self.bar is not None:
             rate = self.new / max(time.perf_counter() - self.t0, 1e-9)
-            self.bar.update(self.task, advance=k, rate=f"{rate:.2f}", acc=self._acc())
+            self.bar.update(0, advance=k, rate=f"{rate:.2f}", acc=self._acc())
 
     def __enter__(self) -> _Progress:
         return self
@@ -695,12 +698,12 @@ def run_eval(
         label = f"{config.label or config.model} on {config.benchmark}"
         total, correct = len(problems) * config.n, sum(float(r["score"]) for r in reused)
         with (
-            (out / SAMPLES_FILE).open("a", encoding="utf-8") as f,
+            (out / EVAL_SAMPLES_FILE).open("a", encoding="utf-8") as f,
             _Progress(config.progress, total, len(reused), correct, label) as bar,
         ):
             rows += sample_missing(config, todo, sampler, tokenizer, f, timing, bar)
     metrics = assemble_metrics(config, problems, rows, ks, timing)
-    (out / METRICS_FILE).write_text(json.dumps(metrics, indent=2))
+    (out / EVAL_METRICS_FILE).write_text(json.dumps(metrics, indent=2))
     write_report([metrics], out)
     return metrics
 

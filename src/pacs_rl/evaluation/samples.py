@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+from pacs_rl.run_folder import EVAL_SAMPLES_FILE
+
 __all__ = [
     "FORM_ORDER",
     "SAMPLES_FILE",
@@ -26,7 +28,7 @@ __all__ = [
     "sample_form",
 ]
 
-SAMPLES_FILE = "samples.jsonl"
+SAMPLES_FILE = EVAL_SAMPLES_FILE  # for compare/, which imports it from here (it moves to run_folder's)
 # pacs_rl.rewards.answers.FORMS, in its order (most trusted first): kept here so that reading a samples file
 # needs no verifier
 FORM_ORDER = ("plain", "no_box", "truncated", "several", "expression", "restated", "none")
@@ -57,10 +59,12 @@ def form_counts(rows: Iterable[dict[str, Any]], paid_only: bool = False) -> dict
     return dict(sorted(counts.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
-def read_samples(path: Path) -> tuple[list[dict[str, Any]], int]:
-    """Rows of a samples file, first occurrence of each (problem_id, sample_index) kept.
-
-    Returns the rows and the number of lines dropped (a line cut by a crash, duplicates)."""
+def read_samples(path: Path, keyed: bool = True, gradable: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """The rows of a samples file, the first of each (problem_id, sample_index) kept, and the number of lines
+    left out (a line cut by a crash, a duplicate, a row without what is asked). A row needs a numeric ``score``;
+    ``keyed``: its (problem_id, sample_index) too (an eval folder's own file; a training run's files may lack
+    them, and only rows with both are then deduplicated); ``gradable``: its completion (text) and gold ``answer``
+    too (what `pacs-rl audit` grades again). A missing file has no rows."""
     rows, seen, dropped = [], set(), 0
     if not path.exists():
         return rows, 0
@@ -69,17 +73,24 @@ def read_samples(path: Path) -> tuple[list[dict[str, Any]], int]:
             continue
         try:
             row = json.loads(line)
-            key = (str(row["problem_id"]), int(row["sample_index"]))
+            key = (str(row["problem_id"]), int(row["sample_index"])) if keyed or _has_key(row) else None
             float(row["score"])
+            if gradable and (not isinstance(row["completion"], str) or row.get("answer") is None):
+                raise KeyError("answer")
         except (json.JSONDecodeError, KeyError, TypeError, ValueError):
             dropped += 1
             continue
-        if key in seen:
-            dropped += 1
-            continue
-        seen.add(key)
+        if key is not None:
+            if key in seen:
+                dropped += 1
+                continue
+            seen.add(key)
         rows.append(row)
     return rows, dropped
+
+
+def _has_key(row: dict[str, Any]) -> bool:
+    return "problem_id" in row and "sample_index" in row
 
 
 def _lines(rows: Iterable[dict[str, Any]]) -> str:

@@ -18,7 +18,7 @@ A grader is ``paper`` (math-verify exactly as the PACS authors call it, the defa
 :mod:`pacs_rl.rewards.math_verifier`.
 """
 
-import importlib
+from pacs_rl.lazy import lazy_face
 
 # Imported on first use, so that `pacs_rl.rewards.graders` (grader names) stays light: math-verify and sympy
 # load only when something is graded.
@@ -46,10 +46,4 @@ _EXPORTS = {
     "math_reward_func": "trl_reward",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"pacs_rl.rewards.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'pacs_rl.rewards' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

@@ -31,8 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
+from pacs_rl.progress import started_bar
 from pacs_rl.rewards.graders import DEFAULT_GRADER, parse_grader
 from pacs_rl.rewards.math_verifier import Verdict, check
 
@@ -172,17 +171,6 @@ def _check_lengths(completions: Sequence, answers: Sequence, prompts: Sequence |
             f"verify_batch got {len(prompts)} prompts for {len(completions)} completions; pass one prompt "
             "per completion or prompts=None."
         )
-
-
-def _progress_bar(total: int, enabled: bool, description: str):
-    if not enabled:
-        return None
-    bar = Progress(
-        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()
-    )
-    bar.start()
-    bar.add_task(description, total=total)
-    return bar
 
 
 class RewardPool:
@@ -325,7 +313,7 @@ class RewardPool:
         pending = collections.deque(range(n))
         tasks = (completions, answers, grader, prompts, timeout)
         done = 0
-        bar = _progress_bar(n, bool(progress) and n > 0, "verifying")
+        bar = started_bar("verifying", n, enabled=bool(progress) and n > 0)
         hard_limit = timeout + self.kill_grace
         try:
             while done < n or not all(w.ready for w in self._workers):
@@ -544,7 +532,7 @@ def verify_batch(
         if not _in_main_thread():
             return _guard_pool().verify_batch(completions, answers, grader, timeout, progress, prompts)
         started = time.perf_counter()
-        bar = _progress_bar(len(completions), progress and len(completions) > 0, "verifying")
+        bar = started_bar("verifying", len(completions), enabled=bool(progress) and len(completions) > 0)
         verdicts = []
         cpu_clock = _only_thread_of_process()  # no other thread can eat this process's CPU budget
         try:

@@ -36,10 +36,10 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import torch
-from rich.progress import Progress
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from pacs_rl.models import cache_keyword
+from pacs_rl.progress import advancing
 from pacs_rl.sampling.onednn import onednn_lm_head
 from pacs_rl.sampling.ops import sample_next_token
 from pacs_rl.sampling.params import Sample, SamplingParams
@@ -467,10 +467,5 @@ def _model_device(model) -> torch.device:
 @contextlib.contextmanager
 def _progress(enabled: bool, chunks: list[list[Piece]]):
     """Yield advance(n_sequences): a rich progress bar over sequences when enabled, else a no-op."""
-    if not enabled:
-        yield lambda _n: None
-        return
-    total = sum(c for chunk in chunks for _, _, c in chunk)
-    with Progress(transient=False) as prog:
-        task = prog.add_task("sampling", total=total)
-        yield lambda k: prog.advance(task, k)
+    with advancing("sampling", sum(c for chunk in chunks for _, _, c in chunk), enabled=enabled) as advance:
+        yield advance

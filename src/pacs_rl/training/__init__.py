@@ -9,7 +9,7 @@ Names load lazily so that `pacs-rl --help` (which imports pacs_rl.training.cli) 
 
 from __future__ import annotations
 
-import importlib
+from pacs_rl.lazy import lazy_face
 
 _EXPORTS = {
     "PACSConfig": "pacs_rl.training.config",
@@ -24,10 +24,4 @@ _EXPORTS = {
     "run_training": "pacs_rl.training.run",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'pacs_rl.training' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

@@ -21,17 +21,20 @@ from pacs_rl.data.procedural import parse_query
 from pacs_rl.data.prompts import INSTRUCTION, user_turn
 from pacs_rl.models import BUNDLED_MODELS, TINY_MODEL
 from pacs_rl.run_folder import (
+    CARD_FILE,
     FINAL_DIR,
     FINISHED_FILE,
+    FORMS_FILE,
     HELDOUT_FILE,
+    SAMPLES_DIR,
     SETTINGS_FILE,
+    TRAINING_SAMPLES_FILES,
     ProtocolUnknown,
     read_json,
     recorded_protocol,
 )
-from pacs_rl.training.monitor import FORMS_FILE, PAID_FORMS, SAMPLES_DIR
+from pacs_rl.training.monitor import PAID_FORMS
 
-CARD_FILE = "README.md"
 ADAPTER_CONFIG = "adapter_config.json"
 
 # loss_type -> (name, paper title, link)
@@ -158,7 +161,7 @@ def _heldout_text(protocol: dict[str, Any]) -> str:
 
 def _question(out: Path, run: dict[str, Any]) -> str:
     """A question of the run's own task for the quick start: the first held-out problem, else a training one."""
-    for name in ("heldout_before.jsonl", "heldout_after.jsonl", "rollouts.jsonl"):
+    for name in TRAINING_SAMPLES_FILES:
         for row in _rows(out / SAMPLES_DIR / name)[:1]:
             if row.get("problem"):
                 return str(row["problem"])
@@ -449,7 +452,6 @@ def write_model_card(out: str | Path, evaluations: list[dict[str, Any]] | None =
 
 
 __all__ = [
-    "CARD_FILE",
     "LOSS_PAPERS",
     "base_model_text",
     "card_text",

@@ -14,21 +14,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pacs_rl.data import Problem, hub_dataset
 from pacs_rl.models import hub_unreachable, model_problem
 from pacs_rl.run_folder import output_folder_problem
 from pacs_rl.settings import (
     SettingsError,
+    coerce,
     missing_packages,
+    read_assignments,
+    read_values,
     read_yaml,
-    rename_keys,
-    unknown_name,
 )
 from pacs_rl.training.batch import group_split_problem
 from pacs_rl.training.data import load_run_data
 from pacs_rl.training.schema import (
+    CONFIG_FIELDS,
     CRITIC_FIELDS,
     CRITIC_LOSS_TYPES,
     RUN_FIELDS,
@@ -37,58 +37,20 @@ from pacs_rl.training.schema import (
     known_keys,
     setting_type,
 )
+from pacs_rl.training.trl_fields import field_problems
+
 
 # ---------------------------------------------------------------------------------------------------- names and types
-_TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
-_PLAIN = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
-
-
 def coerce_setting(key: str, value: Any) -> Any:
-    """Convert ``value`` to the declared type of setting ``key`` when it arrives as text (from a command
-    line, or a YAML file that reads 1e-5 as a string); check a value of a plain type (int, float, bool, str,
-    or one of them or None) that arrives as another type. Raises SettingsError naming the key."""
-    kind = setting_type(key)
-    if not isinstance(value, str):
-        plain = _PLAIN.get(kind.removesuffix(" | None"))
-        wrong = isinstance(value, bool) and bool not in (plain or (bool,))
-        if plain and value is not None and (wrong or not isinstance(value, plain)):
-            raise SettingsError(f"{key}={value!r}: expected {kind}")
-        return value
-    low = value.strip().lower()
-    if low == "null" or (low == "none" and "str" not in kind):
-        return None
-    takes_text = "str" in kind
-    if "bool" in kind:
-        if low in _TRUE + _FALSE:
-            return low in _TRUE
-        if not (takes_text or "int" in kind or "float" in kind):
-            raise SettingsError(f"{key}={value!r}: expected a bool (true or false)")
-    try:
-        if "float" in kind:
-            return float(value)
-        if "int" in kind:
-            return int(value)
-    except ValueError:
-        if not takes_text:
-            raise SettingsError(f"{key}={value!r}: expected {kind}") from None
-    return value
-
-
-def check_keys(keys, where: str) -> None:
-    """Refuse unknown setting names, naming the close matches."""
-    known = known_keys()
-    for key in keys:
-        if key not in known:
-            raise SettingsError(unknown_name(key, known, where, "See `pacs-rl train --list-keys`."))
+    """``value`` as the declared type of setting ``key`` (ours, else TRL's): `pacs_rl.settings.coerce`."""
+    return coerce(key, value, setting_type(key))
 
 
 def read_settings(values: Mapping[str, Any], where: str, notes: list[str] | None = None) -> dict[str, Any]:
     """Settings as given (a YAML file, --set, a comparison's train section) under their current names, every
-    name known and every value of its declared type: the one pass a value takes (older spellings renamed, with a
-    note in ``notes``; unknown names refused with close matches; text typed, other types checked)."""
-    values = rename_keys(values, where, notes)
-    check_keys(values, where)
-    return {k: coerce_setting(k, v) for k, v in values.items()}
+    name known and every value of its declared type (`pacs_rl.settings.read_values`)."""
+    kinds = {key: setting_type(key) for key in known_keys()}
+    return read_values(values, where, kinds, "See `pacs-rl train --list-keys`.", notes)
 
 
 def split_typed(typed: Mapping[str, Any]) -> tuple[RunSettings, dict[str, Any]]:
@@ -116,16 +78,7 @@ def parse_assignments(
 ) -> dict[str, Any]:
     """``["learning_rate=1e-5", "pacs_weighted=false"]`` -> the settings, read (`read_settings`); each value's
     text is read as YAML first."""
-    out = {}
-    for item in items:
-        key, eq, text = item.partition("=")
-        if not eq or not key.strip():
-            raise SettingsError(f"{where} {item!r}: expected key=value, e.g. {where} learning_rate=1e-5")
-        try:
-            out[key.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError:
-            out[key.strip()] = text
-    return read_settings(out, where, notes)
+    return read_settings(read_assignments(items, where), where, notes)
 
 
 # ---------------------------------------------------------------------------------------------------- checks
@@ -156,25 +109,22 @@ def too_few_problems(count: int, per_rollout: int, source: str) -> str | None:
     )
 
 
-def max_steps_problem(steps: Any) -> str | None:
-    """Why ``max_steps`` would train nothing (0) or means nothing (below -1); None when it is fine."""
-    if isinstance(steps, int) and (steps == 0 or steps < -1):
-        return f"max_steps={steps}: give a number of optimizer steps >= 1 (or -1 to train num_train_epochs epochs)"
-    return None
+def declared_config_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """The declared check of every trainer config field given (training/schema.py's, then TRL's own in
+    trl_fields.py; the loss's name too, whatever is given)."""
+    loss_type = str(cfg.get("loss_type", "pacs"))
+    return config_problems_declared({"loss_type": loss_type, **cfg}) + field_problems(cfg, skip=CONFIG_FIELDS)
 
 
 def config_problems(cfg: Mapping[str, Any], installed: bool = True) -> list[str]:
     """The trainer config values refused before TRL loads: the declared check of every field given
-    (training/schema.py; the loss's name too, whatever is given), a critic field without the critic loss, max_steps, a batch that splits a group,
-    and (``installed``) an engine or tracker that is not installed here."""
-    out = []
+    (`declared_config_problems`), a critic field without the critic loss, a batch that splits a group, and
+    (``installed``) an engine or tracker that is not installed here."""
+    out = declared_config_problems(cfg)
     loss_type = str(cfg.get("loss_type", "pacs"))
-    out += config_problems_declared({"loss_type": loss_type, **cfg})
     stray = [k for k in CRITIC_FIELDS if k in cfg]
     if stray and loss_type not in CRITIC_LOSS_TYPES:
         out.append(f"{', '.join(stray)} only apply to loss_type='ppo' (got loss_type={loss_type!r})")
-    steps = max_steps_problem(cfg.get("max_steps"))
-    out += [steps] if steps else []
     split = group_split_problem(
         cfg.get("per_device_train_batch_size"), cfg.get("num_generations"), cfg.get("generation_batch_size")
     )

@@ -25,7 +25,7 @@ import typer
 from pacs_rl import device as devices
 from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes, typed_command
 from pacs_rl.models import ModelError
-from pacs_rl.run_folder import folder_state, last_complete_checkpoint
+from pacs_rl.run_folder import CARD_FILE, folder_state, last_complete_checkpoint
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import checks
 from pacs_rl.training.monitor import summary_line
@@ -86,7 +86,7 @@ def summary_lines(result) -> list[str]:
     if result.curves_png:
         lines.append(f"curves: {result.curves_png}")
     lines.append(f"final weights: {result.final_dir}")
-    card = result.output_dir / "README.md"
+    card = result.output_dir / CARD_FILE
     if card.is_file():
         lines.append(f"model card: {card}")
     if protocol:

@@ -24,9 +24,10 @@ import torch
 from trl import GRPOConfig
 
 from pacs_rl.algorithms import POLICY_LOSSES, loss_names, policy_loss_options
+from pacs_rl.settings import declared_problems
 from pacs_rl.training.batch import group_split_problem
-from pacs_rl.training.schema import CONFIG_FIELDS, PACS_OPTION_FIELDS, PACSFields, declared_problems
-from pacs_rl.training.trl_fields import KL_OPTION_FIELDS, refused_fields
+from pacs_rl.training.schema import CONFIG_FIELDS, PACS_OPTION_FIELDS, PACSFields
+from pacs_rl.training.trl_fields import KL_OPTION_FIELDS, field_problems, refused_fields
 from pacs_rl.training.vllm_colocate import engine_kwargs_problems
 
 
@@ -111,7 +112,8 @@ class PACSConfig(PACSFields, GRPOConfig):
             )
 
     def _check_choices(self) -> None:
-        """The loss (a registered one, served by this class), then every other field's declared check (schema.py)."""
+        """The loss (a registered one, served by this class), then every other field's declared check (schema.py, then
+        TRL's fields in trl_fields.py)."""
         if self.loss_type not in self.served_loss_types:
             if self.loss_type not in loss_names():
                 raise ValueError(
@@ -128,6 +130,7 @@ class PACSConfig(PACSFields, GRPOConfig):
                 f"pacs_rl.training.config_and_trainer_classes({self.loss_type!r})) picks the right classes."
             )
         problems = declared_problems(self, (f for n, f in CONFIG_FIELDS.items() if n != "loss_type"))
+        problems += field_problems(self, skip=CONFIG_FIELDS)  # TRL's own fields' domains (trl_fields.py)
         if problems:
             raise ValueError(" ".join(problems))
 

@@ -39,12 +39,12 @@ from transformers import TrainerCallback
 
 from pacs_rl.data import encode_prompts
 from pacs_rl.evaluation.passk import pass_at_k
+from pacs_rl.progress import advancing
 from pacs_rl.rewards import make_math_reward_func, math_reward_func
-from pacs_rl.run_folder import HELDOUT_FILE
+from pacs_rl.run_folder import HELDOUT_FILE, SAMPLES_DIR, heldout_samples_file
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.training.config import PACSConfig
-from pacs_rl.training.monitor import SAMPLES_DIR, paid_form
-from pacs_rl.training.output import progress_bar
+from pacs_rl.training.monitor import paid_form
 from pacs_rl.training.schema import RunSettings
 
 
@@ -78,22 +78,19 @@ def heldout_accuracy(
     rows, paid_forms = [], Counter()
     try:
         batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
-        bar = _progress(progress, description, len(problems))
-        for k, batch in enumerate(batches):
-            prompt_ids = encode_prompts(tokenizer, batch, prompt_kwargs)
-            params = SamplingParams(
-                n=1,
-                temperature=temperature,
-                top_p=top_p if temperature > 0 else 1.0,
-                max_new_tokens=max_new_tokens,
-                seed=seed + k,
-            )
-            samples = [group[0] for group in sampler.generate_ids(prompt_ids, params)]
-            rows += _graded_rows(batch, samples, reward_func, paid_forms)
-            if bar is not None:
-                bar[0].update(bar[1], advance=len(batch))
-        if bar is not None:
-            bar[0].stop()
+        with advancing(description, len(problems), enabled=progress) as advance:
+            for k, batch in enumerate(batches):
+                prompt_ids = encode_prompts(tokenizer, batch, prompt_kwargs)
+                params = SamplingParams(
+                    n=1,
+                    temperature=temperature,
+                    top_p=top_p if temperature > 0 else 1.0,
+                    max_new_tokens=max_new_tokens,
+                    seed=seed + k,
+                )
+                samples = [group[0] for group in sampler.generate_ids(prompt_ids, params)]
+                rows += _graded_rows(batch, samples, reward_func, paid_forms)
+                advance(len(batch))
     finally:
         torch.set_rng_state(rng_state)
     return _accuracy_result(len(problems), rows, paid_forms)
@@ -142,15 +139,6 @@ def _accuracy_result(n: int, rows: list[dict], paid_forms: Counter) -> dict:
         "paid_forms": dict(paid_forms),
         "samples": rows,
     }
-
-
-def _progress(enabled: bool, description: str, total: int):
-    """The held-out pass's bar, started: (progress, its task); None with ``enabled`` False (``progress=False``)."""
-    if not enabled:
-        return None
-    p = progress_bar()
-    p.start()
-    return p, p.add_task(description, total=total)
 
 
 # ------------------------------------------------------------------------------- through the trainer's engine
@@ -405,7 +393,7 @@ class HeldOut:
             result["truncated_frac"] = sum(r.get("finish_reason") == "length" for r in rows) / len(rows)
         if rows is not None and PartialState().is_main_process:  # for `pacs-rl audit`
             (self.path.parent / SAMPLES_DIR).mkdir(exist_ok=True)
-            path = self.path.parent / SAMPLES_DIR / f"heldout_{when}.jsonl"
+            path = self.path.parent / SAMPLES_DIR / heldout_samples_file(when)
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         self.results[when] = result
         self.record()

@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-SAMPLES_DIR = "samples"
-ROLLOUTS_FILE = "rollouts.jsonl"
-FORMS_FILE = "answer_forms.json"
+from pacs_rl.run_folder import FORMS_FILE, ROLLOUTS_FILE, SAMPLES_DIR
+
 # the forms of a paid answer, most trusted first (pacs_rl.rewards.answers.FORMS but "none", which is never paid)
 PAID_FORMS = ("plain", "no_box", "truncated", "several", "expression", "restated")
 WARN_SHARE = 0.2  # a non-plain form above this share of the paid answers of a rollout is announced
@@ -189,5 +188,5 @@ def summary_line(forms: dict[str, Any]) -> str | None:
     plain = counts.get("plain", 0)
     return (
         f"paid answers in training by form: {', '.join(parts)} ({plain / paid:.1%} plain of {paid}; "
-        f"samples/{ROLLOUTS_FILE} keeps them, `pacs-rl audit` re-grades them)"
+        f"{SAMPLES_DIR}/{ROLLOUTS_FILE} keeps them, `pacs-rl audit` re-grades them)"
     )

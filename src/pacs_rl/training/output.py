@@ -29,40 +29,14 @@ import time
 import warnings
 from pathlib import Path
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
+from pacs_rl.progress import progress_bar
+from pacs_rl.run_folder import METRICS_FILE
 from pacs_rl.training.monitor import METRIC_PREFIX, PAID_FORMS, form_warnings
 
-METRICS_FILE = "metrics.jsonl"
 _MISSING = "There were missing keys in the checkpoint model loaded:"
-
-
-def progress_bar(*fields: TextColumn, enabled: bool = True) -> Progress:
-    """The look of every bar of a run (training, held-out): description, bar, n/total, ``fields``, then the
-    elapsed time and the ETA. The elapsed time stays meaningful once a bar is full, when the ETA reads 0.
-    Without a terminal (a log file) or with ``enabled`` False (--no-progress) the bar shows nothing: the run prints
-    a line per step instead."""
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        *fields,
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        transient=False,
-        disable=not (enabled and Console().is_terminal),
-    )
 
 
 class MetricsJsonlCallback(TrainerCallback):
@@ -148,8 +122,7 @@ class RichProgressCallback(TrainerCallback):
             return control
 
         self.progress = progress_bar(
-            TextColumn("reward {task.fields[reward]:.3f}  acc {task.fields[accuracy]:.3f}"),
-            enabled=self.enabled,
+            "reward {task.fields[reward]:.3f}  acc {task.fields[accuracy]:.3f}", enabled=self.enabled
         )
         self.progress.start()
         self.start = (time.time(), state.global_step)

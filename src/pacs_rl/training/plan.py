@@ -46,7 +46,12 @@ from pacs_rl.run_folder import FINAL_DIR
 from pacs_rl.settings import SettingsError, install_line, missing_requirements
 from pacs_rl.training import memory, run
 from pacs_rl.training.batch import PAPER_BATCH, batch_note
-from pacs_rl.training.checks import coerce_setting, max_steps_problem, rollout_prompts, too_few_problems
+from pacs_rl.training.checks import (
+    coerce_setting,
+    declared_config_problems,
+    rollout_prompts,
+    too_few_problems,
+)
 from pacs_rl.training.data import drop_long_prompts, load_run_data, prompt_lengths
 from pacs_rl.training.engine import load_dtype, run_problems, training_engine, zero_stage
 from pacs_rl.training.logprobs import pieces_problems
@@ -231,15 +236,20 @@ class _SettingChecks:
         # as needed there where the plan is for another machine (CUDA asked for, none here: a laptop planning a node)
         self.missing, tracker_problems = missing_requirements({**cfg, "use_lora": settings.use_lora})
         self.refusals += tracker_problems + ([] if elsewhere else [m.refusal() for m in self.missing])
-        # a max_steps that trains nothing; a model folder that is not there (a Hub name: where the run starts)
-        found = (max_steps_problem(cfg.get("max_steps")), model_problem(settings.model, hub=False))
-        self.refusals += [p for p in found if p]
+        # a value out of its declared domain (the config would refuse it too: it is not built then); a model folder
+        # that is not there (a Hub name: where the run starts)
+        self.declared = declared_config_problems(cfg)
+        model = model_problem(settings.model, hub=False)
+        self.refusals += self.declared + ([model] if model else [])
         if cfg.get("deepspeed"):
             ds_config, ds_problem = _read_deepspeed(cfg["deepspeed"])
             self.refusals += [ds_problem] if ds_problem else deepspeed_problems(ds_config, cfg, num_processes)
 
     def config(self, output_dir: str | Path):
-        """The trainer config the run would build (its refused fields left out), checked against the run."""
+        """The trainer config the run would build (its refused fields left out), checked against the run; None
+        where a value is out of its domain."""
+        if self.declared:
+            return None
         refused_names = {m.split("=", 1)[0] for m in self.refused}
         planning = {k: v for k, v in self.cfg.items() if k not in refused_names} | HARDWARE_FIELDS
         try:

@@ -57,15 +57,13 @@ from pacs_rl.algorithms import (
     ppo_policy_loss,
     ppo_value_loss,
 )
-from pacs_rl.settings import setting
+from pacs_rl.run_folder import CRITIC_DIR, CRITIC_OPTIMIZER_FILE, CRITIC_SCHEDULER_FILE
+from pacs_rl.settings import declared_problems, setting
 from pacs_rl.training.config import PACSConfig, ServedLosses
-from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields, declared_problems
+from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields
 from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors
 from pacs_rl.training.trl_fields import CLIP_OPTION_FIELDS
 
-CRITIC_DIR = "critic"  # inside a checkpoint folder (and beside a saved final model)
-CRITIC_OPTIMIZER_FILE = "optimizer.pt"
-CRITIC_SCHEDULER_FILE = "scheduler.pt"
 # loss_options keys ppo_policy_loss accepts (its keyword arguments but the tensors of the batch)
 PPO_OPTIONS = tuple(
     k

@@ -41,11 +41,16 @@ from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model
 from pacs_rl.rewards import load_reward_funcs
 from pacs_rl.run_folder import (
     BASE_MODEL_DIR,
+    CARD_FILE,
     CURVES_FILE,
     FINAL_DIR,
     FINISHED_FILE,
+    FORMS_FILE,
     HELDOUT_FILE,
+    METRICS_FILE,
+    PACS_STATE_FILE,
     SETTINGS_FILE,
+    TRAINER_STATE_FILE,
     heldout_protocol,
     last_complete_checkpoint,
     read_json,
@@ -58,9 +63,7 @@ from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.data import build_dataset, filter_prompts, load_run_data
 from pacs_rl.training.engine import model_init_kwargs, run_problems, start_deepspeed_comm, training_engine
 from pacs_rl.training.heldout import CallOnTrainBegin, HeldOut, heldout_reward, needs_engine, periodic_eval
-from pacs_rl.training.monitor import FORMS_FILE
 from pacs_rl.training.output import (
-    METRICS_FILE,
     MetricsJsonlCallback,
     RichProgressCallback,
     StopAtStepEnd,
@@ -70,7 +73,7 @@ from pacs_rl.training.output import (
 )
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from pacs_rl.training.schema import RunSettings
-from pacs_rl.training.trainer import PACS_STATE_FILE, PACSTrainer
+from pacs_rl.training.trainer import PACSTrainer
 
 log = logging.getLogger("pacs_rl.training")
 
@@ -503,7 +506,7 @@ class _Session:
                 title = f"{config.loss_type} on {self.settings.dataset}"
                 plot_curves(out / METRICS_FILE, out / CURVES_FILE, title=title)
             (out / FINISHED_FILE).write_text(json.dumps({"global_step": global_step}))
-            (out / FINAL_DIR / "README.md").unlink(missing_ok=True)  # save_model's TRL card: ours follows
+            (out / FINAL_DIR / CARD_FILE).unlink(missing_ok=True)  # save_model's TRL card: ours follows
             write_model_card(out)
         state.wait_for_everyone()
         return global_step
@@ -590,7 +593,7 @@ class _StopRequest:
 
 def _trainer_state(checkpoint: str) -> dict[str, Any]:
     """transformers' trainer_state.json of a checkpoint folder (global_step, max_steps, log history)."""
-    return json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return json.loads((Path(checkpoint) / TRAINER_STATE_FILE).read_text())
 
 
 def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any) -> TrainResult:

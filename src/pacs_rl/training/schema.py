@@ -24,13 +24,18 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader, reward_spec_problem, split_reward_specs
 from pacs_rl.run_folder import resolved_grader
-from pacs_rl.settings import DataSettings, SettingsError, declared, setting
+from pacs_rl.settings import DataSettings, SettingsError, declared, declared_problems, interval, setting
+from pacs_rl.settings import at_least as _at_least  # the names the declarations below are written with
+from pacs_rl.settings import bounded as _bounded
+from pacs_rl.settings import number as _number
+from pacs_rl.settings import one_of as _one_of
+from pacs_rl.settings import rule as _rule
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
 # The names pacs_rl.algorithms registers, spelled here so that a name is checked without importing torch (the
@@ -43,42 +48,10 @@ LOSS_AGG_MODES = ("seq-mean-token-mean", "seq-mean-token-sum-norm", "token-mean"
 REFERENCES = ("old", "frozen")
 LOGPROB_IMPLS = ("auto", "trl", "logits")
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
-
-Check = Callable[[str, Any], "str | list[str] | None"]
+FAST_SAMPLER_DTYPES = (None, "float32", "fp32", "bfloat16", "bf16")  # pacs_rl.sampling.TransformersSampler's
 
 
 # ---------------------------------------------------------------------------------------------------- checks
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _rule(ok: Callable[[Any], bool], advice: str, null: bool = False) -> Check:
-    """``name=value`` + ``advice`` unless ``ok(value)`` (or the value is None, with ``null``)."""
-
-    def check(name: str, value: Any) -> str | None:
-        return None if (null and value is None) or ok(value) else f"{name}={value!r}{advice}"
-
-    return check
-
-
-def _at_least(least: int, note: str = "", null: bool = False) -> Check:
-    """A whole number >= ``least`` (a run key: its type is checked here too)."""
-    return _rule(lambda v: _whole(v) and v >= least, f": give a whole number >= {least}{note}", null)
-
-
-def _one_of(choices: tuple[str, ...], verb: str = "use") -> Check:
-    return _rule(lambda v: v in choices, f"; {verb} one of {list(choices)}.")
-
-
-def _bounded(ok: Callable[[float], bool], advice: str) -> Check:
-    """A bound on a config field's number (a value of another type, or None, is the type check's to refuse)."""
-    return _rule(lambda v: not _number(v) or ok(v), advice)
-
-
 def _grader(name: str, value: Any) -> str | None:
     if value == "auto":  # the old default's name, still accepted
         return None
@@ -103,21 +76,6 @@ def _loss_type(name: str, value: Any) -> str | None:
         if value in names
         else f"{name}={value!r} is not a registered policy loss; use one of {', '.join(names)}"
     )
-
-
-def declared_problems(values: Any, fields: Iterable[dataclasses.Field]) -> list[str]:
-    """The problems the declared checks of ``fields`` find in ``values`` (an object, or a mapping: a field it
-    lacks is not checked), in the fields' order."""
-    get = values.get if isinstance(values, Mapping) else (lambda n, d: getattr(values, n, d))
-    missing = object()
-    out: list[str] = []
-    for f in fields:
-        check, value = declared(f).check, get(f.name, missing)
-        if check is None or value is missing:
-            continue
-        found = check(f.name, value)
-        out += [found] if isinstance(found, str) else list(found or [])
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------- run keys
@@ -176,7 +134,9 @@ class RunSettings(DataSettings):
         check=_rule(lambda v: _number(v) and 0 < v <= 1, ": give a number in (0, 1] (1 = no nucleus cut)"),
     )
     eval_max_new_tokens: int | None = setting(
-        None, "Held-out completion length; default: max_completion_length."
+        None,
+        "Held-out completion length; default: max_completion_length.",
+        check=_at_least(1, ", or null (max_completion_length)", null=True),
     )
     eval_batch_size: int = setting(50, "Held-out problems sampled together.", check=_at_least(1))
     reward_funcs: str | list = setting(
@@ -204,9 +164,9 @@ class RunSettings(DataSettings):
         check=_rule(lambda v: v in MODEL_DTYPES, f": choose one of {list(MODEL_DTYPES)}"),
     )
     use_lora: bool = setting(False, "Train a LoRA adapter (peft) instead of all weights.")
-    lora_r: int = setting(16, "LoRA rank.")
-    lora_alpha: int = setting(32, "LoRA alpha.")
-    lora_dropout: float = setting(0.0, "LoRA dropout.")
+    lora_r: int = setting(16, "LoRA rank.", check=_at_least(1))
+    lora_alpha: int = setting(32, "LoRA alpha.", check=_at_least(1))
+    lora_dropout: float = setting(0.0, "LoRA dropout.", check=interval(0, 1, open_high=True))
     lora_target_modules: str = setting("all-linear", "LoRA target modules.")
     plot: bool = setting(True, "Write a PNG of the training curves at the end.")
     num_threads: int | None = setting(
@@ -285,6 +245,7 @@ class PACSFields:
         1.0,
         "β of the PACS reward proxy r̂ = β·Σ_t (log π_θ − log π_ref) (paper eq. 8). Distinct from TRL's "
         "KL coefficient `beta`, which stays 0.",
+        check=interval(0, open_low=True, note=" (β scales the reward proxy; 0 or less zeroes or flips it)"),
         loss_option="beta",
     )
     pacs_score: str = setting(
@@ -345,6 +306,7 @@ class PACSFields:
     fast_sampler_dtype: str | None = setting(
         None,
         "With fast_sampler: 'bfloat16' samples under bf16 autocast (bf16 matmul units of the CPU or GPU); None = model dtype.",
+        check=_one_of(FAST_SAMPLER_DTYPES),
     )
     old_logprobs_from_sampler: bool = setting(
         False,
@@ -354,7 +316,7 @@ class PACSFields:
         "forward by float rounding only. Otherwise (bf16, vLLM) the forward runs as usual, with a warning.",
     )
     fast_sampler_batch_size: int = setting(
-        64, "With fast_sampler: sequences decoded together (bounds memory)."
+        64, "With fast_sampler: sequences decoded together (bounds memory).", check=_at_least(1)
     )
     vllm_engine_kwargs: dict | str | None = setting(
         None,
@@ -416,7 +378,9 @@ class PACSFields:
         "fails or slows down on CPU).",
     )
     logging_steps: float = setting(
-        1, "Log every this many optimizer steps (also the rate of metrics.jsonl rows)."
+        1,
+        "Log every this many optimizer steps (also the rate of metrics.jsonl rows).",
+        check=interval(0, open_low=True, note=" (below 1: a fraction of max_steps)"),
     )
     activation_checkpointing: bool | None = setting(
         None,

@@ -57,6 +57,7 @@ from trl.trainer.utils import (
 
 from pacs_rl.algorithms import compute_policy_loss, finite_groups, policy_loss_options
 from pacs_rl.rewards.trl_reward import MathRewardFunction
+from pacs_rl.run_folder import PACS_STATE_FILE
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.config import PACSConfig
@@ -80,7 +81,6 @@ from pacs_rl.training.vllm_colocate import (
 if is_peft_available():
     from peft import PeftModel
 
-PACS_STATE_FILE = "pacs_trainer_state_rank{rank}.pt"
 
 log = logging.getLogger("pacs_rl.training")
 

@@ -3,6 +3,8 @@
     algorithm.adv_estimator=pacs
     actor_rollout_ref.actor.policy_loss.loss_mode=pacs
 
+- :mod:`.options` (pure Python): the PACS fields of ``actor.policy_loss``, declared once with their checks; verl's
+  config class for them is generated from the declaration.
 - :mod:`.guard` (pure Python): :func:`check_verl_config` refuses settings that split groups, that verl 0.9
   would assert on in its workers, or that change what the PACS loss reads.
 - :mod:`.core` (imports verl): the ``pacs`` estimator and loss; importing it registers them.
@@ -12,7 +14,8 @@
 See docs/VERL.md.
 """
 
-from .guard import PACS_NAME, VerlConfigError, check_verl_config, verl_config_problems
+from .guard import VerlConfigError, check_verl_config, verl_config_problems
+from .options import PACS_NAME
 
 __all__ = ["PACS_NAME", "VerlConfigError", "check_verl_config", "register", "verl_config_problems"]
 

@@ -32,8 +32,6 @@ step whose norm is not finite; the authors' PACS actor never clipped, so the exa
 from __future__ import annotations
 
 import logging
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,10 +39,10 @@ import torch
 from verl.trainer.ppo import core_algos
 from verl.workers.config import PolicyLossConfig
 
-from pacs_rl.algorithms import SCORE_METHODS, pacs_loss
+from pacs_rl.algorithms import pacs_loss
 
-from .guard import PACS_NAME
 from .labels import MAX_GROUPS, decode_labels, encode_labels
+from .options import LOSS_FIELDS, PACS_NAME, policy_loss_config_class
 
 __all__ = [
     "PACSPolicyLossConfig",
@@ -56,35 +54,19 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class PACSPolicyLossConfig(PolicyLossConfig):
-    """verl's ``actor.policy_loss`` config with the PACS fields. Select it with
-    ``actor_rollout_ref.actor.policy_loss._target_=pacs_rl.integrations.verl.core.PACSPolicyLossConfig``;
-    set the fields with ``+actor_rollout_ref.actor.policy_loss.pacs_beta=1.0`` (hydra's ``+`` adds a key)."""
-
-    loss_mode: str = PACS_NAME
-    pacs_beta: float = 1.0  # β of the reward proxy, eq. 8 (paper: 1.0)
-    pacs_score: str = "rloo"  # ψ over the group: "rloo" (eq. 7), "grpo" (eq. 11) or "dr_grpo" (eq. 12)
-    pacs_weighted: bool = True  # class-imbalance weights of §3.4.2; False is the paper's "w/o weight"
-
-    def __post_init__(self):
-        if self.pacs_score not in SCORE_METHODS:
-            raise ValueError(
-                f"actor.policy_loss.pacs_score={self.pacs_score!r}: choose one of {list(SCORE_METHODS)}."
-            )
-        if not (
-            isinstance(self.pacs_beta, int | float) and math.isfinite(self.pacs_beta) and self.pacs_beta > 0
-        ):
-            raise ValueError(f"actor.policy_loss.pacs_beta={self.pacs_beta!r}: β must be a positive number.")
+# verl's config class of the PACS fields, generated from their declaration (options.py): select it with
+# actor_rollout_ref.actor.policy_loss._target_=pacs_rl.integrations.verl.core.PACSPolicyLossConfig
+PACSPolicyLossConfig = policy_loss_config_class(PolicyLossConfig, __name__)
 
 
 def _pacs_options(config: Any) -> tuple[float, str, bool, int]:
     """(β, score, weighted, G) from verl's ActorConfig (or a DictConfig of the same shape)."""
     policy_loss = config.get("policy_loss", None) if config is not None else None
     policy_loss = policy_loss if policy_loss is not None else {}
-    beta = float(policy_loss.get("pacs_beta", 1.0))
-    score = str(policy_loss.get("pacs_score", "rloo"))
-    weighted = bool(policy_loss.get("pacs_weighted", True))
+    defaults = {f.name: f.default for f in LOSS_FIELDS}
+    beta = float(policy_loss.get("pacs_beta", defaults["pacs_beta"]))
+    score = str(policy_loss.get("pacs_score", defaults["pacs_score"]))
+    weighted = bool(policy_loss.get("pacs_weighted", defaults["pacs_weighted"]))
     group_size = config.get("rollout_n", None) if config is not None else None
     if group_size is None:
         raise ValueError(

@@ -36,18 +36,15 @@ from collections.abc import Mapping
 from math import gcd
 from typing import Any
 
-from pacs_rl.algorithms import SCORE_METHODS
+from .options import PACS_NAME, POLICY_LOSS, loss_setting_problems
 
 __all__ = [
-    "PACS_NAME",
     "VerlConfigError",
     "check_verl_config",
     "data_parallel_size",
     "verl_batch_problems",
     "verl_config_problems",
 ]
-
-PACS_NAME = "pacs"  # the name registered in verl's advantage-estimator and policy-loss registries
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
@@ -306,24 +303,15 @@ def _pacs_selection_problems(estimator: str, loss_mode: str) -> list[str]:
 
 
 def _pacs_option_problems(config: Any, n: int) -> list[str]:
-    """PACS's own settings: groups of at least 2 completions (``rollout.n``), a known score, a positive β."""
+    """PACS's own settings: groups of at least 2 completions (``rollout.n``), and the declared checks of the PACS
+    fields of ``actor.policy_loss`` (options.py: a known score, a positive β)."""
     problems = []
     if n < 2:
         problems.append(
             f"{ROLLOUT}.n={n}: PACS compares the completions of one prompt with each other "
             f"(eq. 7); set {ROLLOUT}.n to 2 or more (the paper uses 8)."
         )
-    score = str(_select(config, f"{ACTOR}.policy_loss.pacs_score", "rloo"))
-    if score not in SCORE_METHODS:
-        problems.append(f"{ACTOR}.policy_loss.pacs_score={score!r}: choose one of {list(SCORE_METHODS)}.")
-    beta = _select(config, f"{ACTOR}.policy_loss.pacs_beta", 1.0)
-    try:
-        beta_ok = float(beta) > 0
-    except (TypeError, ValueError):
-        beta_ok = False
-    if not beta_ok:
-        problems.append(f"{ACTOR}.policy_loss.pacs_beta={beta!r}: β must be a positive number (paper: 1.0).")
-    return problems
+    return problems + loss_setting_problems(_select(config, POLICY_LOSS, {}))
 
 
 def _row_order_problems(config: Any, n: int) -> list[str]:
