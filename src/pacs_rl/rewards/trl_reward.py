@@ -188,9 +188,8 @@ class MathRewardFunction:
         return state
 
 
-_TRL_EXTRAS = {
-    "prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments", "truncated"
-}  # fmt: skip
+_TRL_EXTRAS = {"prompts", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+_TRL_EXTRAS |= {"truncated"}  # PACSTrainer's: which completions were cut off at the token limit
 
 
 def make_math_reward_func(

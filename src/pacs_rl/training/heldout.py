@@ -70,8 +70,8 @@ def heldout_accuracy(
     "correct", "mean_length", "paid_forms", "paid_cut_off", "samples"}: ``paid_forms`` counts the forms of the paid
     answers (:mod:`pacs_rl.training.monitor`; empty for a reward function that gives no verdicts),
     ``paid_cut_off`` the paid answers cut off at the token limit (0 under the training grader, which is told and
-    refuses them), ``samples`` one row per problem (its completion and verdict). The global torch RNG is saved and restored, so calling this does not
-    change a training run's random stream. ``prompt_kwargs``: the run's prompt settings, as
+    refuses them), ``samples`` one row per problem (its completion and verdict). The global torch RNG is saved and
+    restored, so calling this does not change a training run's random stream. ``prompt_kwargs``: the run's prompt settings, as
     ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt).
     """
     reward_func = reward_func or math_reward_func
