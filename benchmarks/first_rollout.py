@@ -10,7 +10,8 @@ completions each from the bundled SmolLM2-135M-Instruct exactly as the CPU defau
 count and finish reason in ``docs/benchmarks/first_rollout_samples.jsonl``, so that every grader, today's
 and later ones, is measured on the same samples.
 
-``grade`` grades those samples with the training grader (``sound``) and the paper's grader, the cut-off
+``grade`` grades those samples with the training grader (``sound``) and the paper's grader, each told which
+completions were cut off at the token limit as training tells it (``sound`` refuses those), the cut-off
 completions counted apart, and records under ``--label`` (e.g. the commit) in
 ``docs/benchmarks/first_rollout.json``: completions paid, paid ones cut at the token limit, groups holding
 both labels, and the verdicts by reason.
@@ -81,6 +82,7 @@ def grade(args) -> None:
     completions = [r["completion"] for r in rows]
     answers = [r["answer"] for r in rows]
     questions = [r["question"] for r in rows]
+    cut = [r["finish_reason"] == "length" for r in rows]
     entry = {
         "date": date.today().isoformat(),
         "cpu": platform.processor() or platform.machine(),
@@ -90,7 +92,9 @@ def grade(args) -> None:
     }
     for grader in ("sound", "paper"):
         started = time.perf_counter()
-        result = verify_batch(completions, answers, grader=grader, prompts=questions, num_workers=1)
+        result = verify_batch(  # told which were cut off, as training tells it: sound refuses those
+            completions, answers, grader=grader, prompts=questions, num_workers=1, truncated=cut
+        )
         entry[grader] = _summary(rows, result.scores, result.verdicts)
         entry[grader]["seconds"] = round(time.perf_counter() - started, 2)
     record = json.loads(RECORD.read_text()) if RECORD.exists() else {}

@@ -100,8 +100,9 @@ def test_eval_folder_regraded_with_sound(tmp_path):
         == f"{folder / 'samples.jsonl'} (pacs-rl eval, 4 rows; recorded grader paper; graded again with sound)"
     )
     assert "  paid as recorded (paper): 3 (75.0%); under sound: 2 (50.0%)" in lines
+    # the paid answer cut off at the token limit (its finish reason) is refused as such by the training grader
     assert (
-        "  paid -> refused: 2 (not_a_number 1, no_answer 1); refused -> paid: 1 (recorded wrong 1)" in lines
+        "  paid -> refused: 2 (not_a_number 1, truncated 1); refused -> paid: 1 (recorded wrong 1)" in lines
     )
     # the rows hold no form: read from their answers; the cut-off paid answer is "truncated"
     assert (
@@ -123,7 +124,7 @@ def test_eval_folder_regraded_with_sound(tmp_path):
     (f,) = result["files"]
     assert (f["kind"], f["recorded_grader"], f["grader"], f["rows"]) == ("eval", "paper", "sound", 4)
     assert (f["paid_recorded"], f["paid_now"]) == (3, 2)
-    assert f["paid_to_refused"] == {"count": 2, "by_reason_now": {"not_a_number": 1, "no_answer": 1}}
+    assert f["paid_to_refused"] == {"count": 2, "by_reason_now": {"not_a_number": 1, "truncated": 1}}
     assert f["refused_to_paid"] == {"count": 1, "by_reason_recorded": {"wrong": 1}}
     assert f["paid_forms_recorded"] == {"plain": 1, "truncated": 1, "restated": 1}
     assert f["pass_at_k"]["ks"] == [1, 2] and f["pass_at_k"]["problems"] == 2

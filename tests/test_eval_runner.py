@@ -303,9 +303,13 @@ def test_samples_and_metrics_record_the_form_of_each_answer(tmp_path, tiny_token
     assert by_index[0]["problem"].startswith("What is ")
     assert metrics["paid_forms"] == {"plain": 4, "truncated": 4, "restated": 4}
     assert metrics["forms"] == {"plain": 8, "truncated": 4, "restated": 4}
+    assert metrics["paid_cut_off"] == 4  # the paper's grader pays the cut-off answers: counted beside
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["paid_forms"] == metrics["paid_forms"]
     table = (tmp_path / "run" / "results.md").read_text()
-    assert "- scripted: 66.7% of 12 paid answers not plain (truncated 4, restated 4)" in table
+    assert (
+        "- scripted: 66.7% of 12 paid answers not plain (truncated 4, restated 4); 4 cut off at the token limit"
+        in table
+    )
 
     from rich.console import Console
 
@@ -317,6 +321,32 @@ def test_samples_and_metrics_record_the_form_of_each_answer(tmp_path, tiny_token
     assert err[0] == "scripted: paid answers by form: plain 4 (33.3%), truncated 4, restated 4"
     assert err[1].startswith("warning: 66.7% of scripted's paid answers are not plain: the grader (paper)")
     assert err[1].endswith("`pacs-rl audit runs/x` grades them again with another") and len(err) == 2
+
+
+def test_the_training_grader_refuses_the_cut_off_answers_the_paper_grader_pays(
+    tmp_path, tiny_tokenizer, capsys
+):
+    """Under the sound grader a sample cut off at the token limit (its finish reason) is refused, unread; under
+    the paper's the same sample is paid and the command counts it beside its verdicts."""
+    from rich.console import Console
+
+    from pacs_rl.evaluation.cli import _print_run_summary
+
+    sound = run_eval(_config(tmp_path / "s", benchmark="arithmetic?n=4&seed=3&ops=+", grader="sound"),
+                     sampler=HackingSampler(), tokenizer=tiny_tokenizer)  # fmt: skip
+    rows, _ = _pairs(tmp_path / "s" / "run" / "samples.jsonl")
+    cut = [r for r in rows if r["finish_reason"] == "length"]
+    assert len(cut) == 4 and all(
+        (r["score"], r["reason"], r["form"]) == (0.0, "truncated", "truncated") for r in cut
+    )
+    assert sound["paid_cut_off"] == 0 and sound["reasons"]["truncated"] == 4
+    paper = run_eval(_config(tmp_path / "p", benchmark="arithmetic?n=4&seed=3&ops=+", grader="paper"),
+                     sampler=HackingSampler(), tokenizer=tiny_tokenizer)  # fmt: skip
+    _print_run_summary(paper, Console(stderr=True, width=200))
+    err = capsys.readouterr().err
+    assert (
+        "scripted: 4 of its paid answers were cut off at the token limit (the paper grader pays them" in err
+    )
 
 
 def test_metrics_of_samples_written_before_forms_existed(tmp_path, tiny_tokenizer):

@@ -7,11 +7,13 @@ import json
 
 import pytest
 
+from pacs_rl.rewards import verify
 from pacs_rl.rewards.math_verifier import check
 from pacs_rl.run_folder import FORMS_FILE
 from pacs_rl.training.monitor import (
     WARN_MIN_PAID,
     AnswerMonitor,
+    cut_off_line,
     form_warnings,
     paid_form,
     summary_line,
@@ -63,9 +65,50 @@ def test_a_paid_answer_cut_off_at_the_limit_counts_as_truncated_unless_its_form_
     assert paid_form(None, False) == "plain"
 
 
-def test_nothing_paid_logs_only_the_count(tmp_path):
+def test_nothing_paid_logs_only_the_counts(tmp_path):
     metrics = AnswerMonitor(tmp_path).observe(0, *_rollout([r"\boxed{54}"]))
-    assert metrics == {"answers/paid_count": 0.0}
+    assert metrics == {
+        "answers/paid_count": 0.0,
+        "answers/cut_off_frac": 0.0,
+        "answers/paid_cut_off_count": 0.0,
+    }
+
+
+def test_cut_off_completions_are_counted_and_the_training_grader_pays_none(tmp_path):
+    """The same rollout, the last two completions cut off at the token limit: the paper's grader pays the cut-off
+    right answer (counted beside its verdicts), the sound grader, told they were cut off, pays neither."""
+    completions = [r"\boxed{55}", "The final answer is 55.", "The final answer is 55. The final answer is 5"]
+    truncated = [False, True, True]
+    lines = {}
+    for grader in ("paper", "sound"):
+        monitor = AnswerMonitor(tmp_path / grader, grader=grader)
+        verdicts = [
+            verify(c, "55", grader, prompt=Q, truncated=t)
+            for c, t in zip(completions, truncated, strict=True)
+        ]
+        n = len(completions)
+        metrics = monitor.observe(0, verdicts, completions, ["55"] * n, [Q] * n, [10] * n, truncated)
+        assert metrics["answers/cut_off_frac"] == pytest.approx(2 / 3)
+        totals = monitor.totals()
+        assert totals["cut_off"] == 2
+        if grader == "paper":  # "...is 5" is wrong; the whole sentence before it is paid though cut off
+            assert [v.score for v in verdicts] == [1.0, 1.0, 0.0]
+            assert metrics["answers/paid_cut_off_count"] == 1 and totals["paid_cut_off"] == 1
+            assert totals["paid_forms"]["truncated"] == 1
+        else:
+            assert [(v.score, v.reason) for v in verdicts[1:]] == [(0.0, "truncated")] * 2
+            assert metrics["answers/paid_cut_off_count"] == 0 and totals["paid_cut_off"] == 0
+        rows = [
+            json.loads(x) for x in (tmp_path / grader / "samples" / "rollouts.jsonl").read_text().splitlines()
+        ]
+        assert [r["truncated"] for r in rows] == truncated
+        lines[grader] = cut_off_line(totals)
+    assert (
+        lines["paper"]
+        == "completions cut off at the token limit in training: 2 of 3 (1 of them paid by the paper grader)"
+    )
+    assert lines["sound"].endswith("2 of 3 (none paid by the sound grader)")
+    assert cut_off_line({"completions": 0}) is None
 
 
 def test_a_form_past_the_threshold_is_announced_once():

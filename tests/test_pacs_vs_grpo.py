@@ -21,7 +21,7 @@ from pacs_rl.compare.paired import figures, job, tables
 from pacs_rl.compare.paired import record as records
 from pacs_rl.compare.plan import CompareError
 from pacs_rl.settings import declared
-from train_helpers import load_script
+from train_helpers import load_script, rounded
 
 REPO = Path(__file__).resolve().parents[1]
 # the engine's modules as one namespace, to read from (a test that replaces a function patches its module)
@@ -332,15 +332,6 @@ def _block(text: str, name: str) -> str:
     return text[start : text.index(f"<!-- end {name} -->")].strip()
 
 
-def _rounded(value):
-    """``value`` with every float rounded to 12 significant digits."""
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return float(f"{value:.12g}") if isinstance(value, float) else value
-
-
 def test_results_page_quotes_the_records(driver):
     """docs/RESULTS.md's tables are the records' own (printed by `summary --markdown` and `plot`), not typed."""
     text = (REPO / "docs" / "RESULTS.md").read_text()
@@ -354,7 +345,7 @@ def test_results_page_quotes_the_records(driver):
         rule,
         leak,
     ):  # the saved summary is this code's (to the last digits of a t quantile)
-        assert _rounded(saved["summary"]) == _rounded(driver.summarize(saved))
+        assert rounded(saved["summary"]) == rounded(driver.summarize(saved))
     assert record["protocol"]["grader"] == "sound" and record["protocol"]["version"] == 2
     assert _block(text, "tables") == driver.markdown_tables(record)
     assert _block(text, "restatement_rule") == driver.markdown_tables(rule)

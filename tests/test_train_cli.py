@@ -99,6 +99,9 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
     assert set(first.values()) == {per_rollout} and min(first) == 0
     forms = json.loads((out / "answer_forms.json").read_text())
     assert forms["grader"] == "sound" and forms["completions"] == sum(first.values())
+    rollouts = [json.loads(line) for line in (out / "samples" / "rollouts.jsonl").read_text().splitlines()]
+    assert forms["cut_off"] == sum(r["truncated"] for r in rollouts) and forms["paid_cut_off"] == 0
+    assert all(r["reason"] == "truncated" and r["score"] == 0 for r in rollouts if r["truncated"])
     for when in ("before", "after"):
         rows = (out / "samples" / f"heldout_{when}.jsonl").read_text().splitlines()
         assert len(rows) == 4 and json.loads(rows[0])["finish_reason"] in ("stop", "length")

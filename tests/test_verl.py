@@ -736,3 +736,58 @@ def test_reward_function_loads_through_verls_loader_and_returns_labels():
     assert score("pacs/x", r"\boxed{55}", "55", question) == 1.0
     assert score("pacs/x", r"\boxed{8 + 47}", "55", question) == 0.0
     assert score("pacs/x", r"\boxed{8 + 47}", "55", question, grader="paper") == 1.0
+
+
+def test_the_reward_manager_tells_the_sound_reward_which_responses_were_cut_off(
+    tiny_model_dir, tiny_tokenizer
+):
+    """Through verl's own loader and config: PACSRewardManager decides from the token ids (a response that fills
+    data.max_response_length without EOS is cut off) and the sound reward refuses those; a response that stopped
+    earlier, or on EOS, is graded. The row's shared extra_info is left as it was."""
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    width = 12
+    config = verl_config(
+        f"data.max_response_length={width}",
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "reward.custom_reward_function.path=pkg://pacs_rl.integrations.verl.reward",
+        "reward.custom_reward_function.name=compute_score",
+        "reward.reward_manager.source=importlib",
+        "reward.reward_manager.name=PACSRewardManager",
+        "reward.reward_manager.module.path=pkg://pacs_rl.integrations.verl.reward_manager",
+    )
+    assert verl_config_problems(config) == []
+    manager = load_reward_manager(config, tiny_tokenizer)
+    assert type(manager).__name__ == "PACSRewardManager" and manager.max_response_length == width
+    eos, pad = tiny_tokenizer.eos_token_id, tiny_tokenizer.pad_token_id
+    responses = {  # text, whether EOS follows it, what the sound grader pays
+        "stopped on EOS": (r"\boxed{97}", True, 1.0),
+        "ran to the limit": (r"x \boxed{97}", False, 0.0),  # 12 tokens, no EOS: cut off
+        "stopped short of the limit": (r"\boxed{97}", False, 1.0),  # a stop string, say
+    }
+    prompt = tiny_tokenizer("What is 90 + 7?", add_special_tokens=False)["input_ids"]
+    info = {"question": "What is 90 + 7?"}  # one dict for every row, as verl repeats a prompt's row n times
+    rows = []
+    for text, ends, _ in responses.values():
+        ids = tiny_tokenizer(text, add_special_tokens=False)["input_ids"] + ([eos] if ends else [])
+        assert len(ids) <= width
+        rows.append(
+            (ids + [pad] * (width - len(ids)), [1] * len(prompt) + [1] * len(ids) + [0] * (width - len(ids)))
+        )
+    data = DataProto.from_dict(
+        tensors={
+            "prompts": torch.tensor([prompt] * len(rows)),
+            "responses": torch.tensor([r for r, _ in rows]),
+            "attention_mask": torch.tensor([m for _, m in rows]),
+        },
+        non_tensors={
+            "data_source": np.array(["arith"] * len(rows), dtype=object),
+            "reward_model": np.array([{"ground_truth": "97"}] * len(rows), dtype=object),
+            "extra_info": np.array([info] * len(rows), dtype=object),
+        },
+    )
+    scores = [
+        manager.loop.run_until_complete(manager.run_single(data[i : i + 1]))["reward_score"] for i in range(3)
+    ]
+    assert scores == [paid for _, _, paid in responses.values()]
+    assert info == {"question": "What is 90 + 7?"}

@@ -363,3 +363,29 @@ def test_verls_config_class_is_generated_from_the_declaration():
         generated(pacs_beta=0)
     with pytest.raises(ValueError, match=r"actor.policy_loss.pacs_score='ppo': choose one of"):
         generated(pacs_score="ppo")
+
+
+def test_the_sound_reward_asks_for_the_reward_manager_that_says_which_responses_were_cut_off():
+    """verl hands a reward function the decoded text only: with our reward and a grader that refuses cut-off
+    responses, the guard asks for PACSRewardManager, which tells it."""
+    config = {
+        **copy.deepcopy(SAFE),
+        "reward": {"custom_reward_function": {"path": "pkg://pacs_rl.integrations.verl.reward"}},
+    }
+    (problem,) = verl_config_problems(config)
+    assert problem.startswith(
+        "reward.reward_manager: the sound grader never pays a response cut at the length"
+    )
+    assert "reward.reward_manager.name=PACSRewardManager" in problem
+    manager = {"source": "importlib", "name": "PACSRewardManager",
+               "module": {"path": "pkg://pacs_rl.integrations.verl.reward_manager"}}  # fmt: skip
+    config["reward"]["reward_manager"] = manager
+    assert verl_config_problems(config) == []
+    del config["reward"]["reward_manager"]
+    config["reward"]["custom_reward_function"]["reward_kwargs"] = {"grader": "paper"}  # pays them: no need
+    assert verl_config_problems(config) == []
+    legacy = {
+        **copy.deepcopy(SAFE),
+        "custom_reward_function": {"path": "pacs_rl/integrations/verl/reward.py"},
+    }
+    assert len(verl_config_problems(legacy)) == 1  # verl's older top-level key, which it migrates

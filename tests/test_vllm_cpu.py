@@ -163,6 +163,14 @@ def test_train_colocated_vllm_tracks_the_trainer(tmp_path, bundled_model, loss):
     held = json.loads((out / "heldout.json").read_text())
     assert held["before"]["engine"] == held["after"]["engine"] == "vllm-colocate"
     assert held["before"]["n"] == held["after"]["n"] == 4
+    # cut-off is decided from vLLM's completion ids (the token count, the EOS): only a 32-token completion can be cut
+    # off; the paper's grader pays some cut-off answers, counted beside its verdicts
+    rollouts = [json.loads(line) for line in (out / "samples" / "rollouts.jsonl").open()]
+    assert any(r["truncated"] for r in rollouts)
+    assert all(r["num_tokens"] == 32 for r in rollouts if r["truncated"])
+    forms = json.loads((out / "answer_forms.json").read_text())
+    assert forms["cut_off"] == sum(r["truncated"] for r in rollouts)
+    assert forms["paid_cut_off"] == sum(r["truncated"] and r["score"] == 1.0 for r in rollouts)
 
 
 # The CPU weight sync on its own: the policy changed by 2% noise on every weight, then synced.

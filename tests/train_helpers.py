@@ -95,3 +95,12 @@ def resolve(config, options, sets):
     values = cli.merge_settings(cli.user_settings(config, options, sets))
     values.pop("output_dir", None)
     return checks.split_settings(values)
+
+
+def rounded(value):
+    """``value`` with every float rounded to 12 significant digits."""
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [rounded(v) for v in value]
+    return float(f"{value:.12g}") if isinstance(value, float) else value

@@ -522,10 +522,11 @@ def _regrade(f: _Loaded, pool: Any, timeout: float, advance: Callable[[int], Non
     for i in range(0, len(f.rows), CHUNK):
         chunk, prompts = f.rows[i : i + CHUNK], f.questions[i : i + CHUNK]
         args = ([r["completion"] for r in chunk], [str(r["answer"]) for r in chunk])
+        cut = [_cut_off(r) for r in chunk]  # as recorded: the training grader refuses them
         if pool is not None:
-            result = pool.verify_batch(*args, grader=f.grader, prompts=prompts)
+            result = pool.verify_batch(*args, grader=f.grader, prompts=prompts, truncated=cut)
         else:
-            result = verify_batch(*args, f.grader, num_workers=0, timeout=timeout, prompts=prompts)
+            result = verify_batch(*args, f.grader, 0, timeout, prompts=prompts, truncated=cut)
         verdicts += result.verdicts
         advance(len(chunk))
     return verdicts

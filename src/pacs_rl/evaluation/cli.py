@@ -500,6 +500,12 @@ def _print_run_summary(run: dict, console: Console) -> None:
         f"harness overhead {'n/a' if frac is None else f'{100 * frac:.2f}%'} of generation time"
     )
     _print_forms(run, console)
+    if run.get("paid_cut_off"):  # the paper's grader pays some cut-off answers: counted beside its verdicts
+        console.print(
+            f"{run['label']}: {run['paid_cut_off']} of its paid answers were cut off at the token limit (the "
+            f"{run.get('grader', '?')} grader pays them; the training grader, sound, would not)",
+            soft_wrap=True, markup=False, highlight=False,
+        )  # fmt: skip
     reasons = run.get("finish_reasons") or {}
     cut = reasons.get("length", 0) / max(sum(reasons.values()), 1)
     if cut > CUT_OFF_WARN:

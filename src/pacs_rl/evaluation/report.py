@@ -37,16 +37,19 @@ def forms_text(forms: dict[str, int]) -> str:
 
 
 def forms_note(run: dict[str, Any]) -> str | None:
-    """One line on a run's paid answers that are not plain (None for a run without forms or paid answers)."""
+    """One line on a run's paid answers that are not plain, and on those cut off at the token limit (which the
+    paper's grader pays and the training grader refuses); None for a run without forms or paid answers."""
     if not run.get("paid_forms"):
         return None
+    cut = run.get("paid_cut_off") or 0
+    cut_note = f"; {cut} cut off at the token limit" if cut else ""
     share = paid_not_plain(run["paid_forms"])
     if share is None:
-        return "paid answers of unknown form (samples written before forms were recorded)"
+        return f"paid answers of unknown form (samples written before forms were recorded){cut_note}"
     not_plain, paid = share
     others = {f: c for f, c in run["paid_forms"].items() if f not in ("plain", "unknown") and c}
     detail = f" ({', '.join(f'{f} {c}' for f, c in others.items())})" if others else ""
-    return f"{not_plain / paid:.1%} of {paid} paid answers not plain{detail}"
+    return f"{not_plain / paid:.1%} of {paid} paid answers not plain{detail}{cut_note}"
 
 
 def find_metrics(paths: list[str | Path]) -> list[Path]:

@@ -46,6 +46,7 @@ from pacs_rl.evaluation.samples import (
 )
 from pacs_rl.models import load_model_and_tokenizer, load_tokenizer
 from pacs_rl.progress import started_bar
+from pacs_rl.rewards.cutoff import is_cut_off  # light: no math-verify
 from pacs_rl.rewards.graders import (  # names only: no math-verify
     DEFAULT_GRADER,
     TRAINING_GRADER,
@@ -399,6 +400,9 @@ def assemble_metrics(
         "paid_forms": form_counts(used, paid_only=True),
         "forms": form_counts(used),
         "finish_reasons": dict(Counter(str(r.get("finish_reason")) for r in used).most_common()),
+        # paid answers cut off at the token limit: the paper's grader pays some (its verdicts stay the paper's), the
+        # training grader none
+        "paid_cut_off": sum(float(r["score"]) >= 0.5 and r.get("finish_reason") == "length" for r in used),
         "mean_completion_tokens": sum(int(r.get("num_tokens", 0)) for r in used) / len(used),
         "skipped_rows": problems.skipped,
         "skipped_examples": problems.skip_messages[:5],
@@ -528,20 +532,21 @@ def build_sampler(config: EvalConfig):
 
 
 @contextlib.contextmanager
-def open_verifier(config: EvalConfig) -> Iterator[Callable[[list[str], list[str], list[str]], Any]]:
-    """Yield verify(completions, answers, questions) -> BatchResult with ``config``'s grader and time limit:
-    in a RewardPool of ``config.verify_workers`` processes (closed on exit), or in this process when 0."""
+def open_verifier(config: EvalConfig) -> Iterator[Callable[..., Any]]:
+    """Yield verify(completions, answers, questions, truncated) -> BatchResult with ``config``'s grader and time
+    limit (``truncated``: which completions were cut off at the token limit, refused by the training grader): in
+    a RewardPool of ``config.verify_workers`` processes (closed on exit), or in this process when 0."""
     from pacs_rl.rewards import RewardPool, verify_batch  # math-verify, sympy
 
     grader, timeout = config.resolved_grader(), config.verify_timeout
     if config.verify_workers <= 0:
-        yield lambda completions, answers, questions: verify_batch(
-            completions, answers, grader, num_workers=0, timeout=timeout, prompts=questions
+        yield lambda completions, answers, questions, truncated=None: verify_batch(
+            completions, answers, grader, 0, timeout, prompts=questions, truncated=truncated
         )
         return
     with RewardPool(num_workers=config.verify_workers, timeout=timeout) as pool:
-        yield lambda completions, answers, questions: pool.verify_batch(
-            completions, answers, grader, prompts=questions
+        yield lambda completions, answers, questions, truncated=None: pool.verify_batch(
+            completions, answers, grader, prompts=questions, truncated=truncated
         )
 
 
@@ -648,7 +653,10 @@ def sample_missing(
             t0 = time.perf_counter()
             pairs = [(p, s) for (p, _), samples in zip(chunk, outputs, strict=True) for s in samples]
             result = verify(
-                [s.text for _, s in pairs], [p.answer for p, _ in pairs], [p.problem for p, _ in pairs]
+                [s.text for _, s in pairs],
+                [p.answer for p, _ in pairs],
+                [p.problem for p, _ in pairs],
+                [is_cut_off(s.token_ids, None, finish_reason=s.finish_reason) for _, s in pairs],
             )
             timing.verification_seconds += time.perf_counter() - t0
             rows = sample_rows(chunk, outputs, result.verdicts)

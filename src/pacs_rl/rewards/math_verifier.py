@@ -61,6 +61,7 @@ REASONS = (
     "parse_error",  # the gold answer could not be parsed, or math-verify failed internally
     "empty_gold",  # the gold answer is empty or missing: a data problem, scored 0
     "worker_crash",  # the worker process died on this input (e.g. out of memory): scored 0
+    "truncated",  # cut off at the token limit: never paid by the training grader (pacs_rl.rewards.cutoff)
 )
 
 # The authors' extraction targets: gold by LaTeX (wrapped in \boxed{}), predictions by expressions and LaTeX.

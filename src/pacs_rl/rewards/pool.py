@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 
 from pacs_rl.progress import started_bar
+from pacs_rl.rewards.cutoff import CUT_OFF_REASON, refuses_cut_off
 from pacs_rl.rewards.graders import DEFAULT_GRADER, parse_grader
 from pacs_rl.rewards.math_verifier import Verdict, check
 
@@ -160,7 +161,9 @@ def _default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _check_lengths(completions: Sequence, answers: Sequence, prompts: Sequence | None) -> None:
+def _check_lengths(
+    completions: Sequence, answers: Sequence, prompts: Sequence | None, truncated: Sequence | None = None
+) -> None:
     if len(completions) != len(answers):
         raise ValueError(
             f"verify_batch got {len(completions)} completions but {len(answers)} answers; pass one gold "
@@ -171,6 +174,25 @@ def _check_lengths(completions: Sequence, answers: Sequence, prompts: Sequence |
             f"verify_batch got {len(prompts)} prompts for {len(completions)} completions; pass one prompt "
             "per completion or prompts=None."
         )
+    if truncated is not None and len(truncated) != len(completions):
+        raise ValueError(
+            f"verify_batch got {len(truncated)} cut-off flags for {len(completions)} completions; pass one per "
+            "completion (pacs_rl.rewards.cutoff.is_cut_off) or truncated=None."
+        )
+
+
+# A completion cut at the token limit, under a grader that refuses those: 0, unread (what it says is unfinished).
+CUT_OFF_VERDICT = Verdict(0.0, None, CUT_OFF_REASON, CUT_OFF_REASON)
+
+
+def _with_cut_offs(n: int, truncated: Sequence | None, grader: str, check_some) -> list[Verdict]:
+    """Every pair's verdict, in order: a cut-off completion (``truncated[i]``) refused unread as
+    :data:`CUT_OFF_VERDICT` where ``grader`` refuses those, the others from ``check_some(indices)``."""
+    refused = set()
+    if truncated is not None and refuses_cut_off(grader):
+        refused = {i for i in range(n) if truncated[i]}
+    checked = iter(check_some([i for i in range(n) if i not in refused]))
+    return [CUT_OFF_VERDICT if i in refused else next(checked) for i in range(n)]
 
 
 class RewardPool:
@@ -292,16 +314,23 @@ class RewardPool:
         timeout: float | None = None,
         progress: bool = False,
         prompts: Sequence | None = None,
+        truncated: Sequence[bool] | None = None,
     ) -> BatchResult:
         """Grade ``completions[i]`` against ``answers[i]`` for every i; see :func:`verify_batch`."""
         if self._closed:
             raise RuntimeError("this RewardPool is closed; create a new one (or use it inside `with`).")
-        _check_lengths(completions, answers, prompts)
+        _check_lengths(completions, answers, prompts, truncated)
         grader = parse_grader(grader).name  # an unknown grader fails here, not in every worker
         timeout = self.timeout if timeout is None else float(timeout)
         started = time.perf_counter()
+
+        def check_some(indices: list[int]) -> list[Verdict]:
+            pick = [completions[i] for i in indices], [answers[i] for i in indices]
+            asked = None if prompts is None else [prompts[i] for i in indices]
+            return self._run(*pick, grader, asked, timeout, progress)
+
         with self._lock:
-            verdicts = self._run(completions, answers, grader, prompts, timeout, progress)
+            verdicts = _with_cut_offs(len(completions), truncated, grader, check_some)
         return _result(verdicts, time.perf_counter() - started, self.num_workers)
 
     def _run(self, completions, answers, grader, prompts, timeout, progress) -> list[Verdict]:
@@ -476,6 +505,7 @@ def verify(
     grader: str = DEFAULT_GRADER,
     timeout: float = DEFAULT_TIMEOUT,
     prompt: str | None = None,
+    truncated: bool = False,
 ) -> Verdict:
     """Grade one completion against one gold answer, bounded by ``timeout`` seconds; never raises on model
     output (an unknown grader name raises ValueError).
@@ -487,8 +517,12 @@ def verify(
             either with ``+rule``s: see ``pacs_rl.rewards.math_verifier``.
         timeout: time limit in seconds; an overrun scores 0 with reason "timeout".
         prompt: the question or prompt text, for the rules ``restatement`` and ``echo``.
+        truncated: the completion was cut off at the token limit (``pacs_rl.rewards.cutoff.is_cut_off``): the
+            training grader (``sound``) then scores 0 with reason "truncated", unread; the others grade it.
     """
     grader = parse_grader(grader).name
+    if truncated and refuses_cut_off(grader):
+        return CUT_OFF_VERDICT
     if _in_main_thread():
         return _check_with_alarm(completion, answer, grader, prompt, timeout, _only_thread_of_process())
     return (
@@ -504,9 +538,12 @@ def math_reward(
     grader: str = DEFAULT_GRADER,
     timeout: float = DEFAULT_TIMEOUT,
     prompt: str | None = None,
+    truncated: bool = False,
 ) -> float:
     """1.0 when the completion's final answer equals the gold answer, else 0.0 (``verify(...).score``)."""
-    return verify(completion, answer, grader=grader, timeout=timeout, prompt=prompt).score
+    return verify(
+        completion, answer, grader=grader, timeout=timeout, prompt=prompt, truncated=truncated
+    ).score
 
 
 def verify_batch(
@@ -517,33 +554,44 @@ def verify_batch(
     timeout: float = DEFAULT_TIMEOUT,
     progress: bool = False,
     prompts: Sequence | None = None,
+    truncated: Sequence[bool] | None = None,
 ) -> BatchResult:
     """Grade ``completions[i]`` against ``answers[i]`` (with ``prompts[i]``, if given) for every i, in order.
 
     ``num_workers`` = 0 or 1 checks in this process (bounded by a signal timer in the main thread, by a
     one-worker guard pool in other threads); more starts a temporary :class:`RewardPool` (each of its
     workers imports sympy first; keep a ``RewardPool`` open instead when calling this every step);
-    ``None`` = one worker per available CPU.
+    ``None`` = one worker per available CPU. ``truncated[i]``: completion i was cut off at the token limit
+    (see :func:`verify`).
     """
-    _check_lengths(completions, answers, prompts)
+    _check_lengths(completions, answers, prompts, truncated)
     grader = parse_grader(grader).name
     workers = _default_workers() if num_workers is None else int(num_workers)
-    if workers <= 1:
-        if not _in_main_thread():
-            return _guard_pool().verify_batch(completions, answers, grader, timeout, progress, prompts)
-        started = time.perf_counter()
-        bar = started_bar("verifying", len(completions), enabled=bool(progress) and len(completions) > 0)
+    if workers > 1:
+        with RewardPool(num_workers=workers, timeout=timeout) as pool:
+            return pool.verify_batch(
+                completions, answers, grader=grader, progress=progress, prompts=prompts, truncated=truncated
+            )
+    if not _in_main_thread():
+        return _guard_pool().verify_batch(completions, answers, grader, timeout, progress, prompts, truncated)
+    started = time.perf_counter()
+    cpu_clock = _only_thread_of_process()  # no other thread can eat this process's CPU budget
+
+    def check_some(indices: list[int]) -> list[Verdict]:
+        bar = started_bar("verifying", len(indices), enabled=bool(progress) and len(indices) > 0)
         verdicts = []
-        cpu_clock = _only_thread_of_process()  # no other thread can eat this process's CPU budget
         try:
-            for i, (completion, answer) in enumerate(zip(completions, answers, strict=True)):
+            for i in indices:
                 prompt = None if prompts is None else prompts[i]
-                verdicts.append(_check_with_alarm(completion, answer, grader, prompt, timeout, cpu_clock))
+                verdicts.append(
+                    _check_with_alarm(completions[i], answers[i], grader, prompt, timeout, cpu_clock)
+                )
                 if bar is not None:
                     bar.advance(0)
         finally:
             if bar is not None:
                 bar.stop()
-        return _result(verdicts, time.perf_counter() - started, 1)
-    with RewardPool(num_workers=workers, timeout=timeout) as pool:
-        return pool.verify_batch(completions, answers, grader=grader, progress=progress, prompts=prompts)
+        return verdicts
+
+    verdicts = _with_cut_offs(len(completions), truncated, grader, check_some)
+    return _result(verdicts, time.perf_counter() - started, 1)

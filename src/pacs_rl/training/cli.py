@@ -28,7 +28,7 @@ from pacs_rl.models import ModelError
 from pacs_rl.run_folder import CARD_FILE, folder_state, last_complete_checkpoint
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import checks
-from pacs_rl.training.monitor import summary_line
+from pacs_rl.training.monitor import cut_off_line, summary_line
 from pacs_rl.training.schema import CONFIG_FIELDS, RUN_FIELDS, default_settings, known_keys
 
 _DEFAULTS = default_settings()
@@ -38,34 +38,49 @@ DECLARED = {**RUN_FIELDS, **CONFIG_FIELDS}
 CUT_OFF_WARN = 0.5  # a run warns when more than this share of its answers hit the token limit
 
 
+def _heldout_lines(result) -> list[str]:
+    """The summary's held-out lines: accuracy before and after, a warning when most answers hit the token limit,
+    and the paid ones that were cut off (a grader that pays them, the paper's: counted beside its verdicts)."""
+    if "after" not in result.heldout:
+        return []
+    tokens = (getattr(result, "heldout_protocol", None) or {}).get("max_new_tokens", "the")
+    b, a = result.heldout["before"], result.heldout["after"]
+    lines = [
+        f"held-out accuracy ({a['n']} problems, {result.eval_description}): "
+        f"before {b['accuracy']:.1%} -> after {a['accuracy']:.1%}"
+    ]
+    cut = {w: r.get("truncated_frac") or 0 for w, r in (("before", b), ("after", a))}
+    worst = max(cut, key=cut.get)
+    if cut[worst] > CUT_OFF_WARN:
+        lines.append(
+            f"warning: {cut[worst]:.0%} of the held-out answers {worst} training were cut off at the {tokens}-token "
+            "limit, so the accuracy measures the limit as much as the model: raise eval_max_new_tokens (and "
+            "max_completion_length for training), or hold out problems this model answers in fewer tokens"
+        )
+    paid_cut = {w: r.get("paid_cut_off") or 0 for w, r in (("before", b), ("after", a))}
+    if any(paid_cut.values()):
+        lines.append(
+            f"held-out answers paid though cut off at the {tokens}-token limit: before {paid_cut['before']}, "
+            f"after {paid_cut['after']} (the {(result.answer_forms or {}).get('grader') or 'run'} grader pays "
+            "them; the training grader, sound, refuses them)"
+        )
+    return lines
+
+
 def summary_lines(result) -> list[str]:
     """The lines printed at the end of a run (a `pacs_rl.training.run.TrainResult`)."""
-    lines = []
+    lines = _heldout_lines(result)
     protocol = getattr(result, "heldout_protocol", None) or {}
-    tokens = protocol.get("max_new_tokens", "the")
-    if "after" in result.heldout:
-        b, a = result.heldout["before"], result.heldout["after"]
-        lines.append(
-            f"held-out accuracy ({a['n']} problems, {result.eval_description}): "
-            f"before {b['accuracy']:.1%} -> after {a['accuracy']:.1%}"
-        )
-        cut = {w: r.get("truncated_frac") or 0 for w, r in (("before", b), ("after", a))}
-        worst = max(cut, key=cut.get)
-        if cut[worst] > CUT_OFF_WARN:
-            lines.append(
-                f"warning: {cut[worst]:.0%} of the held-out answers {worst} training were cut off at the {tokens}-token "
-                "limit, so the accuracy measures the limit as much as the model: raise eval_max_new_tokens (and "
-                "max_completion_length for training), or hold out problems this model answers in fewer tokens"
-            )
-    forms = summary_line(result.answer_forms) if result.answer_forms else None
-    if forms:
-        lines.append(forms)
+    for line in (summary_line, cut_off_line):
+        text = line(result.answer_forms) if result.answer_forms else None
+        if text:
+            lines.append(text)
     clipped = getattr(result, "rollout_truncated_frac", None)
     if clipped is not None and clipped > CUT_OFF_WARN:
         lines.append(
             f"warning: {clipped:.0%} of the rollouts' completions were cut off at max_completion_length "
-            "(completions/clipped_ratio in metrics.jsonl): a cut-off answer is rarely paid, so little is learnt; "
-            "raise max_completion_length, or train on shorter problems"
+            "(completions/clipped_ratio in metrics.jsonl): a cut-off answer is never paid by the training grader "
+            "(and seldom by another), so little is learnt; raise max_completion_length, or train on shorter problems"
         )
     where = f" on {result.device}" if result.device else ""
     first = getattr(result, "first_step", 0)

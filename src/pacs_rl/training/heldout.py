@@ -41,6 +41,7 @@ from pacs_rl.data import encode_prompts
 from pacs_rl.evaluation.passk import pass_at_k
 from pacs_rl.progress import advancing
 from pacs_rl.rewards import make_math_reward_func, math_reward_func
+from pacs_rl.rewards.cutoff import is_cut_off
 from pacs_rl.run_folder import HELDOUT_FILE, SAMPLES_DIR, heldout_samples_file
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.training.config import PACSConfig
@@ -66,10 +67,11 @@ def heldout_accuracy(
     """Accuracy of ``model`` on ``problems`` (list of pacs_rl.data.Problem), one completion each.
 
     Sampled with pacs_rl.sampling.TransformersSampler (temperature 0 = greedy). Returns {"accuracy", "n",
-    "correct", "mean_length", "paid_forms", "samples"}: ``paid_forms`` counts the forms of the paid answers
-    (:mod:`pacs_rl.training.monitor`; empty for a reward function that gives no verdicts), ``samples`` one row per
-    problem (its completion and verdict). The global torch RNG is saved and restored, so calling this does not
-    change a training run's random stream. ``prompt_kwargs``: the run's prompt settings, as
+    "correct", "mean_length", "paid_forms", "paid_cut_off", "samples"}: ``paid_forms`` counts the forms of the paid
+    answers (:mod:`pacs_rl.training.monitor`; empty for a reward function that gives no verdicts),
+    ``paid_cut_off`` the paid answers cut off at the token limit (0 under the training grader, which is told and
+    refuses them), ``samples`` one row per problem (its completion and verdict). The global torch RNG is saved and
+    restored, so calling this does not change a training run's random stream. ``prompt_kwargs``: the run's prompt settings, as
     ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt).
     """
     reward_func = reward_func or math_reward_func
@@ -98,11 +100,13 @@ def heldout_accuracy(
 
 def _graded_rows(batch, samples, reward_func, paid_forms: Counter) -> list[dict]:
     """One row per problem of ``batch`` (its completion, score and verdict), ``samples`` graded by ``reward_func``
-    as in training; the forms of the paid answers are counted into ``paid_forms``."""
+    as in training (told which were cut off at the token limit); the forms of the paid answers are counted into
+    ``paid_forms``."""
     scores = reward_func(
         [[{"role": "assistant", "content": s.text}] for s in samples],
         answer=[p.answer for p in batch],
         problem=[p.problem for p in batch],  # the question, for graders that read it
+        truncated=[is_cut_off(s.token_ids, None, finish_reason=s.finish_reason) for s in samples],
     )
     result = getattr(reward_func, "last_result", None)
     verdicts = result.verdicts if result is not None else [None] * len(samples)
@@ -137,6 +141,7 @@ def _accuracy_result(n: int, rows: list[dict], paid_forms: Counter) -> dict:
         "correct": correct,
         "mean_length": sum(lengths) / max(len(lengths), 1),
         "paid_forms": dict(paid_forms),
+        "paid_cut_off": sum(r["score"] == 1.0 and r["finish_reason"] == "length" for r in rows),
         "samples": rows,
     }
 
@@ -225,16 +230,19 @@ def sample_and_grade(
     batch_size: int,
     seed: int,
     prompt_kwargs: dict | None = None,
+    tally: Counter | None = None,
 ) -> tuple[list[int], list[float]]:
     """(correct samples out of n, mean completion length) per problem, in the order of ``problems``, on every
-    process. A sample is correct when the reward function scores it 1. ``prompt_kwargs``: the run's prompt
+    process. A sample is correct when the reward function scores it 1; the reward function is told which samples
+    were cut off at the token limit (keyword ``truncated``), and ``tally`` (when given) counts them over every
+    process: ``cut_off``, and ``paid_cut_off`` among the correct ones. ``prompt_kwargs``: the run's prompt
     settings, as ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt)."""
     acc = trainer.accelerator
     world, rank = acc.num_processes, acc.process_index
     per = math.ceil(len(problems) / world)  # every process: the same number of rows, padded
     mine = list(range(rank * per, min((rank + 1) * per, len(problems))))
     tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
-    local: list[tuple[int, int, float]] = []
+    local: list[tuple[int, int, float, int, int]] = []
     with _rng_preserved(), _evaluation_sampling(trainer, temperature, top_p, max_new_tokens), torch.no_grad():
         torch.manual_seed(seed + rank)
         for start in range(0, per, batch_size):
@@ -248,36 +256,47 @@ def sample_and_grade(
             kept = completions[: len(rows) * n]
             if not rows:  # this process's share ended: it only kept the others' collectives in step
                 continue
+            # the whole call's completions: the fast sampler's finish reasons are kept for exactly those
+            cut = trainer.completion_cut_offs(completions)[: len(kept)]
             texts = tokenizer.batch_decode(kept, skip_special_tokens=True)
             scores = reward_func(
                 [[{"role": "assistant", "content": t}] for t in texts],
                 answer=[problems[i].answer for i in rows for _ in range(n)],
                 problem=[problems[i].problem for i in rows for _ in range(n)],  # for graders that read it
+                truncated=cut,
             )
             for j, i in enumerate(rows):
-                group = slice(j * n, (j + 1) * n)
-                correct = sum(s == 1.0 for s in scores[group])
-                local.append((i, int(correct), sum(len(c) for c in kept[group]) / n))
+                group = range(j * n, (j + 1) * n)
+                paid = [scores[k] == 1.0 for k in group]
+                paid_cut = sum(p and cut[k] for p, k in zip(paid, group, strict=True))
+                mean_length = sum(len(kept[k]) for k in group) / n
+                local.append((i, int(sum(paid)), mean_length, sum(cut[k] for k in group), paid_cut))
     if world > 1:
         local = gather_object(local)
     ordered = sorted(local)
-    return [c for _, c, _ in ordered], [length for _, _, length in ordered]
+    if tally is not None:
+        tally["cut_off"] += sum(row[3] for row in ordered)
+        tally["paid_cut_off"] += sum(row[4] for row in ordered)
+    return [row[1] for row in ordered], [row[2] for row in ordered]
 
 
 def engine_accuracy(
     trainer, problems, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs=None
 ) -> dict:
-    """Held-out accuracy (one completion per problem) through the engine: the keys of `heldout_accuracy`, and
-    `engine` (`engine_name`)."""
-    correct, lengths = sample_and_grade(
-        trainer, problems, 1, temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs
-    )
+    """Held-out accuracy (one completion per problem) through the engine: the keys of `heldout_accuracy` but its
+    samples and paid forms, the share cut off at the token limit (``truncated_frac``), and `engine`
+    (`engine_name`)."""
+    tally: Counter = Counter()
+    args = (temperature, top_p, max_new_tokens, reward_func, batch_size, seed, prompt_kwargs, tally)
+    correct, lengths = sample_and_grade(trainer, problems, 1, *args)
     n = len(problems)
     return {
         "accuracy": sum(correct) / n if n else float("nan"),
         "n": n,
         "correct": sum(correct),
         "mean_length": sum(lengths) / max(n, 1),
+        "paid_cut_off": tally["paid_cut_off"],
+        "truncated_frac": tally["cut_off"] / n if n else float("nan"),
         "engine": engine_name(trainer),
     }
 

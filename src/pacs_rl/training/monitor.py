@@ -7,6 +7,9 @@ share of such paid answers grows as the policy learns it. Every rollout here:
 - each completion's form (:data:`pacs_rl.rewards.answers.FORMS`), with ``truncated`` for a paid answer that ran
   to the token limit, is counted among the paid ones and logged as ``answers/paid_<form>`` (share of the paid
   answers) and ``answers/paid_not_plain``;
+- the completions cut off at the token limit are counted: ``answers/cut_off_frac`` (share of the rollout) and
+  ``answers/paid_cut_off_count`` (those paid: always 0 under the training grader, which refuses them; the
+  paper's grader pays some);
 - the rollout's completions with their verdicts are appended to ``samples/rollouts.jsonl`` in the run folder, so
   that ``pacs-rl audit`` can grade them again with another grader;
 - the progress output says once per form when that form passes :data:`WARN_SHARE` of the paid answers.
@@ -88,6 +91,7 @@ class AnswerMonitor:
         self.write = write and self.out_dir is not None
         self.totals_paid: Counter = Counter()
         self.totals_all: Counter = Counter()
+        self.cut_off: Counter = Counter()  # completions cut off at the token limit: "all" and "paid"
         self.rollouts = 0
 
     @property
@@ -112,10 +116,13 @@ class AnswerMonitor:
         path.write_text("".join(line + "\n" for line in kept))
 
     def _count(self, row: dict[str, Any]) -> None:
-        form = paid_form(row.get("form"), bool(row.get("truncated")))
+        cut = bool(row.get("truncated"))
+        form = paid_form(row.get("form"), cut)
         self.totals_all[row.get("form") or "none"] += 1
+        self.cut_off["all"] += cut
         if row.get("score") == 1.0:
             self.totals_paid[form] += 1
+            self.cut_off["paid"] += cut
 
     def observe(
         self,
@@ -157,6 +164,11 @@ class AnswerMonitor:
                 f.writelines(json.dumps(r) + "\n" for r in rows)
         metrics = form_shares(counts)
         metrics["answers/paid_count"] = float(sum(counts.values()))
+        if rows:
+            metrics["answers/cut_off_frac"] = sum(r["truncated"] for r in rows) / len(rows)
+            metrics["answers/paid_cut_off_count"] = float(
+                sum(r["truncated"] and r["score"] == 1.0 for r in rows)
+            )
         return metrics
 
     def totals(self) -> dict[str, Any]:
@@ -168,6 +180,8 @@ class AnswerMonitor:
             "paid": paid,
             "paid_forms": {f: self.totals_paid.get(f, 0) for f in PAID_FORMS},
             "paid_not_plain_share": None if not paid else 1.0 - self.totals_paid.get("plain", 0) / paid,
+            "cut_off": self.cut_off["all"],  # completions cut off at the token limit
+            "paid_cut_off": self.cut_off["paid"],  # ... and paid (0 under the training grader)
         }
 
     def save(self, **extra: Any) -> Path | None:
@@ -190,3 +204,15 @@ def summary_line(forms: dict[str, Any]) -> str | None:
         f"paid answers in training by form: {', '.join(parts)} ({plain / paid:.1%} plain of {paid}; "
         f"{SAMPLES_DIR}/{ROLLOUTS_FILE} keeps them, `pacs-rl audit` re-grades them)"
     )
+
+
+def cut_off_line(forms: dict[str, Any]) -> str | None:
+    """One line for a run's summary: the rollouts' completions cut off at the token limit, and how many of them
+    the grader paid (None before any was counted)."""
+    completions, cut = forms.get("completions") or 0, forms.get("cut_off")
+    if not completions or cut is None:
+        return None
+    paid = forms.get("paid_cut_off") or 0
+    grader = forms.get("grader") or "the"
+    paid_text = f"{paid} of them paid by the {grader} grader" if paid else f"none paid by the {grader} grader"
+    return f"completions cut off at the token limit in training: {cut} of {completions} ({paid_text})"

@@ -56,6 +56,7 @@ from trl.trainer.utils import (
 )
 
 from pacs_rl.algorithms import compute_policy_loss, finite_groups, policy_loss_options
+from pacs_rl.rewards.cutoff import is_cut_off
 from pacs_rl.rewards.trl_reward import MathRewardFunction
 from pacs_rl.run_folder import PACS_STATE_FILE
 from pacs_rl.sampling import SamplingParams, TransformersSampler
@@ -298,9 +299,26 @@ class PACSTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ rollout
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # every reward function is told which completions were cut off at the token limit (keyword `truncated`):
+        # the training grader never pays one
+        cut = self.completion_cut_offs(completion_ids_list)
+        inputs = [{**x, "truncated": c} for x, c in zip(inputs, cut, strict=True)]
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func  # (B_all_processes, n_funcs), gathered
         return rewards_per_func
+
+    def completion_cut_offs(self, completion_ids: list[list[int]]) -> list[bool]:
+        """Which of ``completion_ids`` (this process's, as generated) were cut off at the token limit: the fast
+        sampler's finish reasons when they are its last samples, else the token count against
+        max_completion_length and the EOS ids (TRL's generate, vLLM), by the one rule ``is_cut_off``."""
+        ids = [list(c) for c in completion_ids]
+        sampled, reasons = getattr(self, "_rollout_finish", None) or (None, None)
+        if sampled != ids:
+            reasons = [None] * len(ids)
+        return [
+            is_cut_off(c, self.max_completion_length, self.eos_token_ids, r)
+            for c, r in zip(ids, reasons, strict=True)
+        ]
 
     def _generate_single_turn(
         self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
@@ -344,6 +362,7 @@ class PACSTrainer(GRPOTrainer):
         )
         samples = [s for group in self._sampler.generate_ids(unique, params) for s in group]
         completions = [list(s.token_ids) for s in samples]
+        self._rollout_finish = (completions, [s.finish_reason for s in samples])  # for completion_cut_offs
         self._sampler_old_logps = (
             (completions, [s.logprobs for s in samples], [s.entropies for s in samples])
             if keep_logprobs
@@ -471,14 +490,9 @@ class PACSTrainer(GRPOTrainer):
             return
         func = funcs[0]
         texts, answers, questions = func.last_inputs
-        ids, mask = output["completion_ids"], output["completion_mask"]
-        lengths = mask.sum(dim=1)
-        eos = self.processing_class.eos_token_id
-        ended = (ids == eos).any(dim=1) if eos is not None else torch.zeros_like(lengths, dtype=torch.bool)
-        cut = ((lengths >= self.max_completion_length) & ~ended).tolist()
-        local = list(
-            zip(func.last_result.verdicts, texts, answers, questions, lengths.tolist(), cut, strict=True)
-        )
+        lengths = output["completion_mask"].sum(dim=1).tolist()
+        cut = func.last_truncated or [False] * len(texts)  # as _calculate_rewards told the reward function
+        local = list(zip(func.last_result.verdicts, texts, answers, questions, lengths, cut, strict=True))
         rows = gather_object(local) if self.accelerator.num_processes > 1 else local
         metrics = self.answer_monitor.observe(self.state.global_step, *map(list, zip(*rows, strict=True)))
         for key, value in metrics.items():

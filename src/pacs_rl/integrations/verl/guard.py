@@ -36,6 +36,9 @@ from collections.abc import Mapping
 from math import gcd
 from typing import Any
 
+from pacs_rl.rewards.cutoff import refuses_cut_off
+from pacs_rl.rewards.graders import TRAINING_GRADER
+
 from .options import PACS_NAME, POLICY_LOSS, loss_setting_problems
 
 __all__ = [
@@ -424,6 +427,36 @@ def _rollout_correction_problems(config: Any) -> list[str]:
     return problems
 
 
+REWARD_MODULE = "pacs_rl.integrations.verl.reward"  # compute_score: the 0/1 reward
+REWARD_MANAGER = ("pacs_rl.integrations.verl.reward_manager", "PACSRewardManager")  # tells it the cut-offs
+
+
+def _reward_manager_problems(config: Any) -> list[str]:
+    """Our reward function with a grader that refuses cut-off responses needs the reward manager that says which
+    were cut (verl's own hand it the decoded text only). Legacy keys as verl 0.9 migrates them."""
+    fn = _select(config, "reward.custom_reward_function", None) or _select(
+        config, "custom_reward_function", None
+    )
+    path = str(_select(fn, "path", "") or "")
+    if not path.endswith(REWARD_MODULE) and not path.endswith(REWARD_MODULE.replace(".", "/") + ".py"):
+        return []
+    grader = str(_select(fn, "reward_kwargs.grader", TRAINING_GRADER))
+    manager = "reward.reward_manager"
+    source = _select(config, f"{manager}.source", "register")
+    name = _select(config, f"{manager}.name", "naive")
+    module = str(_select(config, f"{manager}.module.path", "") or "")
+    ours = (
+        source == "importlib" and name == REWARD_MANAGER[1] and REWARD_MANAGER[0] in module.replace("/", ".")
+    )
+    if ours or not refuses_cut_off(grader):
+        return []
+    return [
+        f"{manager}: the {grader} grader never pays a response cut at the length limit, and verl's {name!r} "
+        "manager does not say which were; set reward.reward_manager.source=importlib, "
+        f"reward.reward_manager.name={REWARD_MANAGER[1]}, reward.reward_manager.module.path=pkg://{REWARD_MANAGER[0]}."
+    ]
+
+
 def verl_config_problems(config: Any) -> list[str]:
     """Every reason why ``config`` (verl's full PPO config: a hydra DictConfig or the same as nested dicts)
     cannot run PACS: settings that split groups or change what the PACS loss reads, and what verl 0.9 would
@@ -446,7 +479,7 @@ def verl_config_problems(config: Any) -> list[str]:
     problems += _verl_setting_problems(config)
     if not split:
         problems += _verl_micro_problems(config, update=not group_micro)
-    return problems + _rollout_correction_problems(config)
+    return problems + _rollout_correction_problems(config) + _reward_manager_problems(config)
 
 
 def check_verl_config(config: Any) -> None:
