@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from collections import Counter
@@ -85,7 +84,6 @@ def grade(args) -> None:
     cut = [r["finish_reason"] == "length" for r in rows]
     entry = {
         "date": date.today().isoformat(),
-        "cpu": platform.processor() or platform.machine(),
         "completions": len(rows),
         "groups": len(rows) // G,
         "cut_off": sum(r["finish_reason"] == "length" for r in rows),
@@ -97,8 +95,16 @@ def grade(args) -> None:
         )
         entry[grader] = _summary(rows, result.scores, result.verdicts)
         entry[grader]["seconds"] = round(time.perf_counter() - started, 2)
+    from pacs_rl.sampling.transformers_backend import cpu_capability
+
     record = json.loads(RECORD.read_text()) if RECORD.exists() else {}
-    record[args.label] = entry
+    record = {
+        "what": "the base model's first rollout on the CPU default, graded by the graders of each label's commit",
+        "command": "python benchmarks/first_rollout.py grade --label LABEL",
+        "samples": SAMPLES.name,
+        "graded": {**record.get("graded", {}), args.label: entry},
+    }
+    record.update(date=entry["date"], cpu_capability=cpu_capability())
     RECORD.write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps({args.label: entry}, indent=1))
 

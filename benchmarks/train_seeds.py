@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -223,12 +222,15 @@ def record(args, arms, work: Path) -> None:
             if found is not None:
                 runs.append({"arm": arm, "seed": seed, "sets": [*args.set, *sets], **found})
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    from pacs_rl.sampling.transformers_backend import cpu_capability
+
     out = {
         "what": f"pacs-rl train over seeds: {args.name}",
         "command": " ".join(["python benchmarks/train_seeds.py", *sys.argv[1:]]),
         "date": date.today().isoformat(),
         "commit": commit.stdout.strip(),
-        "host": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "cpu_capability": cpu_capability(),
+        "cores": os.cpu_count(),
         "workers": args.workers,
         "threads": args.threads,
         "summary": summarize(runs) if runs else {},
