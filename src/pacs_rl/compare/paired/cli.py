@@ -176,7 +176,10 @@ def paired_command(
     first_seed: int = option("first_seed", metavar="SEED"),
     merge: str = option("merge", metavar="FILE"),
     report_only: bool = typer.Option(
-        False, "--report-only", help="Print the record's tables and cost, and draw its figure; run nothing."
+        False,
+        "--report-only",
+        help="Print the record's tables, where its stopping rule stands, what its runs logged, its cost, and draw "
+        "its figure; run nothing.",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -231,7 +234,7 @@ def driver_options(given: PairedOptions):
 
 def run_command(opts, report_only: bool, dry_run: bool) -> None:
     """Run, report or dry-run the paired record ``opts`` describes."""
-    from pacs_rl.compare.paired import driver, tables  # numpy, and the runner it drives
+    from pacs_rl.compare.paired import collapses, driver, tables  # numpy, and the runner it drives
 
     if dry_run:
         _dry_run(opts)
@@ -241,6 +244,9 @@ def run_command(opts, report_only: bool, dry_run: bool) -> None:
             fail(f"--record {opts.record}: no such record yet (run without --report-only to start it)")
         record = json.loads(opts.record.read_text())
         typer.echo(tables.markdown_tables(record))
+        typer.echo(tables.verdict(record, opts.target, opts.max_seeds))
+        if record["runs"]:  # what the runs logged while training, and the collapsed runs against the others
+            typer.echo(f"\n{collapses.dynamics_table(record)}\n\n{collapses.collapse_table(record)}\n")
         typer.echo(tables.cost_line(record))
         from pacs_rl.compare.paired.figures import plot_comparison  # matplotlib
 
