@@ -7,6 +7,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
+import subprocess
+import sys
+import time
 import types
 from pathlib import Path
 
@@ -131,6 +135,42 @@ def test_a_record_of_another_protocol_is_refused_and_saving_adds_the_summary(dri
     path.write_text(json.dumps(saved))
     with pytest.raises(CompareError, match="another protocol"):
         driver.load_record(path)
+
+
+def test_a_record_holds_the_cpu_default_and_refuses_a_changed_one_by_name(driver, tmp_path):
+    """A new record holds the `pacs-rl train` CPU default of its day (the settings the train command runs with when
+    given none); once that default changes, the record is refused naming each setting that changed, and a closed
+    record (another protocol version) is refused naming its version. A run trains on the default the record holds."""
+    from pacs_rl.training.schema import CPU_DEFAULTS, default_settings
+
+    path = tmp_path / "record.json"
+    record = driver.new_record(methods=["pacs", "grpo"], passk=False)
+    held = record["protocol"]["cpu_default"]
+    assert held == driver.cpu_default() and {**held, **default_settings()} == held
+    assert {k: held[k] for k in CPU_DEFAULTS} == CPU_DEFAULTS and "pacs_beta" in held  # PACS's own fields too
+    driver.save_record(path, record)
+    changed = json.loads(path.read_text())
+    changed["protocol"]["cpu_default"]["learning_rate"] = 1e-4  # made when the default's lr was 1e-4
+    del changed["protocol"]["cpu_default"]["temperature"]  # ... and before it had a temperature setting
+    path.write_text(json.dumps(changed))
+    now = default_settings()
+    message = f"CPU default has changed since it was made (learning_rate 0.0001 -> {now['learning_rate']!r}; " \
+              f"temperature: new, {now['temperature']!r})"  # fmt: skip
+    with pytest.raises(CompareError, match=re.escape(message)):
+        driver.load_record(path, methods=["pacs", "grpo"], passk=False)
+    closed = {**record, "protocol": {**record["protocol"], "version": 2}}
+    path.write_text(json.dumps(closed))
+    with pytest.raises(CompareError, match="protocol version 2, this code runs version 3"):
+        driver.load_record(path)
+    # the changed record's runs train as it holds them, whatever this code's default
+    values, _ = driver.run_values(changed["protocol"], "grpo", 0)
+    assert values["learning_rate"] == 1e-4
+    assert values["temperature"] == default_settings()["temperature"]  # a setting it lacks: this code's
+    ours = json.loads(json.dumps(record))
+    with pytest.raises(
+        CompareError, match=re.escape(f"its CPU default: learning_rate {now['learning_rate']!r} -> 0.0001")
+    ):
+        driver.merge_records(ours, {**changed, "runs": []}, "gpu.json")
 
 
 def test_cost_per_pair_splits_training_from_evaluation_and_skips_resumed_runs(driver):
@@ -333,33 +373,62 @@ def _block(text: str, name: str) -> str:
 
 
 def test_results_page_quotes_the_records(driver):
-    """docs/RESULTS.md's tables are the records' own (printed by `summary --markdown` and `plot`), not typed."""
+    """docs/RESULTS.md's tables are the records' own (printed by `summary --markdown`, `--dynamics` and `plot`), not
+    typed; the current record's blocks are empty while it has no runs, and the page says so."""
+    script = load_script("benchmarks/pacs_vs_grpo.py")
     text = (REPO / "docs" / "RESULTS.md").read_text()
     bench = REPO / "docs" / "benchmarks"
-    record = json.loads((bench / "pacs_vs_grpo.json").read_text())
-    leak = json.loads((bench / "pacs_vs_grpo_restatement_leak.json").read_text())  # the first record
-    rule = json.loads((bench / "pacs_vs_grpo_restatement_rule.json").read_text())  # the second, closed
-    critic = json.loads((bench / "pacs_critic.json").read_text())
-    for saved in (
-        record,
-        rule,
-        leak,
-    ):  # the saved summary is this code's (to the last digits of a t quantile)
+    closed = {name: json.loads((REPO / path).read_text()) for name, path in script.CLOSED.items()}
+    for name, (record_name, what) in script.CLOSED_BLOCKS.items():
+        assert _block(text, name) == script.block(closed[record_name], what).strip(), name
+    current = REPO / script.RECORD
+    record = json.loads(current.read_text()) if current.is_file() else None
+    for name, body in script.current_blocks(record).items():
+        assert _block(text, name) == body.strip(), name
+    if record is None:  # the fourth record starts later: its section says so, and holds no figure
+        assert "**No pairs exist yet.**" in text and not any(script.current_blocks(None).values())
+    for saved in [*closed.values(), *([record] if record else [])]:
+        # the saved summary is this code's (to the last digits of a t quantile)
         assert rounded(saved["summary"]) == rounded(driver.summarize(saved))
-    assert record["protocol"]["grader"] == "sound" and record["protocol"]["version"] == 2
-    assert _block(text, "tables") == driver.markdown_tables(record)
-    assert _block(text, "restatement_rule") == driver.markdown_tables(rule)
-    assert _block(text, "leak") == driver.markdown_tables(leak)
-    assert _block(text, "critic") == driver.critic_table([leak, critic])  # the critic's runs are the leak's
-    assert _block(text, "critic_sound") == driver.critic_table([record])
-    before, now = driver.cost(rule)["pair"]["passk"], driver.cost(record)["pair"]["greedy"]
+    third = closed["noise_steps"]
+    assert third["protocol"]["grader"] == "sound" and third["protocol"]["version"] == 2
+    critic = json.loads((bench / "pacs_critic.json").read_text())
+    assert _block(text, "critic") == driver.critic_table(
+        [closed["restatement_leak"], critic]
+    )  # the leak's runs
+    before, then = (
+        driver.cost(closed["restatement_rule"])["pair"]["passk"],
+        driver.cost(third)["pair"]["greedy"],
+    )
     flat = " ".join(text.split())
     assert f"a pair took {before['seconds']:,} s, {before['eval_seconds']:,} s of it evaluation" in flat
-    assert f"greedy only, as now, {now['seconds']:,} s, {now['eval_seconds']:,} s of it evaluation" in flat
-    assert (REPO / "docs" / "results" / "pacs_vs_grpo" / "comparison.png").is_file()
-    assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_rule" / "comparison.png").is_file()
+    assert f"greedy only, as now, {then['seconds']:,} s, {then['eval_seconds']:,} s of it evaluation" in flat
+    for name in ("noise_steps", "restatement_rule"):
+        assert (REPO / "docs" / "results" / f"pacs_vs_grpo_{name}" / "comparison.png").is_file()
     for name in ("comparison.png", "critic_auc.png"):
         assert (REPO / "docs" / "results" / "pacs_vs_grpo_restatement_leak" / name).is_file()
+
+
+def test_the_closed_third_record_says_what_it_measured(driver):
+    """pacs_vs_grpo_noise_steps.json's `closed` figures are its runs' own (steps_on_no_signal over its curves), and
+    RESULTS quotes them: PACS took optimizer steps with no group of both labels in its rollout, GRPO none."""
+    from pacs_rl.compare.paired.collapses import steps_on_no_signal
+
+    third = json.loads((REPO / "docs" / "benchmarks" / "pacs_vs_grpo_noise_steps.json").read_text())
+    figures = third["closed"]["steps_on_no_signal"]
+    for method in ("pacs", "grpo"):
+        parts = [steps_on_no_signal(r) for r in third["runs"] if r["method"] == method]
+        assert figures[method]["steps"] == sum(p["steps"] for p in parts)
+        assert figures[method]["no_signal"] == sum(p["no_signal"] for p in parts)
+        assert figures[method]["moved"] == sum(p["moved"] for p in parts)
+    assert figures["grpo"]["moved"] == 0 and figures["pacs"]["moved"] > 0
+    first = [1 - r["dynamics"]["curves"]["mixed_groups"][0] for r in third["runs"]]
+    assert third["closed"]["first_rollout_single_label"] == round(sum(first) / len(first), 4)
+    flat = " ".join((REPO / "docs" / "RESULTS.md").read_text().split())
+    pacs = figures["pacs"]
+    assert (f"In {pacs['no_signal']} of PACS's {pacs['steps']:,} optimizer steps" in flat
+            and f"the optimizer still took {pacs['moved']} of them ({100 * pacs['moved'] / pacs['steps']:.1f}%" in flat)  # fmt: skip
+    assert f"{round(100 * third['closed']['first_rollout_single_label'])}% of the groups" in flat
 
 
 def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
@@ -418,6 +487,7 @@ def test_methods_split_outside_brackets():
         (["paired", "--workers", "0"], "--workers 0: give a whole number >= 1"),
         (["paired", "--target", "0"], "--target 0.0: give a number in (0, 100)"),
         (["paired", "--hours", "-1"], "--hours -1.0: give a number in (0, inf]"),
+        (["paired", "--stop-after", "0"], "--stop-after 0.0: give a number in (0, inf]"),
         (["paired", "--passk-every", "2"], "--passk-every 2: pass@k on every N-th seed needs --n 64"),
         (["paired", "--methods", "pacs,foo"], "--methods 'foo'"),
         (["--preset", "pacs-vs-grpo", "--workers", "0"], "--workers 0"),  # the older spelling, checked alike
@@ -435,21 +505,33 @@ def _paired_command(record: Path, work: Path) -> list[str]:
 
 def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
     record = tmp_path / "record.json"
-    record.write_text((REPO / "docs" / "benchmarks" / "pacs_vs_grpo.json").read_text())
+    made = paired.new_record(passk=True, passk_every=2)
+    made["runs"] = [_run(m, s, 0.3 + 0.1 * s * (m == "pacs")) for s in range(3) for m in paired.ARMS]
+    paired.save_record(record, made)
     saved = json.loads(record.read_text())
-    args = _paired_command(record, tmp_path / "w")
-    rule = saved["protocol"].get("passk_seeds")  # the options the record was made with
-    args += ["--n", "64", "--passk-every", str(rule["every"])] if rule else []
+    args = [*_paired_command(record, tmp_path / "w"), "--n", "64", "--passk-every", "2"]
     result = CliRunner().invoke(app, [*args, "--dry-run"])
     assert result.exit_code == 0, result.output
-    gap = paired.summarize(saved)["grpo"]["pacs_minus_this"]["greedy_accuracy"]
-    assert f"over {gap['pairs']} pairs" in result.output and f"{100 * gap['mean']:+.1f} pp" in result.output
-    first = next(paired.next_jobs(saved, list(saved["protocol"]["methods"]), 0))
+    assert "methods: pacs, grpo, pacs_clip; every method on every seed" in result.output
+    assert paired.verdict(saved) in result.output  # where the stopping rule stands
+    assert "it stops at ±5 pp or 40 pairs" in result.output
+    assert f"learning_rate {saved['protocol']['cpu_default']['learning_rate']}" in result.output
+    first = next(paired.next_jobs(saved, list(saved["protocol"]["methods"])))
     assert f"next runs: {'base' if first[0] is None else f'{first[0]} seed {first[1]}'}" in result.output
     assert json.loads(record.read_text()) == saved  # a dry run writes nothing
     # the same record with another protocol (24 steps) is refused, and the dry run says so
     refused = CliRunner().invoke(app, [*args, "--dry-run", "--max-steps", "24"])
     assert refused.exit_code == 1 and "another protocol" in refused.output
+    # the closed third record: its version named
+    closed = tmp_path / "closed.json"
+    closed.write_text((REPO / "docs" / "benchmarks" / "pacs_vs_grpo_noise_steps.json").read_text())
+    old = CliRunner().invoke(app, [*_paired_command(closed, tmp_path / "w"), "--n", "64", "--passk-every", "2",
+                                   "--dry-run"])  # fmt: skip
+    assert old.exit_code == 1 and "protocol version 2, this code runs version 3" in old.output
+    # a folder of run folders made by an older record (no protocol.json) is not this record's
+    (tmp_path / "w" / "pacs" / "seed0").mkdir(parents=True)
+    taken = CliRunner().invoke(app, [*args, "--dry-run"])
+    assert taken.exit_code == 1 and "holds run folders without a protocol.json" in taken.output
 
 
 def test_a_paired_record_runs_end_to_end_in_run_processes(tmp_path):
@@ -488,6 +570,7 @@ def test_a_run_trains_as_the_cpu_default_on_a_cpu_and_alike_on_a_gpu(monkeypatch
     assert choice.device == "cpu"
     assert values == {
         **default_settings(),
+        **proto["cpu_default"],  # the same values, and PACS's declared fields with theirs
         "bf16": False,
         **proto["train"],
         **proto["methods"]["grpo"],
@@ -654,6 +737,11 @@ def test_runs_that_would_overflow_the_gpu_run_fewer_at_a_time(driver):
     fit, note = driver.gpu_slots(16, h100)  # 16 at once overflowed this card (measured, paired.GPU_RUN_GIB)
     assert fit == int(79.2 // paired.GPU_RUN_GIB) < 16 and f"so {fit} run at a time" in note
     assert driver.gpu_slots(4, h100) == (4, None)
+    assert driver.gpu_slots(13, h100) == (
+        13,
+        None,
+    )  # 13 at 6 GiB fit an 80 GB H100 (79.2 GiB as CUDA reports it)
+    assert driver.gpu_slots(13, CudaInfo(True, name="H100", memory_gib=78.0)) == (13, None)
     assert driver.gpu_slots(16, CudaInfo(False)) == (16, None)  # a CPU: as many as asked
     assert driver.gpu_slots(3, CudaInfo(True, memory_gib=2.0))[0] == 1  # at least one
 
@@ -680,8 +768,13 @@ def test_the_protocol_is_declared_once_and_every_record_reads_as_recorded():
     from pacs_rl.compare.methods import METHODS
 
     bench = REPO / "docs" / "benchmarks"
-    sound = json.loads((bench / "pacs_vs_grpo.json").read_text())
-    assert {k: v for k, v in sound["protocol"].items() if k in records.PROTOCOL} == records.PROTOCOL
+    third = json.loads(
+        (bench / "pacs_vs_grpo_noise_steps.json").read_text()
+    )  # version 2: version 3 adds nothing
+    assert {k: v for k, v in third["protocol"].items() if k in records.PROTOCOL} == {
+        **records.PROTOCOL,
+        "version": 2,
+    }
     assert records.protocol_problems(records.Protocol()) == []
     bad = records.Protocol(passk=records.PassKEval(top_p=1.5), train=records.TrainProtocol(max_steps=0))
     assert records.protocol_problems(bad) == [
@@ -691,7 +784,7 @@ def test_the_protocol_is_declared_once_and_every_record_reads_as_recorded():
     with pytest.raises(CompareError, match=r"max_steps=0: give a whole number >= 1"):
         records.protocol(overrides={"max_steps": 0})
     for name in (
-        "pacs_vs_grpo.json",
+        "pacs_vs_grpo_noise_steps.json",
         "pacs_vs_grpo_restatement_rule.json",
         "pacs_vs_grpo_restatement_leak.json",
     ):
@@ -728,3 +821,77 @@ def test_the_older_preset_spelling_runs_the_sub_command_with_a_note(tmp_path):
     assert "note: --preset pacs-vs-grpo is now `pacs-rl compare paired`" in old.output
     assert old.output.split("\n", 1)[1] == new.output  # the same dry run after the note
     assert not (tmp_path / "w").exists()
+
+
+def _fake_start(self, method, seed):
+    """_Driver.start without training: the base model and seed 0 write their result at once, later seeds run on
+    until stopped (a run in its evaluation when the time is up)."""
+    folder = self.folder_of(method, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    if method is None:
+        result = {"method": "base", "greedy": {"accuracy": 0.1, "n": 10, "mean_length": 20.0}}
+    else:
+        result = {
+            **_run(method, seed, 0.5 + 0.1 * (method == "pacs")),
+            "host": {"device": "NVIDIA H100", "wall_seconds": 1},
+        }
+    write = f"import pathlib; pathlib.Path({str(folder / paired.RESULT_FILE)!r}).write_text({json.dumps(result)!r})"
+    code = write if seed in (None, 0) else "import time; time.sleep(120)"
+    self.running[subprocess.Popen([sys.executable, "-c", code])] = (method, seed)
+
+
+def test_stop_after_ends_the_driver_in_time_keeping_its_finished_runs_for_merge(tmp_path, monkeypatch):
+    """--stop-after: inside a call with a time limit, the driver stops its runs still going and exits cleanly
+    before the limit, every finished run in its copy of the record; --merge then brings that copy's whole pairs
+    into the record."""
+    monkeypatch.setattr(drive._Driver, "start", _fake_start)
+    copy, record = tmp_path / "gpu.json", tmp_path / "record.json"
+    started = time.time()
+    result = CliRunner().invoke(app, [*_paired_command(copy, tmp_path / "gpu"), "--methods", "pacs,grpo",
+                                      "--workers", "4", "--stop-after", "4"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert time.time() - started < 40  # the sleeping runs (120 s) were stopped
+    # four at once: the base model, seed 0's pair and PACS's seed 1, which is still going at the end
+    assert "stopped after 4 s (--stop-after): 1 runs ended unfinished: pacs seed 1;" in result.output
+    held = json.loads(copy.read_text())
+    assert sorted((r["method"], r["seed"]) for r in held["runs"]) == [("grpo", 0), ("pacs", 0)]
+    assert held["base"]["greedy"]["accuracy"] == 0.1
+    assert json.loads((tmp_path / "gpu" / drive.WORK_PROTOCOL).read_text()) == held["protocol"]
+    paired.save_record(record, paired.new_record(methods=["pacs", "grpo"], passk=False))
+    merged = CliRunner().invoke(app, [*_paired_command(record, tmp_path / "w"), "--merge", str(copy)])
+    assert merged.exit_code == 0 and "added 2 runs" in merged.output and "run on NVIDIA H100" in merged.output
+
+
+def test_no_run_starts_that_the_record_says_cannot_finish_before_stop_after(tmp_path, capsys):
+    record = {"protocol": paired.protocol(methods=["pacs", "grpo"], passk=False), "base": {"greedy": {}},
+              "runs": [{**_run("pacs", s, 0.5), "host": {"device": "cpu", "wall_seconds": w}}
+                       for s, w in ((0, 100), (1, 300), (2, 200))]}  # fmt: skip
+    for r in record["runs"]:
+        r["dynamics"]["train_seconds"] = 90
+    assert drive.run_seconds(record, "cpu") == 200 and drive.run_seconds(record, "NVIDIA H100") is None
+    opts = paired.Options(record=tmp_path / "r.json", work=tmp_path, stop_after=150.0)
+    assert not paired._Driver(opts, record).may_start()  # 150 s left, a run takes 200
+    assert "no new run: a run here takes about 200 s" in capsys.readouterr().out
+    assert paired._Driver(
+        paired.Options(record=opts.record, work=tmp_path, stop_after=300.0), record
+    ).may_start()
+    assert paired._Driver(opts, record, device="NVIDIA H100").may_start()  # no run there yet: it may
+
+
+def test_a_folder_of_another_protocols_runs_is_refused(tmp_path):
+    proto = paired.protocol(methods=["pacs", "grpo"], passk=False)
+    assert paired.work_problem(tmp_path / "new", proto) is None
+    (tmp_path / "old" / "pacs" / "seed3").mkdir(
+        parents=True
+    )  # an older record's run folder, no protocol.json
+    assert "holds run folders without a protocol.json" in paired.work_problem(tmp_path / "old", proto)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / drive.WORK_PROTOCOL).write_text(json.dumps(proto))
+    assert paired.work_problem(tmp_path / "mine", proto) is None
+    # the same record having taken on pass@k later: still its folder
+    assert (
+        paired.work_problem(tmp_path / "mine", paired.protocol(methods=["pacs", "grpo"], passk_every=2))
+        is None
+    )
+    other = paired.protocol(methods=["pacs", "grpo"], overrides={"max_steps": 24}, passk=False)
+    assert "holds the runs of another protocol" in paired.work_problem(tmp_path / "mine", other)

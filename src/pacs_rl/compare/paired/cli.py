@@ -19,10 +19,21 @@ from pacs_rl.command import end_dry_run, fail
 from pacs_rl.compare.checks import at_least, one_of, within
 from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.methods import METHODS
-from pacs_rl.compare.paired.record import PROTOCOL, load_record, new_record, parse_method, summarize
+from pacs_rl.compare.paired.record import (
+    ARMS,
+    MAX_PAIRS,
+    PROTOCOL,
+    load_record,
+    new_record,
+    parse_method,
+    summarize,
+)
 from pacs_rl.settings import SettingsError, declared, output_dir_problem, setting
 
 PASSK_N = PROTOCOL["passk"]["n"]
+# the CPU default's settings a dry run names (the record holds all of them)
+DEFAULT_KNOBS = ("learning_rate", "lr_scheduler_type", "temperature", "max_completion_length", "num_generations",
+                 "grader", "dynamic_sampling", "skip_no_signal_steps")  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -35,7 +46,7 @@ class PairedOptions:
     methods: str | None = setting(
         None,
         f"Comma-separated methods of a new record: {', '.join(METHODS)} (compare/methods.py), or a variant such as "
-        "pacs[reference=frozen,pacs_beta=0.5]; default all of them. A record goes on with its own.",
+        f"pacs[reference=frozen,pacs_beta=0.5]; default {', '.join(ARMS)}. A record goes on with its own.",
     )
     max_steps: int | None = setting(
         None, "Optimizer steps per run [default: the protocol's 48].", check=at_least(1)
@@ -56,15 +67,30 @@ class PairedOptions:
     hours: float = setting(
         8.0, "Start no run after this many hours.", check=within(0, math.inf, low_open=True)
     )
+    stop_after: float | None = setting(
+        None,
+        "End after this many seconds, whatever runs: the runs still going are stopped (each resumes where it was "
+        "when the record is continued here), every finished run is in the record, and no run starts that the "
+        "record's runs on this device say cannot finish in time. Inside a time-limited call, leave it a minute.",
+        check=within(0, math.inf, low_open=True),
+    )
     target: float = setting(
         5.0,
         "Once PACS - GRPO's 95% interval is within ± this many percentage points, run the record's other methods "
         "on the seeds of the pairs, then stop.",
         check=within(0, 100, low_open=True, high_open=True),
     )
-    max_pairs: int | None = setting(None, "Stop after this many complete seeds.", check=at_least(1))
-    full_seeds: int = setting(
-        0, "Every method of the record on seeds below this, only PACS and GRPO above.", check=at_least(0)
+    max_pairs: int | None = setting(
+        MAX_PAIRS,
+        "Stop after this many complete seeds, whatever the interval (the summary then says what ±TARGET would "
+        "need); a second machine's copy counts the seeds it holds.",
+        check=at_least(1),
+    )
+    full_seeds: int | None = setting(
+        None,
+        "Every method of the record on seeds below this, only PACS and GRPO from it on [default: every method on "
+        "every seed].",
+        check=at_least(0),
     )
     first_seed: int = setting(
         0,
@@ -143,13 +169,17 @@ def paired_command(
     workers: int = option("workers", metavar="N"),
     threads: int = option("threads", metavar="N"),
     hours: float = option("hours", metavar="H"),
+    stop_after: float = option("stop_after", metavar="SECONDS"),
     target: float = option("target", metavar="PP"),
     max_pairs: int = option("max_pairs", metavar="N"),
     full_seeds: int = option("full_seeds", metavar="SEED"),
     first_seed: int = option("first_seed", metavar="SEED"),
     merge: str = option("merge", metavar="FILE"),
     report_only: bool = typer.Option(
-        False, "--report-only", help="Print the record's tables and cost, and draw its figure; run nothing."
+        False,
+        "--report-only",
+        help="Print the record's tables, where its stopping rule stands, what its runs logged, its cost, and draw "
+        "its figure; run nothing.",
     ),
     dry_run: bool = typer.Option(
         False,
@@ -160,8 +190,9 @@ def paired_command(
     """PACS against its baselines, seed pair after seed pair, into one record, until PACS - GRPO's paired 95%
     interval is within --target (docs/RESULTS.md). Rerun the same command to go on after a stop."""
     given = PairedOptions(output_dir=output_dir, record=record, methods=methods, max_steps=max_steps, n=n,
-                          passk_every=passk_every, workers=workers, threads=threads, hours=hours, target=target,
-                          max_pairs=max_pairs, full_seeds=full_seeds, first_seed=first_seed, merge=merge)  # fmt: skip
+                          passk_every=passk_every, workers=workers, threads=threads, hours=hours,
+                          stop_after=stop_after, target=target, max_pairs=max_pairs, full_seeds=full_seeds,
+                          first_seed=first_seed, merge=merge)  # fmt: skip
     problems = [*option_problems(given), *filter(None, [merge_unused(given, report_only)])]
     if problems:
         fail("; ".join(problems))
@@ -189,6 +220,7 @@ def driver_options(given: PairedOptions):
         workers=given.workers,
         threads=given.threads,
         hours=given.hours,
+        stop_after=given.stop_after,
         target=given.target / 100,
         max_seeds=given.max_pairs,
         full_seeds=given.full_seeds,
@@ -202,7 +234,7 @@ def driver_options(given: PairedOptions):
 
 def run_command(opts, report_only: bool, dry_run: bool) -> None:
     """Run, report or dry-run the paired record ``opts`` describes."""
-    from pacs_rl.compare.paired import driver, tables  # numpy, and the runner it drives
+    from pacs_rl.compare.paired import collapses, driver, tables  # numpy, and the runner it drives
 
     if dry_run:
         _dry_run(opts)
@@ -212,6 +244,9 @@ def run_command(opts, report_only: bool, dry_run: bool) -> None:
             fail(f"--record {opts.record}: no such record yet (run without --report-only to start it)")
         record = json.loads(opts.record.read_text())
         typer.echo(tables.markdown_tables(record))
+        typer.echo(tables.verdict(record, opts.target, opts.max_seeds))
+        if record["runs"]:  # what the runs logged while training, and the collapsed runs against the others
+            typer.echo(f"\n{collapses.dynamics_table(record)}\n\n{collapses.collapse_table(record)}\n")
         typer.echo(tables.cost_line(record))
         from pacs_rl.compare.paired.figures import plot_comparison  # matplotlib
 
@@ -222,14 +257,11 @@ def run_command(opts, report_only: bool, dry_run: bool) -> None:
     if problem:
         fail(problem)
     # another protocol is refused here, before run() takes the lock (which makes the run folder)
-    load_record(
-        opts.record,
-        opts.overrides,
-        opts.methods,
-        not opts.no_passk,
-        opts.passk_every,
-        driver.started_seeds(opts.work),
-    )
+    record = load_record(opts.record, opts.overrides, opts.methods, not opts.no_passk, opts.passk_every,
+                         driver.started_seeds(opts.work))  # fmt: skip
+    problem = driver.work_problem(opts.work, record["protocol"])
+    if problem:
+        fail(problem)
     driver.run(opts)
 
 
@@ -292,28 +324,31 @@ def _dry_run(opts) -> None:
         refusals.append(str(e))
         record = new_record(opts.overrides, opts.methods, not opts.no_passk, opts.passk_every)
     proto = record["protocol"]
+    refusals += filter(None, [driver.work_problem(opts.work, proto)])
     gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
     typer.echo("dry run: nothing is loaded or run")
     typer.echo(
         f"  record: {opts.record} ({len(record['runs'])} runs{', base evaluated' if record.get('base') else ''})"
     )
-    order = (f"every method on seeds below {opts.full_seeds}, then only pacs and {PRIMARY}"
-             if opts.full_seeds else f"only pacs and {PRIMARY} run")  # fmt: skip
+    order = ("every method on every seed" if opts.full_seeds is None else
+             f"every method on seeds below {opts.full_seeds}, then only pacs and {PRIMARY}")  # fmt: skip
     typer.echo(f"  methods: {', '.join(proto['methods'])}; {order}")
     typer.echo(f"  every run: the pacs-rl train CPU default with {proto['train']}; greedy at steps "
                f"{[*proto['greedy_at'], proto['train']['max_steps']]}; pass@k {_passk_rule(proto)}")  # fmt: skip
+    held = proto.get("cpu_default")
+    if held:
+        knobs = ", ".join(f"{k} {held[k]}" for k in DEFAULT_KNOBS if k in held)
+        typer.echo(f"  the CPU default it holds ({len(held)} settings): {knobs}, ...")
     if gap.get("ci95"):
-        typer.echo(f"  PACS - {PRIMARY} so far: {100 * gap['mean']:+.1f} pp "
-                   f"[{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}] over {gap['pairs']} pairs; "
-                   f"±5 pp needs about {gap['pairs_needed']}")  # fmt: skip
+        typer.echo(f"  {tables.verdict(record, opts.target, opts.max_seeds)}")
     jobs = itertools.islice(
         driver.next_jobs(record, list(proto["methods"]), opts.full_seeds, opts.first_seed), 4
     )
     typer.echo("  next runs: " + ", ".join("base" if m is None else f"{m} seed {s}" for m, s in jobs))
     typer.echo(f"  {tables.cost_line(record)}")
-    typer.echo(
-        f"  {opts.workers} at a time, {opts.threads} thread(s) each, for at most {opts.hours:g} h, in {opts.work}"
-    )
+    end = f", ending after {opts.stop_after:g} s" if opts.stop_after is not None else ""
+    typer.echo(f"  {opts.workers} at a time, {opts.threads} thread(s) each, no run started after {opts.hours:g} h"
+               f"{end}, in {opts.work}; it stops at ±{100 * opts.target:g} pp or {opts.max_seeds} pairs")  # fmt: skip
     end_dry_run(refusals)
 
 

@@ -1,9 +1,12 @@
 """The paired record's driver: runs in processes of their own (:mod:`pacs_rl.compare.paired.job`), ``workers`` at a
 time, each result into the record as it lands, until the stopping rule: the time is up, the seeds asked for are
-complete, or PACS − GRPO's interval is within the target and the record's other methods have run on its seeds.
+complete (40 by default), or PACS − GRPO's interval is within the target and the record's other methods have run on
+its seeds.
 
-Stopped (Ctrl-C, end of session) and started again, it goes on: a run in the record is done, a run folder left
-half-way resumes from its last checkpoint. Each run has ``threads`` torch threads (default 1: two single-threaded
+Stopped (Ctrl-C, end of session, or its own ``stop_after``) and started again, it goes on: a run in the record is
+done, a run folder left half-way resumes from its last checkpoint. ``stop_after`` ends it cleanly inside a time
+limit it cannot outlive (a lent machine's call): the runs still going are stopped, every finished one is in the
+record. Each run has ``threads`` torch threads (default 1: two single-threaded
 runs use 2 cores better than one two-threaded run, and a run at one thread repeats itself).
 """
 
@@ -14,6 +17,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +28,7 @@ from filelock import Timeout
 from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.paired.job import JOB_ENV
 from pacs_rl.compare.paired.record import (
+    MAX_PAIRS,
     PRIMARY,
     RESULT_FILE,
     TARGET,
@@ -34,7 +39,7 @@ from pacs_rl.compare.paired.record import (
     slug,
     target_reached,
 )
-from pacs_rl.compare.paired.tables import cost_line, run_line, summary_text
+from pacs_rl.compare.paired.tables import cost_line, run_line, summary_text, verdict
 from pacs_rl.compare.plan import CompareError
 from pacs_rl.device import cuda_info
 
@@ -42,11 +47,12 @@ from pacs_rl.device import cuda_info
 @dataclasses.dataclass
 class Options:
     """How :func:`run` adds to a record: where it and the run folders are, how many runs at once with how many
-    threads each, when to stop (hours, the target half-width of PACS − PRIMARY, a number of complete seeds), from
-    which seed on only PACS and PRIMARY run (``full_seeds``), from which seed new seeds start (``first_seed``: a
-    second machine adding to a copy of the record takes seeds the first will not reach, and its runs are merged back
-    with :func:`merge_records`), and the protocol of a new record (methods, train
-    overrides, pass@k)."""
+    threads each, when to stop (hours: no run starts after them; the target half-width of PACS − PRIMARY; a number
+    of complete seeds; ``stop_after`` seconds: the driver ends, its running runs stopped), from which seed on only
+    PACS and PRIMARY run (``full_seeds``; None: every method on every seed), from which seed new seeds start
+    (``first_seed``: a second machine adding to a copy of the record takes seeds the first will not reach, and its
+    runs are merged back with :func:`merge_records`), and the protocol of a new record (methods, train overrides,
+    pass@k)."""
 
     record: Path
     work: Path
@@ -54,7 +60,8 @@ class Options:
     threads: int = 1
     hours: float = 8.0
     target: float = TARGET
-    max_seeds: int | None = None
+    max_seeds: int | None = MAX_PAIRS
+    stop_after: float | None = None
     full_seeds: int | None = None
     first_seed: int = 0
     methods: list[str] | None = None
@@ -105,6 +112,29 @@ def gpu_slots(workers: int, cuda) -> tuple[int, str | None]:
     )
 
 
+WORK_PROTOCOL = "protocol.json"  # in a record's folder of run folders: the protocol they train under
+
+
+def _training(proto: dict) -> dict:
+    """A protocol less its pass@k rule (which a record may take on later, its training unchanged)."""
+    return {k: v for k, v in proto.items() if k not in ("passk", "ks", "passk_seeds")}
+
+
+def work_problem(work: Path, proto: dict) -> str | None:
+    """Why the run folders under ``work`` cannot serve a record of ``proto``, or None: they were made under another
+    protocol (their WORK_PROTOCOL), or by an older record that wrote none. A finished run folder there would be taken
+    as this record's run."""
+    marker = work / WORK_PROTOCOL
+    if marker.is_file():
+        if _training(json.loads(marker.read_text())) == _training(proto):
+            return None
+        return f"--output-dir {work} holds the runs of another protocol ({marker}): give this record a folder of its own"
+    if started_seeds(work) or (work / "base").is_dir():
+        return (f"--output-dir {work} holds run folders without a {WORK_PROTOCOL} (an older record's): give this "
+                "record a folder of its own")  # fmt: skip
+    return None
+
+
 def started_seeds(work: Path) -> tuple[int, ...]:
     """The seeds with a run folder under ``work`` (finished or not)."""
     return tuple(int(p.name[4:]) for p in work.glob("*/seed*") if p.is_dir() and p.name[4:].isdigit())
@@ -142,6 +172,7 @@ def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None, f
 def run(args: Options) -> None:
     """Add runs to the record ``args.record`` until its stopping rule (:class:`Options`), ``args.workers`` at a
     time, each a process of its own; prints a line per finished run and the summary at the end."""
+    started = time.time()  # stop_after counts from here
     lock = lock_of(args.work / args.record.name)  # in the run folders: the record may sit among the docs
     try:
         lock.acquire()
@@ -150,44 +181,62 @@ def run(args: Options) -> None:
             f"{args.record} is being added to by another process (it holds {lock.lock_file}); let it finish or stop it"
         ) from None
     try:
-        _run(args)
+        _run(args, started)
     finally:
         lock.release()
 
 
-def _run(args: Options) -> None:
+def _run(args: Options, started: float) -> None:
     record = load_record(args.record, args.overrides, args.methods, not args.no_passk, args.passk_every,
                          started_seeds(args.work))  # fmt: skip
+    problem = work_problem(args.work, record["protocol"])
+    if problem:
+        raise CompareError(problem)
     if args.record.is_file():
         save_record(args.record, record)  # a protocol change (pass@k taken on) holds from now, whatever stops
     args.work.mkdir(parents=True, exist_ok=True)
-    workers, note = gpu_slots(args.workers, cuda_info())
+    (args.work / WORK_PROTOCOL).write_text(json.dumps(record["protocol"], indent=1) + "\n")
+    cuda = cuda_info()
+    workers, note = gpu_slots(args.workers, cuda)
     if note:
         print(note, flush=True)
         args = dataclasses.replace(args, workers=workers)
-    driver = _Driver(args, record)
+    driver = _Driver(args, record, started, cuda.name if cuda.available else "cpu")
     signal.signal(signal.SIGTERM, driver.stop_children)
     try:
         driver.loop()
     except KeyboardInterrupt:
         driver.stop_children()
     print(summary_text(record))
+    print(verdict(record, args.target, args.max_seeds))
     print(cost_line(record))
+
+
+def run_seconds(record: dict, device: str) -> float | None:
+    """The median wall time of the record's runs on ``device`` (a run's ``host.device``) that ran in one go: how long
+    a run started now will take, roughly; None where none has run there."""
+    hosts = [(r.get("host", {}), r["dynamics"].get("train_seconds") or 0) for r in record["runs"]]
+    walls = [h["wall_seconds"] for h, train in hosts
+             if h.get("device", "cpu") == device and h.get("wall_seconds", 0) >= train > 0]  # fmt: skip
+    return statistics.median(walls) if walls else None
 
 
 class _Driver:
     """The loop of :func:`run`: runs in processes of their own, ``args.workers`` at a time, each result into the
     record as it lands, one retry of a failed run (it resumes from its checkpoint)."""
 
-    def __init__(self, args: Options, record: dict):
+    def __init__(self, args: Options, record: dict, started: float | None = None, device: str = "cpu"):
         self.args, self.record = args, record
         self.methods = list(record["protocol"]["methods"])
-        self.deadline = time.time() + args.hours * 3600
+        started = time.time() if started is None else started
+        self.deadline = started + args.hours * 3600  # no run starts after it
+        self.end = None if args.stop_after is None else started + args.stop_after  # the driver ends here
+        self.run_seconds = run_seconds(record, device)  # how long a run takes here, by the record
         self.jobs = next_jobs(record, self.methods, args.full_seeds, args.first_seed)
         self.running: dict[subprocess.Popen, tuple] = {}
         self.failures: dict[tuple, int] = {}
         self.pending: list[tuple] = []
-        self.warned = False
+        self.warned = self.warned_time = False  # said once: the disk is short; a run would outlast stop_after
         self.answered = False  # PACS - PRIMARY reached the target: the other methods run
 
     def folder_of(self, method, seed) -> Path:
@@ -273,11 +322,48 @@ class _Driver:
         self.running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)] = (method, seed)
         print(f"started {method or 'base'} seed {seed}", flush=True)
 
+    def may_start(self) -> bool:
+        """Whether a run started now would end before stop_after, by how long the record's runs took on this device
+        (a run that cannot finish would only slow those that can); without stop_after or a measure, it may."""
+        if self.end is None or self.run_seconds is None:
+            return True
+        left = self.end - time.time()
+        if left < self.run_seconds and not self.warned_time:
+            print(f"no new run: a run here takes about {self.run_seconds:.0f} s (the record's median on this device), "
+                  f"{max(left, 0):.0f} s are left before --stop-after", flush=True)  # fmt: skip
+            self.warned_time = True
+        return left >= self.run_seconds
+
+    def end_runs(self) -> None:
+        """At stop_after: the running runs are stopped (each resumes from its last checkpoint, its evaluation from
+        what it has, when the record is continued); a run that finished as it was stopped is recorded."""
+        for proc in self.running:
+            proc.terminate()
+        stopped = []
+        for proc, (method, seed) in self.running.items():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            done = finished_result(self.folder_of(method, seed), self.record["protocol"], seed)
+            if done is not None:
+                self.collect(method, seed, done)
+            else:
+                stopped.append("base" if method is None else f"{method} seed {seed}")
+        self.running.clear()
+        print(f"stopped after {self.args.stop_after:g} s (--stop-after): {len(stopped)} runs ended unfinished"
+              f"{': ' + ', '.join(stopped) if stopped else ''}; each resumes where it was when this record is "
+              "continued here", flush=True)  # fmt: skip
+
     def loop(self) -> None:
         args = self.args
         while True:
             self.reap()
-            stop = self.stopping() or self.disk_short()
+            if self.end is not None and time.time() >= self.end:
+                self.end_runs()
+                return
+            stop = self.stopping() or self.disk_short() or not self.may_start()
             while not stop and len(self.running) < args.workers:
                 method, seed = self.pending.pop(0) if self.pending else next(self.jobs, (False, None))
                 if method is False:  # the other methods' jobs are all out
@@ -291,4 +377,4 @@ class _Driver:
                 self.start(method, seed)
             if not self.running:
                 return
-            time.sleep(5)
+            time.sleep(5 if self.end is None else max(0.0, min(5.0, self.end - time.time())))

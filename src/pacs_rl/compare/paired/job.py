@@ -101,23 +101,57 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: st
     return result
 
 
-def dynamics(metrics_file: Path) -> dict:
-    """Per-step curves and first/last summaries from a run's metrics.jsonl (a line cut mid-write is skipped, as
-    everywhere the file is read)."""
+# a run's per-step curves: the metric of metrics.jsonl -> its name in the record (None on a step without it;
+# rollout metrics are logged at the rollout's steps only)
+CURVES = {
+    "reward": "reward",
+    "entropy": "entropy",
+    "completions/mean_length": "length",
+    "completions/clipped_ratio": "cut_off",  # the rollout's completions cut at the token limit
+    "groups/mixed_frac": "mixed_groups",  # the rollout's groups holding both labels
+    "groups/mixed_frac_minibatch": "mixed_groups_minibatch",  # the optimizer step's
+    "grad_norm": "grad_norm",  # before any clip
+    "optimizer/skipped_no_signal": "skipped_no_signal",  # 1.0: no group with both labels, no step
+    "optimizer/skipped_nonfinite": "skipped_nonfinite",
+    "pacs/critic_auc": "critic_auc",
+}
+
+
+def _curve(rows: list[dict], key: str) -> list[float | None]:
+    return [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
+
+
+def grad_clipped(curves: dict, max_grad_norm: float | None) -> list[float | None] | None:
+    """Per step, 1.0 where the gradient clip scaled the step's gradient (its norm above ``max_grad_norm`` on a step
+    the optimizer took), else 0.0; None for a run without a clip (no step is clipped: not a fraction of 0)."""
+    if not max_grad_norm:
+        return None
+    skipped = [
+        bool(a) or bool(b)
+        for a, b in zip(curves["skipped_no_signal"], curves["skipped_nonfinite"], strict=True)
+    ]
+    return [
+        None if norm is None else float(norm > max_grad_norm and not skip)
+        for norm, skip in zip(curves["grad_norm"], skipped, strict=True)
+    ]
+
+
+def dynamics(metrics_file: Path, loss_type: str = "pacs", max_grad_norm: float | None = None) -> dict:
+    """Per-step curves (CURVES; the loss's ratio clip fraction, ``<loss_type>/clip_ratio_region``, where it logs one;
+    whether the gradient clip acted; the dynamic-sampling figures when the run sampled so) and first/last summaries
+    from a run's metrics.jsonl (a line cut mid-write is skipped, as everywhere the file is read)."""
     from pacs_rl.training.output import read_metrics
 
     rows = [r for r in read_metrics(metrics_file) if "step" in r and "loss" in r]
-    curves = {}
-    for key, name in (
-        ("reward", "reward"),
-        ("entropy", "entropy"),
-        ("completions/mean_length", "length"),
-        ("groups/mixed_frac", "mixed_groups"),
-        ("grad_norm", "grad_norm"),
-        ("pacs/critic_auc", "critic_auc"),
-    ):
-        curves[name] = [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
-
+    curves = {name: _curve(rows, key) for key, name in CURVES.items()}
+    ratio = f"{loss_type}/clip_ratio_region"  # the baselines' share of tokens whose ratio the clip held
+    if any(ratio in r for r in rows):
+        curves["ratio_clipped"] = _curve(rows, ratio)
+    clipped = grad_clipped(curves, max_grad_norm)
+    if clipped is not None:
+        curves["grad_clipped"] = clipped
+    for key in sorted({k for r in rows for k in r if k.startswith("dynamic_sampling/")}):
+        curves[key] = _curve(rows, key)
     logged = {k: [v for v in c if v is not None] for k, c in curves.items()}
     return {
         "steps": len(rows),
@@ -138,8 +172,9 @@ def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
     protocol, the method and the seed, on the device the machine offers (pacs_rl.device), in fp32 and with
     the CPU default's sampler and update pieces wherever it trains, so that a run on a GPU differs from one on a
     CPU only in its kernels. On a CPU these are the CPU default's own settings (fp32 whatever the CPU: the record
-    began before the CPU default could choose bf16)."""
-    defaults = default_settings()
+    began before the CPU default could choose bf16). The CPU default is the one the protocol holds (``cpu_default``,
+    since version 3), over this code's for a setting it lacks."""
+    defaults = {**default_settings(), **proto.get("cpu_default", {})}
     pinned = {k: defaults[k] for k in CPU_ONLY}  # kept on CUDA too: the same sampler on every device
     return with_device(
         {**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed}, defaults
@@ -185,7 +220,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         **evaluate(str(folder / FINAL_DIR), folder / "eval", threads, passk, device),
     }
     result["greedy_at"] = greedy_at_checkpoints(proto, folder, threads, device)
-    result["dynamics"] = dynamics(folder / "metrics.jsonl")
+    result["dynamics"] = dynamics(folder / "metrics.jsonl", values["loss_type"], values.get("max_grad_norm"))
     # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
     result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))

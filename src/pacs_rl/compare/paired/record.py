@@ -4,7 +4,10 @@ its seeds, PACS − method paired by seed with its 95% interval (Student t over 
 and the pairs a ±5 pp interval would need, the cost per pair.
 
 A record made with another protocol is refused (start a new record instead of mixing two); its methods keep the
-config overrides they were recorded with (the protocol's ``methods``).
+config overrides they were recorded with (the protocol's ``methods``). Since version 3 the protocol also holds the
+`pacs-rl train` CPU default its runs train on (``cpu_default``, the values as they were when the record was made):
+when the CPU default changes, a record made before is refused, naming what changed, and a new record follows the new
+default.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ from pacs_rl.compare.checks import at_least, one_of, within
 from pacs_rl.compare.methods import METHODS
 from pacs_rl.compare.plan import CompareError
 from pacs_rl.settings import setting
-from pacs_rl.training.schema import declared_problems
+from pacs_rl.training.schema import PACSFields, declared_problems, default_settings
 
-WHAT = "PACS against GRPO in miniature, powered: seed after seed of every method, added to one record."
+WHAT = (
+    "PACS against GRPO in miniature, powered: seed after seed of every method, added to one record, until PACS − GRPO's "
+    "paired 95% interval is within ±5 pp or 40 pairs."
+)
 RESULT_FILE = "result.json"  # a run folder's result, as the record holds it
 
 
@@ -81,12 +87,13 @@ class PassKEval:
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
-    """What every run of a record shares. Version 2: trained and graded by the sound grader (version 1,
-    pacs_vs_grpo_restatement_rule.json, was trained on paper+restatement, which pays restated questions in other
-    spellings: closed)."""
+    """What every run of a record shares. Version 3: the `pacs-rl train` CPU default of the day, held in the record
+    (``cpu_default``), the arms pacs, grpo and pacs_clip on every seed. Closed: version 2
+    (pacs_vs_grpo_noise_steps.json: the sound grader of its day, PACS stepping on float rounding) and version 1
+    (pacs_vs_grpo_restatement_rule.json and _leak.json: graders that paid restated questions)."""
 
     version: int = setting(
-        2, "The protocol's version: a record of another version is refused.", check=at_least(1)
+        3, "The protocol's version: a record of another version is refused.", check=at_least(1)
     )
     train: TrainProtocol = setting(TrainProtocol(), "The runs' `pacs-rl train` settings.")
     greedy_at: tuple[int, ...] = setting((24,), "Earlier checkpoints evaluated greedy too (the final model is "
@@ -112,6 +119,48 @@ PROTOCOL: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(Protocol()))
 KS = [2**i for i in range(PROTOCOL["passk"]["n"].bit_length())]  # 1, 2, 4, ..., n
 PRIMARY = "grpo"  # the stopping rule is on PACS − this method
 TARGET = 0.05  # half-width of the 95% interval, in accuracy (5 percentage points)
+# ... or this many seeds, whatever the interval then is (the record then says what ±5 pp would need)
+MAX_PAIRS = 40
+ARMS = ("pacs", PRIMARY, "pacs_clip")  # a new record's methods, every one on every seed
+
+
+def cpu_default() -> dict[str, Any]:
+    """The `pacs-rl train` CPU default as a record holds it: every setting `pacs-rl train` runs with when given none
+    (training/schema.py: RunSettings, CPU_DEFAULTS, and PACSFields' declared defaults under them; TRL's own fields
+    are its pinned version's), the values a new record's runs train on under the protocol's own settings, the
+    method's and the seed."""
+    fields = {
+        f.name: f.default for f in dataclasses.fields(PACSFields) if f.default is not dataclasses.MISSING
+    }
+    return json.loads(json.dumps({**fields, **default_settings()}))
+
+
+def default_changes(recorded: dict, now: dict) -> list[str]:
+    """What differs between a recorded CPU default and ``now``'s, one item a setting: 'learning_rate 2e-05 ->
+    1e-05', 'dynamic_sampling: new, True', 'old_key: gone'."""
+    out = []
+    for key in sorted(set(recorded) | set(now)):
+        if key not in recorded:
+            out.append(f"{key}: new, {now[key]!r}")
+        elif key not in now:
+            out.append(f"{key}: gone")
+        elif recorded[key] != now[key]:
+            out.append(f"{key} {recorded[key]!r} -> {now[key]!r}")
+    return out
+
+
+def protocol_difference(have: dict) -> str | None:
+    """Why a record's protocol ``have`` cannot take runs of this code, where the reason is its version or the CPU
+    default (None otherwise: the caller compares the rest)."""
+    version = have.get("version")
+    if version != PROTOCOL["version"]:
+        return (f"it holds protocol version {version}, this code runs version {PROTOCOL['version']} (a closed record: "
+                "read it, add nothing to it)")  # fmt: skip
+    changed = default_changes(have.get("cpu_default") or {}, cpu_default())
+    if changed:
+        return (f"the `pacs-rl train` CPU default has changed since it was made ({'; '.join(changed)}): its runs "
+                "and new ones would train differently")  # fmt: skip
+    return None
 
 
 def paired_interval(diffs: list[float], target: float | None = TARGET) -> dict:
@@ -143,14 +192,15 @@ def protocol(
     passk_every: int | None = None,
     passk_from: int = 0,
 ) -> dict:
-    """What every run of a record shares: PROTOCOL, ``overrides`` (--set) in its train part, the methods with
-    their config overrides, and the ks (none when pass@k is off). With ``passk_every`` E, pass@k is evaluated on
-    the seeds ``passk_from``, ``passk_from`` + E, ... only (and on the base model): a pair in E pays for it."""
-    out = {**PROTOCOL, "train": {**PROTOCOL["train"], **(overrides or {})}}
+    """What every run of a record shares: PROTOCOL, ``overrides`` (--set) in its train part, the `pacs-rl train`
+    CPU default under them (``cpu_default``), the methods with their config overrides (ARMS unless named), and the
+    ks (none when pass@k is off). With ``passk_every`` E, pass@k is evaluated on the seeds ``passk_from``,
+    ``passk_from`` + E, ... only (and on the base model): a pair in E pays for it."""
+    out = {**PROTOCOL, "train": {**PROTOCOL["train"], **(overrides or {})}, "cpu_default": cpu_default()}
     problems = declared_problems(out["train"], dataclasses.fields(TrainProtocol))
     if problems:
         raise CompareError(f"the protocol's train settings: {'; '.join(problems)}")
-    out["methods"] = {m: parse_method(m) for m in (methods or list(METHODS))}
+    out["methods"] = {m: parse_method(m) for m in (methods or list(ARMS))}
     if not passk:
         out["passk"] = None
     out["ks"] = KS if passk else []
@@ -197,6 +247,10 @@ def load_record(
     record = json.loads(path.read_text())
     methods = methods or list(record.get("protocol", {}).get("methods", {}))
     have = record.get("protocol", {})
+    why = protocol_difference(have)
+    if why:
+        raise CompareError(f"{path} was recorded with another protocol: {why}; pass --record with a new file to "
+                           "start another record")  # fmt: skip
     start = (have.get("passk_seeds") or {}).get("from", 0)
     if have == protocol(overrides, methods, passk, passk_every, start):
         return record
@@ -368,8 +422,9 @@ def merge_records(into: dict, other: dict, name: str = "the other record") -> tu
     untouched): another protocol, or a run both hold with different results."""
     if other.get("protocol") != into.get("protocol"):
         raise CompareError(
-            f"{name} was recorded with another protocol than the record it would join (see each one's 'protocol'): "
-            "only runs of one protocol are pooled"
+            f"{name} was recorded with another protocol than the record it would join"
+            f"{_how_they_differ(other.get('protocol') or {}, into.get('protocol') or {})}: only runs of one protocol "
+            "are pooled"
         )
     have = {(r["method"], r["seed"]): r for r in into["runs"]}
     new = []
@@ -394,6 +449,14 @@ def merge_records(into: dict, other: dict, name: str = "the other record") -> tu
     if into.get("base") is None and other.get("base") is not None:
         into["base"] = other["base"]
     return added, left
+
+
+def _how_they_differ(theirs: dict, ours: dict) -> str:
+    """Where two protocols differ, for a refusal: their versions, else their CPU defaults, else see the files."""
+    if theirs.get("version") != ours.get("version"):
+        return f" (version {theirs.get('version')} against {ours.get('version')})"
+    changed = default_changes(ours.get("cpu_default") or {}, theirs.get("cpu_default") or {})
+    return f" (its CPU default: {'; '.join(changed)})" if changed else " (see each one's 'protocol')"
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:

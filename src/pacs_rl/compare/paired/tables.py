@@ -3,7 +3,7 @@ a driver prints per finished run, and the cost per pair."""
 
 from __future__ import annotations
 
-from pacs_rl.compare.paired.record import PRIMARY, cost, summarize
+from pacs_rl.compare.paired.record import MAX_PAIRS, PRIMARY, TARGET, cost, summarize
 
 
 def _fmt(value, spec: str = ".3f") -> str:
@@ -33,6 +33,26 @@ def cost_line(record: dict) -> str:
         if timed:
             parts.append(f"{m} " + ", ".join(timed))
     return line + (f"; a run's evaluation: {'; '.join(parts)}" if parts else "")
+
+
+def verdict(record: dict, target: float = TARGET, max_pairs: int | None = MAX_PAIRS) -> str:
+    """Where the stopping rule stands, in one line: PACS − PRIMARY's greedy difference at the last step with its 95%
+    interval, and whether it is within ±``target`` (answered), or ``max_pairs`` seeds were reached first (then what
+    ±``target`` would need at the spread measured), or neither yet."""
+    gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+    if not gap.get("ci95"):
+        return f"PACS - {PRIMARY}: {gap.get('pairs', 0)} pair(s), no interval yet"
+    lo, hi = gap["ci95"]
+    text = (f"PACS - {PRIMARY} (greedy, last step): {100 * gap['mean']:+.1f} pp [{100 * lo:+.1f}, {100 * hi:+.1f}] "
+            f"over {gap['pairs']} pairs, ± {100 * gap['half_width']:.1f} pp (paired SD {100 * gap['sd']:.1f} pp)")  # fmt: skip
+    if gap["pairs"] >= 3 and gap["half_width"] <= target:
+        return text + f": within ±{100 * target:g} pp, answered"
+    need = gap.get("pairs_needed")
+    if max_pairs is not None and gap["pairs"] >= max_pairs:
+        return text + (f": the record stopped at {max_pairs} pairs; at this spread ±{100 * target:g} pp would need "
+                       f"about {need} pairs")  # fmt: skip
+    cap = f" (the record stops at {max_pairs})" if max_pairs is not None else ""
+    return text + f": ±{100 * target:g} pp needs about {need} pairs{cap}"
 
 
 def run_line(record: dict, method, seed, result) -> str:
