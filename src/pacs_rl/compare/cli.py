@@ -30,8 +30,8 @@ from pacs_rl.compare.plan import (
     write_or_check_manifest,
 )
 from pacs_rl.data import DataError
-from pacs_rl.evaluation.report import METRICS_FILE
 from pacs_rl.models import model_problem
+from pacs_rl.run_folder import EVAL_METRICS_FILE
 from pacs_rl.settings import SettingsError, missing_packages, output_dir_problem
 from pacs_rl.training.schema import loss_type_names
 
@@ -308,7 +308,7 @@ def _dry_run(settings: dict, output: Path) -> None:
     train, ev = settings["train"], settings["eval"]
     trained = sum((output / s.folder / TRAIN_DONE_FILE).is_file() for s in specs)
     evals = [eval_dir_of(output, s, b) for s in [None, *specs] for b in ev["benchmarks"]]
-    evaluated = sum((d / METRICS_FILE).is_file() for d in evals)
+    evaluated = sum((d / EVAL_METRICS_FILE).is_file() for d in evals)
     budget = ", ".join(f"{k} {v}" for k, v in train.items() if k != "dataset")
     typer.echo("dry run: nothing is loaded or written")
     typer.echo(f"  base model: {settings['model']}")

@@ -68,7 +68,6 @@ MANIFEST_VERSION = 1
 #   OUT/report.md, OUT/*.png               the report
 TRAIN_DONE_FILE = "compare_train_done.json"
 TRAIN_CONFIG_FILE = "train_config.yaml"
-FINAL = "final"  # the trained model inside a run folder
 BASE = "base"
 
 

@@ -28,7 +28,7 @@ from pacs_rl.device import CPU_ONLY, cuda_info, with_device  # noqa: E402
 from pacs_rl.evaluation.audit import audit  # noqa: E402
 from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval  # noqa: E402
 from pacs_rl.models import TINY_MODEL, resolve_model, tiny_model_folder  # noqa: E402
-from pacs_rl.run_folder import FINAL_DIR, FINISHED_FILE, HELDOUT_SEED  # noqa: E402
+from pacs_rl.run_folder import FINAL_DIR, FINISHED_FILE, HELDOUT_SEED, METRICS_FILE  # noqa: E402
 from pacs_rl.training.checks import split_settings  # noqa: E402
 from pacs_rl.training.schema import default_settings  # noqa: E402
 
@@ -185,7 +185,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         **evaluate(str(folder / FINAL_DIR), folder / "eval", threads, passk, device),
     }
     result["greedy_at"] = greedy_at_checkpoints(proto, folder, threads, device)
-    result["dynamics"] = dynamics(folder / "metrics.jsonl")
+    result["dynamics"] = dynamics(folder / METRICS_FILE)
     # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
     result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
