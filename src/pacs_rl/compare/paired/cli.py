@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,10 @@ import typer
 from filelock import Timeout
 
 from pacs_rl.command import end_dry_run, fail
-from pacs_rl.compare.checks import at_least, one_of, within
 from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.methods import METHODS
 from pacs_rl.compare.paired.record import PROTOCOL, load_record, new_record, parse_method, summarize
-from pacs_rl.settings import SettingsError, declared, output_dir_problem, setting
+from pacs_rl.settings import SettingsError, at_least, declared, interval, one_of, output_dir_problem, setting
 
 PASSK_N = PROTOCOL["passk"]["n"]
 
@@ -38,31 +36,31 @@ class PairedOptions:
         "pacs[reference=frozen,pacs_beta=0.5]; default all of them. A record goes on with its own.",
     )
     max_steps: int | None = setting(
-        None, "Optimizer steps per run [default: the protocol's 48].", check=at_least(1)
+        None, "Optimizer steps per run [default: the protocol's 48].", check=at_least(1, null=True)
     )
     n: int | None = setting(
         None,
         f"{PASSK_N}: pass@k with n = {PASSK_N} samples on the first {PROTOCOL['passk']['problems']} held-out "
         "problems; left out, greedy accuracy only.",
-        check=one_of([PASSK_N]),
+        check=one_of([PASSK_N], null=True),
     )
     passk_every: int | None = setting(
         None,
         f"With --n {PASSK_N}: pass@k on every N-th seed only (a record without pass@k takes it on from its next seed).",
-        check=at_least(1),
+        check=at_least(1, null=True),
     )
     workers: int = setting(2, "Runs at once (on a GPU: as many as fit, at 6 GiB each).", check=at_least(1))
     threads: int = setting(1, "Torch threads per run.", check=at_least(1))
-    hours: float = setting(
-        8.0, "Start no run after this many hours.", check=within(0, math.inf, low_open=True)
-    )
+    hours: float = setting(8.0, "Start no run after this many hours.", check=interval(0, open_low=True))
     target: float = setting(
         5.0,
         "Once PACS - GRPO's 95% interval is within ± this many percentage points, run the record's other methods "
         "on the seeds of the pairs, then stop.",
-        check=within(0, 100, low_open=True, high_open=True),
+        check=interval(0, 100, open_low=True, open_high=True),
     )
-    max_pairs: int | None = setting(None, "Stop after this many complete seeds.", check=at_least(1))
+    max_pairs: int | None = setting(
+        None, "Stop after this many complete seeds.", check=at_least(1, null=True)
+    )
     full_seeds: int = setting(
         0, "Every method of the record on seeds below this, only PACS and GRPO above.", check=at_least(0)
     )
