@@ -35,6 +35,7 @@ def workdir(tmp_path, monkeypatch):
     Path("list.yaml").write_text("- learning_rate\n- max_steps\n")
     Path("typo.yaml").write_text("lerning_rate: 1e-5\n")
     Path("compare_typo.yaml").write_text("model: tiny\ntrain:\n  dataset: arithmetic\n  lerning_rate: 1e-5\n")
+    Path("compare_eval.yaml").write_text("model: tiny\neval:\n  temperature: -1\n")
     Path("vllm.yaml").write_text("train:\n  dataset: arithmetic?n=16\n  use_vllm: true\n")
     Path("empty_run").mkdir()
     Path("old_run/checkpoint-2").mkdir(parents=True)
@@ -188,6 +189,9 @@ CASES = [
     (["compare", "--model", "/no/such/model"], "model '/no/such/model' is no bundled alias"),
     (["compare", "--model", "tiny", "--dataset", "missing.jsonl"], "file not found: missing.jsonl"),
     (["compare", "--model", "tiny", "--n", "0"], "samples per problem must be >= 1"),
+    # ---- compare: eval section values out of the domain EvalConfig declares for them (compare/plan.py)
+    (["compare", "--config", "compare_eval.yaml"], "eval.temperature=-1: give a number >= 0"),
+    (["compare", "--model", "tiny", "--k", "0"], "eval.ks=[0]: give whole numbers >= 1"),
 ]
 # an engine or tracker that is not installed (only where it is not)
 if not _installed("vllm"):
@@ -237,6 +241,7 @@ def test_mistakes_are_answered_before_torch_or_trl_load(workdir):
         ["train", "-o", "a_file.txt"],
         ["train", "--model", "tiny", "--dataset", "two.jsonl"],
         ["compare", "--methods", "nosuch"],
+        ["compare", "--config", "compare_eval.yaml"],
         ["eval", "--model", "tiny", "-b", "missing.jsonl"],
         ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "temperature=-1"],
     ):

@@ -123,7 +123,8 @@ def test_half_finished_training_resumes_from_checkpoint(tmp_path, monkeypatch):
 def test_only_filter_and_locks_let_processes_share_a_folder(tmp_path):
     """--only selects phases; a phase locked by a live process is left to it, a dead process's lock is taken."""
     from pacs_rl.compare.execute import run_comparison
-    from pacs_rl.compare.plan import FINAL, TRAIN_DONE_FILE
+    from pacs_rl.compare.plan import TRAIN_DONE_FILE
+    from pacs_rl.run_folder import FINAL_DIR
 
     settings = resolve_settings(preset="smoke")
     out = tmp_path / "cmp"
@@ -131,8 +132,8 @@ def test_only_filter_and_locks_let_processes_share_a_folder(tmp_path):
 
     def fake_train(settings, spec, run_dir, base_model, description):
         trained.append(spec.key)
-        (run_dir / FINAL).mkdir(parents=True)
-        (run_dir / FINAL / "config.json").write_text("{}")
+        (run_dir / FINAL_DIR).mkdir(parents=True)
+        (run_dir / FINAL_DIR / "config.json").write_text("{}")
         (run_dir / TRAIN_DONE_FILE).write_text("{}")
         return "trained"
 

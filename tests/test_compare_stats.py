@@ -167,7 +167,7 @@ def test_settings_errors_name_the_setting():
         resolve_settings(preset="smoke", config={"train": {"max_stepz": 3}})
     with pytest.raises(CompareError, match="unknown"):
         resolve_settings(preset="nope")
-    with pytest.raises(CompareError, match=r"eval\.grader: grader 'lenient': unknown base grader"):
+    with pytest.raises(CompareError, match=r"eval\.grader 'lenient': unknown base grader"):
         resolve_settings(preset="smoke", config={"eval": {"grader": "lenient"}})
     assert resolve_settings(preset="smoke")["eval"]["grader"] == "auto"  # paper on the paper's benchmarks
     assert (
@@ -365,13 +365,16 @@ def test_compare_settings_are_declared_with_their_checks_and_refused_by_name():
     assert s["eval"] == EVAL_DEFAULTS and (s["methods"], s["seeds"]) == (["pacs", "grpo"], [0])
     for name, f in {**TOP_FIELDS, **EVAL_FIELDS}.items():
         domain = ("int", "float", "tuple[str", "tuple[int, ...]", "str") if name != "model" else ()
-        if f.type.startswith(domain) and name not in ("n", "ks", "plain_prompt"):
-            assert declared(f).check is not None, name  # n and ks: checked together, against the benchmarks
+        if f.type.startswith(domain) and name != "plain_prompt":
+            assert declared(f).check is not None, name
     for section, bad, message in [
-        ("eval", {"temperature": -0.5}, r"eval\.temperature=-0\.5: give a number in \[0, inf\]"),
+        ("eval", {"temperature": -0.5}, r"eval\.temperature=-0\.5: give a number >= 0"),
+        ("eval", {"temperature": "hot"}, r"eval\.temperature='hot': expected float"),
         ("eval", {"top_p": 0}, r"eval\.top_p=0: give a number in \(0, 1\]"),
         ("eval", {"batch_size": 0}, r"eval\.batch_size=0: give a whole number >= 1"),
-        ("eval", {"backend": "sglang"}, r"eval\.backend='sglang': use one of \['transformers', 'vllm'\]"),
+        ("eval", {"backend": "sglang"}, r"eval\.backend='sglang': choose transformers or vllm"),
+        ("eval", {"ks": [0, 1]}, r"eval\.ks=\[0, 1\]: give whole numbers >= 1"),
+        ("eval", {"n": "math500=0"}, r"eval\.n: --n 'math500=0': samples per problem must be >= 1"),
         ("eval", {"benchmarks": []}, r"eval\.benchmarks is empty"),
         (None, {"seeds": [0, -1]}, "seeds must be a non-empty list of distinct whole numbers >= 0"),
         (None, {"methods": []}, "--methods is empty"),

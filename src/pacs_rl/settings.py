@@ -119,9 +119,10 @@ def at_least(least: int, note: str = "", null: bool = False) -> Check:
     return rule(lambda v: whole(v) and v >= least, f": give a whole number >= {least}{note}", null)
 
 
-def one_of(choices: Iterable[Any], verb: str = "use") -> Check:
+def one_of(choices: Iterable[Any], verb: str = "use", null: bool = False) -> Check:
+    """One of ``choices`` (``null``: or None)."""
     choices = tuple(choices)
-    return rule(lambda v: v in choices, f"; {verb} one of {list(choices)}.")
+    return rule(lambda v: v in choices, f"; {verb} one of {list(choices)}.", null)
 
 
 def bounded(ok: Callable[[float], bool], advice: str) -> Check:

@@ -13,7 +13,7 @@ Names load lazily, so ``import pacs_rl.compare`` does not import torch.
 
 from __future__ import annotations
 
-import importlib
+from pacs_rl.lazy import lazy_face
 
 _EXPORTS = {
     "PRESETS": "pacs_rl.compare.plan",
@@ -28,10 +28,4 @@ _EXPORTS = {
     "write_comparison_report": "pacs_rl.compare.report",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'pacs_rl.compare' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

@@ -30,8 +30,9 @@ from pacs_rl.compare.plan import (
     write_or_check_manifest,
 )
 from pacs_rl.data import DataError
-from pacs_rl.evaluation.report import METRICS_FILE
+from pacs_rl.evaluation.runner import ResumeMismatch, parse_samples
 from pacs_rl.models import model_problem
+from pacs_rl.run_folder import EVAL_METRICS_FILE
 from pacs_rl.settings import SettingsError, missing_packages, output_dir_problem
 from pacs_rl.training.schema import loss_type_names
 
@@ -245,8 +246,6 @@ def _ks(text: str) -> list[int]:
 def _ks_within(preset: str | None, file_settings: dict | None, n) -> list[int] | None:
     """The ks the preset or settings file sets, without those above ``n`` (--n given without --k); None (powers of
     two up to n) when they set none or none is left."""
-    from pacs_rl.evaluation.runner import parse_samples  # numpy: imported when a comparison is set up
-
     ks = ((file_settings or {}).get("eval") or {}).get("ks") or (
         PRESETS.get(preset or "", {}).get("eval") or {}
     ).get("ks")
@@ -280,7 +279,6 @@ def _compare(settings: dict, output: Path, only, report_only: bool, console, pro
     show_library_notes()
     check_training_data(settings)
     from pacs_rl.compare import execute  # torch, TRL
-    from pacs_rl.evaluation.runner import ResumeMismatch
     from pacs_rl.training.output import quiet_libraries  # transformers
 
     quiet_libraries()  # as `pacs-rl train` does: no library bars or deprecation notes a user cannot act on
@@ -308,7 +306,7 @@ def _dry_run(settings: dict, output: Path) -> None:
     train, ev = settings["train"], settings["eval"]
     trained = sum((output / s.folder / TRAIN_DONE_FILE).is_file() for s in specs)
     evals = [eval_dir_of(output, s, b) for s in [None, *specs] for b in ev["benchmarks"]]
-    evaluated = sum((d / METRICS_FILE).is_file() for d in evals)
+    evaluated = sum((d / EVAL_METRICS_FILE).is_file() for d in evals)
     budget = ", ".join(f"{k} {v}" for k, v in train.items() if k != "dataset")
     typer.echo("dry run: nothing is loaded or written")
     typer.echo(f"  base model: {settings['model']}")

@@ -22,7 +22,6 @@ from rich.console import Console
 from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.plan import (
     BASE,
-    FINAL,
     TRAIN_CONFIG_FILE,
     TRAIN_DONE_FILE,
     CompareError,
@@ -39,7 +38,13 @@ from pacs_rl.compare.plan import (
 from pacs_rl.compare.report import write_comparison_report
 from pacs_rl.evaluation.runner import EvalConfig, parse_samples, run_eval, samples_per_benchmark
 from pacs_rl.models import TINY_MODEL, tiny_model_folder
-from pacs_rl.run_folder import BASE_MODEL_DIR, last_complete_checkpoint
+from pacs_rl.run_folder import (
+    BASE_MODEL_DIR,
+    EVAL_METRICS_FILE,
+    FINAL_DIR,
+    SETTINGS_FILE,
+    last_complete_checkpoint,
+)
 from pacs_rl.settings import DATA_KEYS
 from pacs_rl.training.card import write_model_card
 from pacs_rl.training.run import build_config, config_and_trainer_classes, run_training
@@ -94,7 +99,7 @@ def check_methods_buildable(settings: dict[str, Any]) -> None:
 
 
 def is_trained(run_dir: Path) -> bool:
-    return (run_dir / TRAIN_DONE_FILE).is_file() and (run_dir / FINAL / "config.json").is_file()
+    return (run_dir / TRAIN_DONE_FILE).is_file() and (run_dir / FINAL_DIR / "config.json").is_file()
 
 
 def training_settings(
@@ -174,8 +179,8 @@ def eval_config(settings: dict[str, Any], model: str, benchmark: str, out_dir: P
 
 
 def is_evaluated(eval_dir: Path, config) -> bool:
-    """metrics.json is there and covers this protocol (n, k, problems)."""
-    path = eval_dir / "metrics.json"
+    """The evaluation's metrics.json is there and covers this protocol (n, k, problems)."""
+    path = eval_dir / EVAL_METRICS_FILE
     if not path.is_file():
         return False
     try:
@@ -202,11 +207,11 @@ def eval_run(settings: dict[str, Any], model: str, benchmark: str, eval_dir: Pat
 def card_with_evaluations(settings: dict[str, Any], out: Path, spec: RunSpec) -> None:
     """Rewrite the model card of ``spec``'s run with the comparison's evaluations of its final model."""
     run_dir = out / spec.folder
-    if not (run_dir / "settings.json").is_file():
+    if not (run_dir / SETTINGS_FILE).is_file():
         return  # trained by a test double, or before runs recorded their settings
     evaluations = []
     for bench in settings["eval"]["benchmarks"]:
-        path = eval_dir_of(out, spec, bench) / "metrics.json"
+        path = eval_dir_of(out, spec, bench) / EVAL_METRICS_FILE
         if path.is_file():
             try:
                 evaluations.append(json.loads(path.read_text()))
@@ -337,7 +342,7 @@ class _Comparison:
             if phase.kind == "train":
                 status = self.train_fn(self.settings, s, target, self.base_model, desc)
             else:
-                model = self.base_model if s is None else str(self.out / s.folder / FINAL)
+                model = self.base_model if s is None else str(self.out / s.folder / FINAL_DIR)
                 status = self.eval_fn(self.settings, model, phase.benchmark, target, phase.label)
         finally:
             lock.release()

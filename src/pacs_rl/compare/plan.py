@@ -33,17 +33,26 @@ import dataclasses
 import difflib
 import functools
 import json
-import math
 import re
 import time
 from pathlib import Path
 from typing import Any
 
-from pacs_rl.compare.checks import at_least, one_of, within
 from pacs_rl.compare.methods import method_names, method_overrides
 from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS, benchmark_name
-from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
-from pacs_rl.settings import DATA_KEYS, SettingsError, declared, read_yaml, rename_keys, setting
+from pacs_rl.evaluation.runner import EvalConfig, bench_slug, parse_samples
+from pacs_rl.rewards.graders import TRAINING_GRADER
+from pacs_rl.settings import (
+    DATA_KEYS,
+    Check,
+    SettingsError,
+    coerce,
+    declared,
+    declared_problems,
+    read_yaml,
+    rename_keys,
+    setting,
+)
 from pacs_rl.training.checks import coerce_setting, config_problems
 from pacs_rl.training.data import load_run_data
 from pacs_rl.training.schema import (
@@ -51,7 +60,6 @@ from pacs_rl.training.schema import (
     CRITIC_FIELDS,
     CRITIC_LOSS_TYPES,
     RunSettings,
-    declared_problems,
 )
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
@@ -68,7 +76,6 @@ MANIFEST_VERSION = 1
 #   OUT/report.md, OUT/*.png               the report
 TRAIN_DONE_FILE = "compare_train_done.json"
 TRAIN_CONFIG_FILE = "train_config.yaml"
-FINAL = "final"  # the trained model inside a run folder
 BASE = "base"
 
 
@@ -112,11 +119,17 @@ TRAIN_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _grader(name: str, value: Any) -> str | None:
-    if str(value) == "auto":
-        return None
+def _eval_check(name: str) -> Check:
+    """The check `pacs-rl eval` declares for its setting ``name`` (EvalConfig): an eval section setting that is an
+    EvalConfig setting too has its domain declared there, once."""
+    return declared(EvalConfig.__dataclass_fields__[name]).check
+
+
+def _samples(name: str, value: Any) -> str | None:
+    """``eval.n`` as `pacs-rl eval --n` takes it (32; math500=32,aime24=512; paper); the benchmarks it names are
+    checked against the section's in _check_eval."""
     try:
-        parse_grader(str(value))
+        parse_samples(str(value), [])
     except ValueError as e:
         return f"{name}: {e}"
     return None
@@ -137,28 +150,36 @@ class EvalSection:
         "...).",
         check=_named,
     )
-    n: int | str = setting(8, "Samples per problem (eval.n): 32; math500=32,aime24=512; or paper.")
+    n: int | str = setting(
+        8, "Samples per problem (eval.n): 32; math500=32,aime24=512; or paper.", check=_samples
+    )
     ks: tuple[int, ...] | None = setting(
-        None, "k values of pass@k (eval.ks), each at most n. Default: powers of two up to n."
+        None,
+        "k values of pass@k (eval.ks), each at most n. Default: powers of two up to n.",
+        check=_eval_check("ks"),
     )
-    temperature: float = setting(0.6, "Sampling temperature (the paper's 0.6).", check=within(0, math.inf))
-    top_p: float = setting(
-        0.95, "Nucleus sampling top-p (the paper's 0.95).", check=within(0, 1, low_open=True)
+    temperature: float = setting(
+        0.6, "Sampling temperature (the paper's 0.6).", check=_eval_check("temperature")
     )
-    max_new_tokens: int = setting(64, "Tokens generated at most per sample.", check=at_least(1))
-    seed: int = setting(0, "Sampling seed.", check=at_least(0))
-    batch_size: int = setting(64, "Sequences sampled at once.", check=at_least(1))
+    top_p: float = setting(0.95, "Nucleus sampling top-p (the paper's 0.95).", check=_eval_check("top_p"))
+    max_new_tokens: int = setting(
+        64, "Tokens generated at most per sample.", check=_eval_check("max_new_tokens")
+    )
+    seed: int = setting(0, "Sampling seed.", check=_eval_check("seed"))
+    batch_size: int = setting(64, "Sequences sampled at once.", check=_eval_check("batch_size"))
     grader: str = setting(
         "auto",
         "Grader: auto (paper on the paper's benchmarks, sound elsewhere: pacs_rl.evaluation.EvalConfig) or a name.",
-        check=_grader,
+        check=_eval_check("grader"),
     )
-    verify_workers: int = setting(0, "Processes that grade answers (0: this one).", check=at_least(0))
+    verify_workers: int = setting(
+        0, "Processes that grade answers (0: this one).", check=_eval_check("verify_workers")
+    )
     plain_prompt: bool = setting(
         False, "Use 'Question: ... Answer:' when the tokenizer has no chat template."
     )
-    backend: str = setting("transformers", "Sampling engine.", check=one_of(["transformers", "vllm"]))
-    dtype: str = setting("float32", "Model dtype.", check=one_of(["auto", "float32", "bfloat16", "float16"]))
+    backend: str = setting("transformers", "Sampling engine.", check=_eval_check("backend"))
+    dtype: str = setting("float32", "Model dtype.", check=_eval_check("dtype"))
 
 
 EVAL_FIELDS = {f.name: f for f in dataclasses.fields(EvalSection)}
@@ -263,9 +284,6 @@ class RunSpec:
 def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
     """The evaluation folder of one run (``spec``) or of the base model (None) on one benchmark, named as `pacs-rl
     eval` names a benchmark's folder (:func:`pacs_rl.evaluation.runner.bench_slug`)."""
-    # the runner imports numpy and the data loaders: imported on first use, so that `pacs-rl --help` stays fast
-    from pacs_rl.evaluation.runner import bench_slug
-
     if spec is None:
         return out / "evals" / BASE / bench_slug(benchmark)
     return out / "evals" / spec.folder.removeprefix("runs/") / bench_slug(benchmark)
@@ -462,22 +480,22 @@ def _check_sweeps(sweeps: dict[str, Any]) -> None:
 
 
 def _check_eval(ev: dict[str, Any]) -> None:
-    """The eval section: known keys, each by its declared check (:class:`EvalSection`), then an n `pacs-rl eval --n`
-    takes for these benchmarks and ks within 1..n."""
+    """The eval section: known keys, each typed (in place) and checked by its declaration (:class:`EvalSection`),
+    then an n `pacs-rl eval --n` takes for these benchmarks and ks within 1..n."""
     unknown_eval = set(ev) - set(EVAL_FIELDS) - set(DATA_KEYS)
     if unknown_eval:
         raise CompareError(
             f"eval: unknown key(s) {sorted(unknown_eval)}; known: {', '.join([*EVAL_FIELDS, *DATA_KEYS])}."
         )
-    problems = [
-        p
-        for f in EVAL_FIELDS.values()
-        if declared(f).check and (p := declared(f).check(f"eval.{f.name}", ev.get(f.name)))
-    ]
+    try:
+        ev.update(
+            {k: coerce(f"eval.{k}", v, str(EVAL_FIELDS[k].type)) for k, v in ev.items() if k in EVAL_FIELDS}
+        )
+    except SettingsError as e:
+        raise CompareError(str(e)) from None
+    problems = declared_problems(ev, EVAL_FIELDS.values(), prefix="eval.")
     if problems:
         raise CompareError(problems[0])
-    from pacs_rl.evaluation.runner import parse_samples  # numpy: imported when settings are checked
-
     try:
         default_n, by_bench = parse_samples(str(ev["n"]), ev["benchmarks"])
     except ValueError as e:

@@ -31,8 +31,9 @@ from pacs_rl.compare.plan import (
 )
 from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
 from pacs_rl.evaluation.passk import mean_pass_at_k
-from pacs_rl.evaluation.report import METRICS_FILE, rank_marks
-from pacs_rl.evaluation.samples import SAMPLES_FILE, count_correct, read_samples
+from pacs_rl.evaluation.report import rank_marks
+from pacs_rl.evaluation.samples import count_correct, read_samples
+from pacs_rl.run_folder import EVAL_METRICS_FILE, EVAL_SAMPLES_FILE, METRICS_FILE
 
 # metrics.jsonl keys for the Figure-4 panels: (title, candidate keys in order of preference)
 DYNAMICS = [
@@ -57,12 +58,12 @@ def variant_label(variant: str, method: str) -> str:
 def load_counts(eval_dir: Path) -> dict[str, Any] | None:
     """Per-problem correct counts of one finished evaluation: {"ids", "c" (P,), "n", "ks",
     "num_problems"} over the problems with all n samples (ids sorted), or None when it is not finished."""
-    mpath = eval_dir / METRICS_FILE
+    mpath = eval_dir / EVAL_METRICS_FILE
     if not mpath.is_file():
         return None
     m = json.loads(mpath.read_text())
     n = int(m["n"])
-    rows, _ = read_samples(eval_dir / SAMPLES_FILE)
+    rows, _ = read_samples(eval_dir / EVAL_SAMPLES_FILE)
     counts = count_correct(rows, n)
     ids = sorted(pid for pid, count in counts.items() if count.samples == n)
     return {
@@ -189,10 +190,9 @@ def plot_passk_curves(
 def read_run_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The rows of a training run's metrics.jsonl; [] when there is none."""
     # pacs_rl.training.output imports transformers: loaded only when a report reads training logs.
-    from pacs_rl.training.output import METRICS_FILE as TRAIN_METRICS_FILE
     from pacs_rl.training.output import read_metrics
 
-    path = run_dir / TRAIN_METRICS_FILE
+    path = run_dir / METRICS_FILE
     return read_metrics(path) if path.is_file() else []
 
 

@@ -38,6 +38,7 @@ from pacs_rl.evaluation.runner import (
 )
 from pacs_rl.models import ModelError, model_problem
 from pacs_rl.run_folder import (
+    AUDIT_FILE,
     EVAL_DIR,
     EVAL_SAMPLES_FILE,
     FINAL_DIR,
@@ -605,7 +606,7 @@ def audit_command(
         )
     target = Path(json_path) if json_path else default_json_path(run_dirs)
     if target.is_dir():
-        fail(f"--json {target} is a folder; give a file path such as {target / 'audit.json'}")
+        fail(f"--json {target} is a folder; give a file path such as {target / AUDIT_FILE}")
     try:
         planned = plan(run_dirs, grader)
     except AuditError as e:

@@ -12,7 +12,6 @@ from typing import Any
 
 from pacs_rl.run_folder import EVAL_METRICS_FILE, PASSK_PLOT_FILE, RESULTS_FILE
 
-METRICS_FILE = EVAL_METRICS_FILE  # for compare/, which imports it from here (it moves to run_folder's)
 NOT_PLAIN_WARN = 0.10  # paid answers not plain above this share of the paid ones: the command warns
 
 

@@ -99,7 +99,8 @@ def _grader(name: str, value: Any) -> str | None:
     try:
         parse_grader(value)
     except ValueError as e:
-        return str(e)  # it names the grader
+        # "grader 'x': ...", the setting named as it is where it sits (a comparison's eval.grader)
+        return name + str(e).removeprefix("grader")
     return None
 
 

@@ -14,11 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from pacs_rl.run_folder import EVAL_SAMPLES_FILE
-
 __all__ = [
     "FORM_ORDER",
-    "SAMPLES_FILE",
     "ProblemCount",
     "append_samples",
     "count_correct",
@@ -28,7 +25,6 @@ __all__ = [
     "sample_form",
 ]
 
-SAMPLES_FILE = EVAL_SAMPLES_FILE  # for compare/, which imports it from here (it moves to run_folder's)
 # pacs_rl.rewards.answers.FORMS, in its order (most trusted first): kept here so that reading a samples file
 # needs no verifier
 FORM_ORDER = ("plain", "no_box", "truncated", "several", "expression", "restated", "none")

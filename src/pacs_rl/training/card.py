@@ -21,6 +21,7 @@ from pacs_rl.data.procedural import parse_query
 from pacs_rl.data.prompts import INSTRUCTION, user_turn
 from pacs_rl.models import BUNDLED_MODELS, TINY_MODEL
 from pacs_rl.run_folder import (
+    BASE_MODEL_DIR,
     CARD_FILE,
     FINAL_DIR,
     FINISHED_FILE,
@@ -106,7 +107,7 @@ def base_model_text(model: str) -> tuple[str, str | None]:
             "de-quantized to fp32, so its weights are the quantized values, not the original bf16 ones",
             hub,
         )
-    if model == TINY_MODEL or model.endswith("/base_model"):
+    if model == TINY_MODEL or model.endswith(f"/{BASE_MODEL_DIR}"):
         return "a tiny random model built in code (`--model tiny`: a smoke run, not a language model)", None
     if Path(model).is_absolute() or model.startswith((".", "~")) or model.count("/") != 1:
         return f"the local model `{model}`", None

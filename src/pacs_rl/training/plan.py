@@ -42,7 +42,7 @@ from pacs_rl.models import (
     tiny_random_model,
     tiny_tokenizer,
 )
-from pacs_rl.run_folder import FINAL_DIR
+from pacs_rl.run_folder import CHECKPOINT_PREFIX, FINAL_DIR, METRICS_FILE
 from pacs_rl.settings import SettingsError, install_line, missing_requirements
 from pacs_rl.training import memory, run
 from pacs_rl.training.batch import PAPER_BATCH, batch_note
@@ -351,8 +351,8 @@ def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, he
     save = f"every {config.save_steps} steps, keeping {config.save_total_limit or 'all'}"
     strategy = getattr(config.save_strategy, "value", config.save_strategy)
     lines.append(
-        f"checkpoints: {out}/checkpoint-<step> ({save if strategy == 'steps' else config.save_strategy}); "
-        f"final weights {out}/{FINAL_DIR}; metrics {out}/metrics.jsonl"
+        f"checkpoints: {out}/{CHECKPOINT_PREFIX}<step> ({save if strategy == 'steps' else config.save_strategy}); "
+        f"final weights {out}/{FINAL_DIR}; metrics {out}/{METRICS_FILE}"
     )
     if resume_note:
         lines.append(f"resume: {resume_note}")

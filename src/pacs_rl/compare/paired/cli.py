@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import typer
 from filelock import Timeout
 
 from pacs_rl.command import end_dry_run, fail
-from pacs_rl.compare.checks import at_least, one_of, within
 from pacs_rl.compare.lock import lock_of
 from pacs_rl.compare.methods import METHODS
 from pacs_rl.compare.paired.record import (
@@ -28,7 +26,7 @@ from pacs_rl.compare.paired.record import (
     parse_method,
     summarize,
 )
-from pacs_rl.settings import SettingsError, declared, output_dir_problem, setting
+from pacs_rl.settings import SettingsError, at_least, declared, interval, one_of, output_dir_problem, setting
 
 PASSK_N = PROTOCOL["passk"]["n"]
 # the CPU default's settings a dry run names (the record holds all of them)
@@ -49,48 +47,49 @@ class PairedOptions:
         f"pacs[reference=frozen,pacs_beta=0.5]; default {', '.join(ARMS)}. A record goes on with its own.",
     )
     max_steps: int | None = setting(
-        None, "Optimizer steps per run [default: the protocol's 48].", check=at_least(1)
+        None, "Optimizer steps per run [default: the protocol's 48].", check=at_least(1, null=True)
     )
     n: int | None = setting(
         None,
         f"{PASSK_N}: pass@k with n = {PASSK_N} samples on the first {PROTOCOL['passk']['problems']} held-out "
         "problems; left out, greedy accuracy only.",
-        check=one_of([PASSK_N]),
+        check=one_of([PASSK_N], null=True),
     )
     passk_every: int | None = setting(
         None,
         f"With --n {PASSK_N}: pass@k on every N-th seed only (a record without pass@k takes it on from its next seed).",
-        check=at_least(1),
+        check=at_least(1, null=True),
     )
     workers: int = setting(2, "Runs at once (on a GPU: as many as fit, at 6 GiB each).", check=at_least(1))
     threads: int = setting(1, "Torch threads per run.", check=at_least(1))
-    hours: float = setting(
-        8.0, "Start no run after this many hours.", check=within(0, math.inf, low_open=True)
-    )
+    hours: float = setting(8.0, "Start no run after this many hours.", check=interval(0, open_low=True))
     stop_after: float | None = setting(
         None,
         "End after this many seconds, whatever runs: the runs still going are stopped (each resumes where it was "
         "when the record is continued here), every finished run is in the record, and no run starts that the "
         "record's runs on this device say cannot finish in time. Inside a time-limited call, leave it a minute.",
-        check=within(0, math.inf, low_open=True),
+        check=interval(0, open_low=True),
     )
     target: float = setting(
         5.0,
         "Once PACS - GRPO's 95% interval is within ± this many percentage points, run the record's other methods "
         "on the seeds of the pairs, then stop.",
-        check=within(0, 100, low_open=True, high_open=True),
+        check=interval(0, 100, open_low=True, open_high=True),
+    )
+    max_pairs: int | None = setting(
+        None, "Stop after this many complete seeds.", check=at_least(1, null=True)
     )
     max_pairs: int | None = setting(
         MAX_PAIRS,
         "Stop after this many complete seeds, whatever the interval (the summary then says what ±TARGET would "
         "need); a second machine's copy counts the seeds it holds.",
-        check=at_least(1),
+        check=at_least(1, null=True),
     )
     full_seeds: int | None = setting(
         None,
         "Every method of the record on seeds below this, only PACS and GRPO from it on [default: every method on "
         "every seed].",
-        check=at_least(0),
+        check=at_least(0, null=True),
     )
     first_seed: int = setting(
         0,

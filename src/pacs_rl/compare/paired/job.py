@@ -28,7 +28,14 @@ from pacs_rl.device import CPU_ONLY, cuda_info, with_device  # noqa: E402
 from pacs_rl.evaluation.audit import audit  # noqa: E402
 from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval  # noqa: E402
 from pacs_rl.models import TINY_MODEL, resolve_model, tiny_model_folder  # noqa: E402
-from pacs_rl.run_folder import FINAL_DIR, FINISHED_FILE, HELDOUT_SEED  # noqa: E402
+from pacs_rl.run_folder import (  # noqa: E402
+    CHECKPOINT_PREFIX,
+    EVAL_SAMPLES_FILE,
+    FINAL_DIR,
+    FINISHED_FILE,
+    HELDOUT_SEED,
+    METRICS_FILE,
+)
 from pacs_rl.training.checks import split_settings  # noqa: E402
 from pacs_rl.training.schema import default_settings  # noqa: E402
 
@@ -213,18 +220,18 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
     host["device"] = cuda.name if device == "cuda" else "cpu"
     if not (folder / FINISHED_FILE).is_file():
         settings, cfg = split_settings(values)
-        run_training(settings, build_config(cfg, folder), resume=any(folder.glob("checkpoint-*")))
+        run_training(settings, build_config(cfg, folder), resume=any(folder.glob(f"{CHECKPOINT_PREFIX}*")))
     result = {
         "method": method,
         "seed": seed,
         **evaluate(str(folder / FINAL_DIR), folder / "eval", threads, passk, device),
     }
     result["greedy_at"] = greedy_at_checkpoints(proto, folder, threads, device)
-    result["dynamics"] = dynamics(folder / "metrics.jsonl", values["loss_type"], values.get("max_grad_norm"))
+    result["dynamics"] = dynamics(folder / METRICS_FILE, values["loss_type"], values.get("max_grad_norm"))
     # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
     result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
-    for checkpoint in folder.glob("checkpoint-*"):  # ~1.6 GB each; the record keeps what matters
+    for checkpoint in folder.glob(f"{CHECKPOINT_PREFIX}*"):  # ~1.6 GB each; the record keeps what matters
         shutil.rmtree(checkpoint, ignore_errors=True)
     for weights in (folder / FINAL_DIR).glob("*.safetensors"):
         weights.unlink()
@@ -245,7 +252,7 @@ def greedy_at_checkpoints(proto: dict, folder: Path, threads: int, device: str) 
     for step in proto["greedy_at"]:
         if step >= proto["train"]["max_steps"]:
             continue
-        checkpoint = folder / f"checkpoint-{step}"
+        checkpoint = folder / f"{CHECKPOINT_PREFIX}{step}"
         if not (checkpoint / "config.json").is_file():
             raise SystemExit(f"{checkpoint} is missing: greedy_at {step} needs save_steps to divide it")
         out[str(step)] = evaluate(
@@ -258,7 +265,7 @@ def regrade(work: Path) -> dict:
     """Every evaluation's samples under ``work`` (the run folders) scored again with the protocol's grader by
     ``pacs-rl audit``'s code (pacs_rl.evaluation.audit): the share right as recorded and now, and pass@k now. For a
     record whose grader has since been fixed; `pacs-rl audit <work>` prints the same with examples of each change."""
-    folders = sorted(p.parent for p in work.glob("*/seed*/eval*/*/samples.jsonl"))
+    folders = sorted(p.parent for p in work.glob(f"*/seed*/eval*/*/{EVAL_SAMPLES_FILE}"))
     if not folders:
         return {}
     questions = {p.id: p.problem for p in heldout_problems()}  # the run.json names no loadable benchmark

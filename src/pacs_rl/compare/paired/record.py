@@ -23,11 +23,10 @@ from typing import Any
 import yaml
 
 from pacs_rl.compare import stats
-from pacs_rl.compare.checks import at_least, one_of, within
 from pacs_rl.compare.methods import METHODS
 from pacs_rl.compare.plan import CompareError
-from pacs_rl.settings import setting
-from pacs_rl.training.schema import PACSFields, declared_problems, default_settings
+from pacs_rl.settings import at_least, declared_problems, interval, one_of, rule, setting, whole
+from pacs_rl.training.schema import PACSFields, default_settings
 
 WHAT = (
     "PACS against GRPO in miniature, powered: seed after seed of every method, added to one record, until PACS − GRPO's "
@@ -66,7 +65,7 @@ class HeldOut:
 class GreedyEval:
     """The greedy evaluation of every run (at its last step and at each of ``greedy_at``)."""
 
-    temperature: float = setting(0.0, "Greedy: temperature 0.", check=within(0, 0))
+    temperature: float = setting(0.0, "Greedy: temperature 0.", check=interval(0, 0))
     max_new_tokens: int = setting(96, "Tokens per answer.", check=at_least(1))
 
 
@@ -77,10 +76,10 @@ class PassKEval:
     problems: int = setting(32, "The first this many held-out problems.", check=at_least(1))
     n: int = setting(64, "Samples per problem; the ks are the powers of two up to it.", check=at_least(1))
     temperature: float = setting(
-        0.6, "Sampling temperature (the paper's evaluation).", check=within(0, 2, low_open=True)
+        0.6, "Sampling temperature (the paper's evaluation).", check=interval(0, 2, open_low=True)
     )
     top_p: float = setting(
-        0.95, "Nucleus sampling (the paper's evaluation).", check=within(0, 1, low_open=True)
+        0.95, "Nucleus sampling (the paper's evaluation).", check=interval(0, 1, open_low=True)
     )
     max_new_tokens: int = setting(96, "Tokens per sample.", check=at_least(1))
 
@@ -97,7 +96,9 @@ class Protocol:
     )
     train: TrainProtocol = setting(TrainProtocol(), "The runs' `pacs-rl train` settings.")
     greedy_at: tuple[int, ...] = setting((24,), "Earlier checkpoints evaluated greedy too (the final model is "
-                                         "the `greedy` figure).")  # fmt: skip
+                                         "the `greedy` figure).",
+                                         check=rule(lambda v: all(whole(s) and s >= 1 for s in v),
+                                                    ": give optimizer steps, whole numbers >= 1"))  # fmt: skip
     heldout: HeldOut = setting(HeldOut(), "The held-out problems.")
     greedy: GreedyEval = setting(GreedyEval(), "The greedy evaluation.")
     passk: PassKEval = setting(PassKEval(), "The pass@k evaluation.")
