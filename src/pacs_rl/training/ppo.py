@@ -397,8 +397,7 @@ class PPOTrainer(PACSTrainer):
             logp, entropies, _ = self._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, T, compute_entropy=True
             )  # (B, T) each
-        old_logp = inputs.get("old_per_token_logps")  # None when one optimizer step uses the whole rollout
-        old_logp = logp.detach() if old_logp is None else old_logp
+        old_logp = self._old_logps(mode, inputs, logp)  # logp itself while the policy has not stepped
         options = {option: getattr(self.args, name) for option, name in CLIP_OPTION_FIELDS.items()}
         options.update(self.args.loss_options)
         advantages, rewards = inputs["ppo_advantages"], inputs["rewards"]
@@ -412,6 +411,10 @@ class PPOTrainer(PACSTrainer):
                     x[rows] for x in (logp, old_logp, mask, advantages, rewards, entropies)
                 )
                 is_weights = None if is_weights is None else is_weights[rows]
+            if (
+                mode == "train"
+            ):  # no group of two different rewards: the policy's step is skipped, not the critic's
+                self._note_signal(rewards, G, scored if rows is None or scored is None else scored[rows])
             loss, policy_metrics = ppo_policy_loss(
                 logp, old_logp, mask, advantages, is_weights=is_weights, **options
             )  # (4)
