@@ -806,9 +806,7 @@ class PACSTrainer(GRPOTrainer):
         signal, self._step_signal = self._step_signal, False
         if not self.args.skip_no_signal_steps or getattr(self, "is_deepspeed_enabled", False):
             return False
-        if (
-            self.accelerator.num_processes > 1
-        ):  # under DDP the gradients are averaged: any process's signal counts
+        if self.accelerator.num_processes > 1:  # the gradients are averaged: any process's signal counts
             flag = torch.tensor([float(signal)], device=self.accelerator.device)
             signal = bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
         return not signal
