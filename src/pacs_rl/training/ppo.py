@@ -21,7 +21,9 @@ statistics and of the value loss), as TRL leaves such completions out of its bas
 
 The critic has its own optimizer (AdamW, `critic_learning_rate`) and steps on the same micro-batches as the
 policy, at the same optimizer-step boundaries. For the first `critic_warmup_steps` optimizer steps only the
-critic trains (the policy gets no gradient, so its optimizer skips it).
+critic trains (the policy gets no gradient, so its optimizer skips it). With `skip_no_signal_steps` a step none of whose
+micro-batches holds a group with two different rewards skips the policy's optimizer step (PACSTrainer's rule), not
+the critic's: the critic's target, the reward, is information whatever the group.
 
 Why γ = λ = 1 by default: the reward is a single outcome at the last token and the paper uses no KL penalty,
 so with γ = λ = 1 the target G_t is exactly R for every token and A_t = R − V(s_t): an unbiased Monte-Carlo
