@@ -148,9 +148,9 @@ def group_mixed_fraction(rewards: torch.Tensor, group_size: int) -> float:
 
 
 def holds_signal(rewards: torch.Tensor, group_size: int, valid: torch.Tensor | None = None) -> bool:
-    """Whether some group holds two different rewards among its ``valid`` rows (all rows when None): the only
-    groups whose loss has a gradient that is not float rounding, for every group-relative loss. rewards, valid:
-    (B,), B = groups × G; an empty batch holds none."""
+    """Whether some group holds two different rewards among its ``valid`` rows (all rows when None): a group whose
+    rows share one reward has advantage 0 in every group baseline, and at ψ = 0 a PACS gradient of float rounding
+    or nothing. rewards, valid: (B,), B = groups × G; an empty batch holds none."""
     if rewards.numel() == 0:
         return False
     grouped = rewards.float().view(-1, group_size)
