@@ -137,6 +137,23 @@ def test_the_card_describes_the_run_truly(interrupted_then_finished):
     assert "model_dir = '.'" in (out / "final" / "README.md").read_text()
 
 
+def test_the_steps_without_a_signal_are_counted_across_the_resume(interrupted_then_finished):
+    """The tiny random model earns no reward: every step holds no group of two different rewards and is skipped,
+    in both sessions; the record, the summary and the card count all four."""
+    out, _, again = interrupted_then_finished
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "loss" in r]
+    assert [r["groups/mixed_frac_minibatch"] for r in steps] == [0.0] * 4
+    assert [r["optimizer/skipped_no_signal"] for r in steps] == [1.0] * 4
+    recorded = json.loads((out / "run_complete.json").read_text())["skipped_steps"]
+    assert recorded == {"no_signal": 4, "nonfinite": 0}
+    assert "skipped optimizer steps (weights left as they were): 4 without a signal" in again.output
+    assert (
+        "4 optimizer steps of 4, skipped (weights left as they were): 4 without a signal"
+        in (out / "README.md").read_text()
+    )
+
+
 def test_the_cards_quick_start_runs(interrupted_then_finished, monkeypatch, capsys):
     out, _, _ = interrupted_then_finished
     code = re.findall(r"```python\n(.*?)```", (out / "final" / "README.md").read_text(), flags=re.S)[0]

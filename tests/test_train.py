@@ -302,7 +302,7 @@ def test_fast_sampler_rollouts_train_and_resume_exactly(tmp_path, tiny_tokenizer
 def test_old_logprobs_from_the_fp32_sampler_equal_a_forward(tmp_path, tiny_tokenizer, monkeypatch):
     """old_logprobs_from_sampler: the rollout's old log-probs are the sampler's, no forward runs for them, and
     they equal the forward's (at the sampling temperature) up to float rounding; the first mini-batch still
-    has r̂ ≈ 0. Under bf16 the forward runs, with a warning."""
+    has r̂ = 0 exactly. Under bf16 the forward runs, with a warning."""
     from pacs_rl.models import tiny_random_model
 
     extra = dict(fast_sampler=True, temperature=0.7, max_steps=1, old_logprobs_from_sampler=True)
@@ -328,7 +328,7 @@ def test_old_logprobs_from_the_fp32_sampler_equal_a_forward(tmp_path, tiny_token
 
     trainer.train()
     [row] = [r for r in read_metrics(tmp_path / METRICS_FILE) if "pacs/psi_abs_max" in r]
-    assert row["pacs/psi_abs_max"] < 1e-3  # first mini-batch: π = π_old up to rounding
+    assert row["pacs/psi_abs_max"] == 0.0  # first mini-batch: π = π_old, its r̂ from the same forward
 
     with pytest.warns(UserWarning, match="old_logprobs_from_sampler=True needs fp32"):
         bf16 = _trainer(tmp_path / "bf16", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra,

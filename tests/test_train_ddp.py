@@ -50,7 +50,21 @@ def test_two_process_training_keeps_groups_whole_and_resumes_exactly(tmp_path):
     assert [r["param_checksum"] for r in resumed] == [r["param_checksum"] for r in results]
 
 
+@pytest.mark.slow
+def test_a_signal_on_one_process_steps_both(tmp_path):
+    """skip_no_signal_steps decides over all processes: one mixed group on process 0 only (its first rollout; every
+    other reward 0) steps both replicas once; the other three steps are skipped on both, which stay identical."""
+    if not (Path(sys.executable).parent / "accelerate").exists() and shutil.which("accelerate") is None:
+        pytest.skip("accelerate launcher not installed")
+    _launch(tmp_path, "signal")
+    results = [json.loads((tmp_path / f"signal-rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["skipped_no_signal"] for r in results] == [3, 3]
+    assert results[0]["moved"] and results[1]["moved"]
+    assert results[0]["param_checksum"] == results[1]["param_checksum"]
+
+
 def _child(out: str, tag: str, resume: str | None) -> None:
+    import torch
     from datasets import Dataset
 
     from pacs_rl.models import tiny_random_model, tiny_tokenizer
@@ -66,7 +80,13 @@ def _child(out: str, tag: str, resume: str | None) -> None:
         [{"prompt": [{"role": "user", "content": f"{i}*{i}"}], "answer": "0"} for i in range(64)]
     )
 
+    calls = []
+
     def reward(completions, **kw):
+        if tag == "signal":  # one mixed group, on process 0's first rollout
+            calls.append(1)
+            paid = os.environ.get("RANK") == "0" and len(calls) == 1
+            return [float(paid and i == 0) for i in range(len(completions))]
         return [float(len(c[0]["content"]) % 2) for c in completions]
 
     args = PACSConfig(
@@ -75,7 +95,7 @@ def _child(out: str, tag: str, resume: str | None) -> None:
         per_device_train_batch_size=2 * G,
         num_generations=G,
         max_completion_length=6,
-        max_steps=2,
+        max_steps=4 if tag == "signal" else 2,
         mini_batches_per_rollout=2,
         learning_rate=1e-2,
         report_to=[],
@@ -85,7 +105,9 @@ def _child(out: str, tag: str, resume: str | None) -> None:
         disable_tqdm=True,
     )
     trainer = Recording(tiny_random_model(tok), reward, args=args, train_dataset=ds, processing_class=tok)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.train(resume_from_checkpoint=resume)
+    after = trainer.accelerator.unwrap_model(trainer.model).state_dict()
     whole, prompts = True, []
     for batch in trainer.seen:
         p = batch["prompt_ids"].view(-1, G, batch["prompt_ids"].shape[1])
@@ -104,6 +126,8 @@ def _child(out: str, tag: str, resume: str | None) -> None:
                 "rewards_per_batch": [int(b["rewards"].numel()) for b in trainer.seen],
                 "prompts": prompts,
                 "param_checksum": checksum,
+                "skipped_no_signal": trainer.num_skipped_no_signal,
+                "moved": any(not torch.equal(after[k], v) for k, v in before.items()),
             }
         )
     )

@@ -314,8 +314,27 @@ def _front_matter(hub: str | None, lora: bool, loss: str) -> list[str]:
     return meta
 
 
+def _steps_text(steps: int | None, max_steps: Any, skipped: dict[str, int]) -> str:
+    """The card's line on the optimizer steps: how many, of how many, and those that moved no weight."""
+    text = f"{steps if steps is not None else 'unfinished'} optimizer steps" + (
+        f" of {max_steps}" if max_steps else ""
+    )
+    causes = [
+        f"{skipped[k]} {why}"
+        for k, why in (("no_signal", "without a signal: no group held two different rewards"),
+                       ("nonfinite", "with a non-finite gradient norm"))
+        if skipped.get(k)
+    ]  # fmt: skip
+    return text + (f", skipped (weights left as they were): {'; '.join(causes)}" if causes else "") + "."
+
+
 def _training_lines(
-    run: dict[str, Any], data: dict[str, Any], key: dict[str, Any], steps: int | None, model_text: str
+    run: dict[str, Any],
+    data: dict[str, Any],
+    key: dict[str, Any],
+    steps: int | None,
+    model_text: str,
+    skipped: dict[str, int] | None = None,
 ) -> list[str]:
     """What was trained: one sentence (``model_text``, the loss and its paper), then the Training section: the
     loss, data, grader and steps, and the key settings' table."""
@@ -332,9 +351,7 @@ def _training_lines(
         f"- **Loss:** `{loss}` ({name}); {'its' if loss == 'pacs' else 'the'} reward is 0/1 from the grader below.",
         f"- **Data:** {_task_text(run, data)}.",
         f"- **Grader (reward):** `{run.get('grader', '?')}`: {GRADERS.get(str(run.get('grader')).split('+')[0], '')}.",
-        f"- **Steps:** {steps if steps is not None else 'unfinished'} optimizer steps"
-        + (f" of {max_steps}" if max_steps else "")
-        + ".",
+        f"- **Steps:** {_steps_text(steps, max_steps, skipped or {})}",
         "- **Every setting:** `settings.json` in the run folder (run keys and the trainer config fields that differ"
         " from their defaults).",
         "",
@@ -393,13 +410,16 @@ def card_text(
     base_text, hub = base_model_text(str(run.get("model", "?")))
     lora = bool(run.get("use_lora"))
     model_dir = "." if in_final else str(out / FINAL_DIR)
-    steps = read_json(out / FINISHED_FILE).get("global_step")
+    finished = read_json(out / FINISHED_FILE)
+    steps = finished.get("global_step")
     lines = [*_front_matter(hub, lora, loss), "", f"# {out.name}: {name} on {run.get('dataset', '?')}", ""]
     if steps is None:
         lines += [UNFINISHED, ""]
     model_text = f"{'A LoRA adapter on ' if lora else ''}{base_text}"
     lines += [
-        *_training_lines(run, recorded.get("data", {}), key, steps, model_text),
+        *_training_lines(
+            run, recorded.get("data", {}), key, steps, model_text, finished.get("skipped_steps")
+        ),
         "",
         *_evaluation_section(out, protocol, evaluations),
         "",

@@ -96,6 +96,7 @@ def summary_lines(result) -> list[str]:
         lines.append(
             f"training: {result.global_step} steps{where}, {result.train_seconds / 60:.1f} min this session"
         )
+    lines += [line for line in [skipped_steps_line(getattr(result, "skipped_steps", None) or {})] if line]
     lines.append(f"output folder: {result.output_dir}")
     lines.append(f"metrics: {result.metrics_file}")
     if result.curves_png:
@@ -112,6 +113,20 @@ def summary_lines(result) -> list[str]:
     else:
         lines.append(f"evaluate it: pacs-rl eval --model {result.final_dir} --benchmarks SOURCE")
     return lines
+
+
+def skipped_steps_line(skipped: dict[str, int]) -> str | None:
+    """The summary's line on the optimizer steps that left the weights as they were (None when none did)."""
+    parts = []
+    if skipped.get("no_signal"):
+        parts.append(
+            f"{skipped['no_signal']} without a signal (no group held two different rewards; skip_no_signal_steps)"
+        )
+    if skipped.get("nonfinite"):
+        parts.append(f"{skipped['nonfinite']} with a non-finite gradient norm")
+    if not parts:
+        return None
+    return f"skipped optimizer steps (weights left as they were): {'; '.join(parts)}"
 
 
 @functools.cache

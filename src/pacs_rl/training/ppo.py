@@ -21,7 +21,9 @@ statistics and of the value loss), as TRL leaves such completions out of its bas
 
 The critic has its own optimizer (AdamW, `critic_learning_rate`) and steps on the same micro-batches as the
 policy, at the same optimizer-step boundaries. For the first `critic_warmup_steps` optimizer steps only the
-critic trains (the policy gets no gradient, so its optimizer skips it).
+critic trains (the policy gets no gradient, so its optimizer skips it). With `skip_no_signal_steps` a step none of whose
+micro-batches holds a group with two different rewards skips the policy's optimizer step (PACSTrainer's rule), not
+the critic's: the critic's target, the reward, is information whatever the group.
 
 Why γ = λ = 1 by default: the reward is a single outcome at the last token and the paper uses no KL penalty,
 so with γ = λ = 1 the target G_t is exactly R for every token and A_t = R − V(s_t): an unbiased Monte-Carlo
@@ -395,8 +397,7 @@ class PPOTrainer(PACSTrainer):
             logp, entropies, _ = self._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, T, compute_entropy=True
             )  # (B, T) each
-        old_logp = inputs.get("old_per_token_logps")  # None when one optimizer step uses the whole rollout
-        old_logp = logp.detach() if old_logp is None else old_logp
+        old_logp = self._old_logps(mode, inputs, logp)  # logp itself while the policy has not stepped
         options = {option: getattr(self.args, name) for option, name in CLIP_OPTION_FIELDS.items()}
         options.update(self.args.loss_options)
         advantages, rewards = inputs["ppo_advantages"], inputs["rewards"]
@@ -410,6 +411,10 @@ class PPOTrainer(PACSTrainer):
                     x[rows] for x in (logp, old_logp, mask, advantages, rewards, entropies)
                 )
                 is_weights = None if is_weights is None else is_weights[rows]
+            if (
+                mode == "train"
+            ):  # no group of two different rewards: the policy's step is skipped, not the critic's
+                self._note_signal(rewards, G, scored if rows is None or scored is None else scored[rows])
             loss, policy_metrics = ppo_policy_loss(
                 logp, old_logp, mask, advantages, is_weights=is_weights, **options
             )  # (4)

@@ -168,6 +168,9 @@ class TrainResult:
     rollout_truncated_frac: float | None = (
         None  # share of the rollouts' completions cut off at the token limit
     )
+    # optimizer steps of the whole run that left the weights as they were, by cause: "no_signal" (no group held
+    # two different rewards: skip_no_signal_steps), "nonfinite" (a non-finite gradient norm); {} if not recorded
+    skipped_steps: dict[str, int] = field(default_factory=dict)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -505,7 +508,10 @@ class _Session:
             if self.settings.plot:
                 title = f"{config.loss_type} on {self.settings.dataset}"
                 plot_curves(out / METRICS_FILE, out / CURVES_FILE, title=title)
-            (out / FINISHED_FILE).write_text(json.dumps({"global_step": global_step}))
+            skipped = _skipped_steps(trainer, self.checkpoint if complete else None)
+            (out / FINISHED_FILE).write_text(
+                json.dumps({"global_step": global_step, "skipped_steps": skipped})
+            )
             (out / FINAL_DIR / CARD_FILE).unlink(missing_ok=True)  # save_model's TRL card: ours follows
             write_model_card(out)
         state.wait_for_everyone()
@@ -591,6 +597,19 @@ class _StopRequest:
         return installed()
 
 
+def _skipped_steps(trainer, checkpoint: str | None) -> dict[str, int]:
+    """The run's optimizer steps skipped, by cause: the trainer's counts (kept in its checkpoints, so a resumed run
+    counts the steps before the resume too), or, with ``checkpoint`` (a run whose training had finished before this
+    call: the trainer trained nothing), that checkpoint's."""
+    if checkpoint is None:
+        counts = trainer.num_skipped_no_signal, trainer.num_skipped_steps
+    else:
+        path = Path(checkpoint) / PACS_STATE_FILE.format(rank=0)
+        state = torch.load(path, map_location="cpu", weights_only=False) if path.is_file() else {}
+        counts = state.get("num_skipped_no_signal", 0), state.get("num_skipped_steps", 0)
+    return {"no_signal": int(counts[0]), "nonfinite": int(counts[1])}
+
+
 def _trainer_state(checkpoint: str) -> dict[str, Any]:
     """transformers' trainer_state.json of a checkpoint folder (global_step, max_steps, log history)."""
     return json.loads((Path(checkpoint) / TRAINER_STATE_FILE).read_text())
@@ -599,8 +618,9 @@ def _trainer_state(checkpoint: str) -> dict[str, Any]:
 def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any) -> TrainResult:
     """The TrainResult of the run in ``out`` as its files record it."""
     held = json.loads((out / HELDOUT_FILE).read_text()) if (out / HELDOUT_FILE).is_file() else {}
-    if "global_step" not in values:
-        values["global_step"] = json.loads((out / FINISHED_FILE).read_text())["global_step"]
+    finished = read_json(out / FINISHED_FILE)
+    values.setdefault("global_step", finished.get("global_step"))
+    values.setdefault("skipped_steps", finished.get("skipped_steps") or {})
     png = out / CURVES_FILE
     forms = json.loads((out / FORMS_FILE).read_text()) if (out / FORMS_FILE).is_file() else {}
     clipped = [

@@ -289,6 +289,15 @@ class PACSFields:
         "steps_per_generation / generation_batch_size when you set one of those instead.",
         check=_bounded(lambda v: v >= 1, "; it must be >= 1."),
     )
+    skip_no_signal_steps: bool = setting(
+        True,
+        "Skip an optimizer step none of whose micro-batches (on any process) holds a group with two different "
+        "rewards, for every loss: such a step's gradient is float rounding or nothing, which AdamW would turn into a "
+        "full step of noise (and its moments and weight decay move weights even on a zero gradient). The weights "
+        "and optimizer state stay exactly as they were; the step counts towards max_steps and is logged as "
+        "optimizer/skipped_no_signal. False: step anyway, as the PACS authors' and TRL's trainers do. Not applied "
+        "under DeepSpeed (its step is its own; a warning says so).",
+    )
     reject_non_binary_rewards: bool = setting(
         True,
         "With loss_type='pacs', stop with an error naming the reward function when a reward is not 0 or "

@@ -14,7 +14,12 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
   `update_token_budget` (one process) the log-probs are values whose backward runs the model in pieces
   (`pacs_rl.training.logprobs`).
 - `_get_grad_norm`: a step whose gradient norm is not finite is skipped (gradients dropped before the
-  optimizer step) and counted, whatever `max_grad_norm` (None/0: no clip, the norm still logged).
+  optimizer step) and counted, whatever `max_grad_norm` (None/0: no clip, the norm still logged); so is, with
+  `skip_no_signal_steps`, a step none of whose micro-batches (on any process) held a group with two different
+  rewards: no signal, no step (docs/ALGORITHMS.md, "No signal, no step").
+- old log-probs: while the policy has not stepped since the rollout, the loss takes them from its own forward
+  (detached), so PACS's r̂ and ψ are exactly 0 and a baseline's ratio exactly 1, whatever computed the rollout's
+  old log-probs (the fp32 sampler, a forward over other rows, another dtype).
 - `_get_per_token_logps_and_entropies`: with `logprob_impl="logits"` (`auto` on CPU) the LM head runs on the
   completion positions only, and (`shared_prompt_forward`) each distinct prompt runs once per batch with the
   completions trimmed to the longest (`pacs_rl.training.logprobs`); otherwise TRL's fused head.
@@ -143,6 +148,33 @@ def group_mixed_fraction(rewards: torch.Tensor, group_size: int) -> float:
     return (grouped.max(dim=1).values != grouped.min(dim=1).values).float().mean().item()
 
 
+def holds_signal(rewards: torch.Tensor, group_size: int, valid: torch.Tensor | None = None) -> bool:
+    """Whether some group holds two different rewards among its ``valid`` rows (all rows when None): a group whose
+    rows share one reward has advantage 0 in every group baseline, and at ψ = 0 a PACS gradient of float rounding
+    or nothing. rewards, valid: (B,), B = groups × G; an empty batch holds none."""
+    if rewards.numel() == 0:
+        return False
+    grouped = rewards.float().view(-1, group_size)
+    if valid is None:
+        return bool((grouped.max(dim=1).values != grouped.min(dim=1).values).any())
+    keep = valid.bool().view(-1, group_size)
+    high = torch.where(keep, grouped, -math.inf).max(dim=1).values
+    low = torch.where(keep, grouped, math.inf).min(dim=1).values
+    return bool(((high != low) & (keep.sum(dim=1) >= 2)).any())
+
+
+def no_signal_skip_note(skip: bool, deepspeed_stage: int | None) -> str | None:
+    """Why ``skip_no_signal_steps`` cannot act on this run (None: it can): under DeepSpeed the optimizer step runs
+    inside DeepSpeed's backward, before the trainer sees the step's end."""
+    if not skip or deepspeed_stage is None:
+        return None
+    return (
+        f"skip_no_signal_steps=True is not applied under DeepSpeed (ZeRO-{deepspeed_stage}): DeepSpeed takes the "
+        "optimizer step itself, so a mini-batch without a group of two different rewards still steps AdamW; set "
+        "skip_no_signal_steps=false to say so, or train without DeepSpeed."
+    )
+
+
 def sharding_problems(
     reference: str, reset_optimizer: bool, deepspeed_stage: int | None, fsdp: bool
 ) -> list[str]:
@@ -233,6 +265,8 @@ class PACSTrainer(GRPOTrainer):
         self._last_rewards_per_func: torch.Tensor | None = None
         self.num_reference_resets = 0
         self.num_skipped_steps = 0  # optimizer steps skipped for a non-finite gradient norm
+        self.num_skipped_no_signal = 0  # optimizer steps skipped: no group of two different rewards
+        self._step_signal = False  # whether a micro-batch of the optimizer step in progress held such a group
         if not hasattr(GRPOTrainer, "_get_grad_norm"):  # transformers < 5 has no such hook in its loop
             warnings.warn(
                 "this transformers' Trainer has no _get_grad_norm: a step whose gradient norm is not finite will not "
@@ -244,8 +278,12 @@ class PACSTrainer(GRPOTrainer):
         )
         if problems:
             raise ValueError("; ".join(problems))
-        # global_step when the buffered rollout was sampled (-1: unknown, e.g. after a resume)
+        note = no_signal_skip_note(args.skip_no_signal_steps, self._sharding()[0])
+        if note and self.accelerator.is_main_process:
+            warnings.warn(note, stacklevel=2)
+        # global_step when the buffered rollout was sampled (-1: unknown, e.g. a checkpoint without it)
         self._rollout_step = -1
+        self._policy_step = -1  # global_step of the last optimizer step that moved the policy (-1: none)
         self._use_pieces = self._update_in_pieces()
         self.answer_monitor = AnswerMonitor(
             args.output_dir, self._math_reward_grader(), write=self.accelerator.is_main_process
@@ -610,10 +648,7 @@ class PACSTrainer(GRPOTrainer):
             logp, entropies, _ = self._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, mask.size(1), compute_entropy=True
             )  # (B, T) each
-        # TRL skips the rollout-time forward when the rollout is used for a single optimizer step; then the
-        # old policy is the current one and its log-probs are these, detached.
-        old_logp = inputs.get("old_per_token_logps")
-        old_logp = logp.detach() if old_logp is None else old_logp
+        old_logp = self._old_logps(mode, inputs, logp)
         rewards = inputs["rewards"]  # (B,) raw, 0/1 for PACS
         G = self.num_generations if mode == "train" else self.num_generations_eval
 
@@ -635,6 +670,8 @@ class PACSTrainer(GRPOTrainer):
             logp, old_logp, mask, rewards = (x[rows] for x in (logp, old_logp, mask, rewards))
             entropies = None if entropies is None else entropies[rows]
             batch = {k: (None if v is None else v[rows]) for k, v in batch.items()}
+        if mode == "train":
+            self._note_signal(rewards, G, batch["scored"])
         loss, loss_metrics = compute_policy_loss(
             self.loss_type,
             logp=logp,
@@ -660,7 +697,7 @@ class PACSTrainer(GRPOTrainer):
         None when neither has them, and then the pieces compute and log them (over the rows they run)."""
         T, budget = mask.size(1), self.args.update_token_budget
         old = inputs.get("old_per_token_logps")
-        if old is not None and self.state.global_step == self._rollout_step:
+        if old is not None and self._policy_unchanged_since_rollout():
             values, entropies = old.float(), inputs.get("sampler_entropies")
         else:
             # without gradient only a piece's logits are alive (4 bytes x vocabulary per token): 4x the budget
@@ -681,6 +718,31 @@ class PACSTrainer(GRPOTrainer):
 
         anchor = torch.zeros((), device=input_ids.device, requires_grad=True)
         return LogpsBackwardInPieces.apply(anchor, values, backward), entropies
+
+    def _old_logps(self, mode: str, inputs: dict[str, Any], logp: torch.Tensor) -> torch.Tensor:
+        """The old policy's log-probs (B, T) for the loss: ``logp`` itself, detached, while the policy has not
+        stepped since the rollout (it is the old policy then), else the rollout's (TRL's old_per_token_logps).
+
+        The rollout's were computed by another computation of the same function: the fp32 sampler
+        (old_logprobs_from_sampler), or a forward over other rows or in another dtype, equal to ``logp`` up to
+        float rounding only. Taking ``logp`` makes PACS's r̂ = β Σ (logp − old) and ψ exactly 0, and a baseline's
+        ratio exactly 1, instead of rounding noise that AdamW scales into a full step. TRL leaves the rollout's
+        out when one optimizer step uses the whole rollout: the same case."""
+        old = inputs.get("old_per_token_logps")
+        if old is None or (mode == "train" and self._policy_unchanged_since_rollout()):
+            return logp.detach()
+        return old
+
+    def _policy_unchanged_since_rollout(self) -> bool:
+        """Whether no optimizer step has moved the policy since the buffered rollout was sampled (a skipped step
+        moves nothing); False when unknown (the rollout's step not recorded)."""
+        return self._rollout_step >= 0 and self._policy_step < self._rollout_step
+
+    def _note_signal(self, rewards: torch.Tensor, G: int, scored: torch.Tensor | None) -> None:
+        """Mark the optimizer step in progress as holding a signal when this micro-batch's loss has a group of
+        two different rewards (among its scored rows: an unscored row's advantage is 0 for the baselines; PACS
+        labels every row, so passes None)."""
+        self._step_signal = self._step_signal or holds_signal(rewards, G, scored)
 
     def _finite_rows(self, mode, G, mask, rewards, **tensors) -> torch.Tensor | None:
         """Rows of the groups whose response tokens are finite in every given (B, T) tensor; None when all are.
@@ -705,16 +767,24 @@ class PACSTrainer(GRPOTrainer):
     # ------------------------------------------------------------------ optimizer step
     def _get_grad_norm(self, model, grad_norm=None):
         """transformers calls this on every optimizer step, after any clipping and before optimizer.step().
-        A non-finite norm skips the step (as the PACS authors' actor and verl do): the gradients are dropped,
-        so the optimizer leaves weights, moments and step counts untouched; the step is counted."""
+
+        Two kinds of step are skipped, by dropping the gradients (``zero_grad(set_to_none=True)``): torch's
+        optimizers leave a parameter without a gradient alone, so weights, Adam moments, step counts and weight
+        decay stay exactly as they were (a zero-gradient step would still move weights through the moments and
+        the decay). The learning-rate schedule and global_step advance. Each is counted.
+        - a non-finite gradient norm (as the PACS authors' actor and verl do);
+        - with ``skip_no_signal_steps``, a step none of whose micro-batches, on any process, held a group with two
+          different rewards: its gradient is float rounding or nothing (no signal, no step)."""
         grad_norm = super()._get_grad_norm(model, grad_norm)
         value = float(grad_norm) if grad_norm is not None else 0.0
         skipped = not math.isfinite(value)
+        no_signal = self._step_without_signal()  # a collective: every process, every step
+        deepspeed = getattr(self, "is_deepspeed_enabled", False)
         if skipped:
             self.num_skipped_steps += 1
             if self.accelerator.scaler is not None:
                 pass  # fp16: the grad scaler finds the inf, skips the step and lowers its scale itself
-            elif getattr(self, "is_deepspeed_enabled", False):
+            elif deepspeed:
                 warnings.warn(
                     f"gradient norm {value} at step {self.state.global_step + 1}: under DeepSpeed the optimizer step is "
                     "DeepSpeed's own and cannot be skipped from here.",
@@ -726,8 +796,34 @@ class PACSTrainer(GRPOTrainer):
                     "skipped optimizer step %d: gradient norm %s (%d skipped so far)",
                     self.state.global_step + 1, value, self.num_skipped_steps,
                 )  # fmt: skip
+        elif no_signal:
+            self.num_skipped_no_signal += 1
+            model.zero_grad(set_to_none=True)
+        if deepspeed or (not (skipped or no_signal) and self._step_moves_policy(model, value)):
+            self._policy_step = self.state.global_step
         self._metrics["train"]["optimizer/skipped_nonfinite"].append(float(skipped))
+        self._metrics["train"]["optimizer/skipped_no_signal"].append(float(no_signal and not skipped))
         return grad_norm
+
+    def _step_moves_policy(self, model, grad_norm: float) -> bool:
+        """Whether the optimizer step about to run changes a weight: it has a gradient (a parameter without one is
+        left alone), and the gradient is not all zero, or weight decay or Adam moments of an earlier moving step
+        move the weights anyway. (A zero gradient on zero moments without decay moves nothing.)"""
+        if not any(p.grad is not None for p in model.parameters()):
+            return False
+        return grad_norm != 0 or self.args.weight_decay != 0 or self._policy_step >= 0
+
+    def _step_without_signal(self) -> bool:
+        """Whether the optimizer step now ending is to be skipped for want of a signal: skip_no_signal_steps is on,
+        the step is the trainer's (not DeepSpeed's), and no micro-batch of it on any process held a group with two
+        different rewards. Resets the mark for the next step."""
+        signal, self._step_signal = self._step_signal, False
+        if not self.args.skip_no_signal_steps or getattr(self, "is_deepspeed_enabled", False):
+            return False
+        if self.accelerator.num_processes > 1:  # the gradients are averaged: any process's signal counts
+            flag = torch.tensor([float(signal)], device=self.accelerator.device)
+            signal = bool(self.accelerator.reduce(flag, reduction="sum").item() > 0)
+        return not signal
 
     def _log_step_metrics(self, mode, loss_metrics, entropies, mask, rewards, G) -> None:
         """Average each metric over processes (one all-reduce) and queue it for TRL's `log`."""
@@ -774,6 +870,9 @@ class PACSTrainer(GRPOTrainer):
             "buffered_inputs": self._buffered_inputs,
             "num_reference_resets": self.num_reference_resets,
             "num_skipped_steps": self.num_skipped_steps,
+            "num_skipped_no_signal": self.num_skipped_no_signal,
+            "rollout_step": self._rollout_step,
+            "policy_step": self._policy_step,
         }
         if self.ref_policy is not None and self.accelerator.is_main_process:
             state["ref_policy"] = self.ref_policy.state_dict()
@@ -800,6 +899,10 @@ class PACSTrainer(GRPOTrainer):
         self._buffered_inputs = _to_device(state["buffered_inputs"], self.accelerator.device)
         self.num_reference_resets = state.get("num_reference_resets", 0)
         self.num_skipped_steps = state.get("num_skipped_steps", 0)
+        self.num_skipped_no_signal = state.get("num_skipped_no_signal", 0)
+        # where the buffered rollout stands (an older checkpoint lacks it: the rollout's step counts as unknown)
+        self._rollout_step = state.get("rollout_step", -1)
+        self._policy_step = state.get("policy_step", -1)
         if self.ref_policy is not None:
             ref_state = state.get("ref_policy")
             if ref_state is None:  # saved by the main process only
