@@ -489,6 +489,7 @@ _SPELLINGS = (
 NUMBER_TOKEN = re.compile(r"(?<![A-Za-z.\\_\d])(\d+(?:\.\d+)?|\.\d+)")
 
 
+_THOUSANDS = re.compile(r"(?<![\d(\[,])\d{1,3}(?:(?:,|\{,\})\d{3})++(?![\d)\],])")
 _SHORT_ARGUMENT = re.compile(r"(\\(?:sqrt|[dt]?frac))\s*([0-9A-Za-z])")
 _SHORT_DENOMINATOR = re.compile(r"(\\[dt]?frac\s*\{[^{}]*\})\s*([0-9A-Za-z])")
 
@@ -499,7 +500,8 @@ def spelled_out(text: str) -> str:
     text = _SHORT_DENOMINATOR.sub(
         r"\1{\2}", _SHORT_ARGUMENT.sub(r"\1{\2}", _SHORT_ARGUMENT.sub(r"\1{\2}", text))
     )
-    text = re.sub(r"(?<=\d)(?:,|\{,\})(?=\d{3}(?!\d))", "", text)
+    text = _THOUSANDS.sub(lambda m: re.sub(r",|\{,\}", "", m.group(0)), text)  # not "(12,102)": a pair
+    text = re.sub(r"\s*+,\s*+", ",", text)
     for pattern, replacement in _SPELLINGS:
         text = pattern.sub(replacement, text)
     return " ".join(text.split()).strip(" .,;:!?")

@@ -33,7 +33,6 @@ import re
 from pacs_rl.rewards.answers import NUMBER_TOKEN, spelled_out, top_level_split, unwrap
 
 SIZE_MARGIN = 2  # nodes an answer may have beyond the gold's (a sign, a factor written apart)
-SIZE_RATIO = 1.5  # ... or this many times the gold's nodes, for large golds
 _SIMPLEST = re.compile(
     r"simplif|simplest|lowest\s+terms|common\s+fraction|radical\s+form|rationali[sz]|expand|factor|reduced",
     re.IGNORECASE,
@@ -80,8 +79,16 @@ def _tree_size(text: str) -> int | None:
 
 
 def _count(expr) -> int:
+    """Nodes of a tree, sums and products flattened (``a + (b + c)`` counts as ``a + b + c``)."""
     args = getattr(expr, "args", ())
-    return 1 + sum(_count(a) for a in args) if args else 1
+    if not args:
+        return 1
+    flat = [
+        n
+        for a in args
+        for n in (a.args if a.func == expr.func and a.func.__name__ in ("Add", "Mul") else (a,))
+    ]
+    return 1 + sum(_count(a) for a in flat)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -174,25 +181,40 @@ def _token_count(text: str) -> int:
 def form_problem(answer: str, gold: str, question: str | None, equal) -> str | None:
     """Why ``answer`` (already found equal to ``gold``) is not in final form, or None when it is. ``equal(a, b)``
     compares two expressions as math-verify does (for the sides of an equation)."""
-    gold_sides = top_level_split(unwrap(gold), "=")
-    answer_sides = top_level_split(unwrap(answer), "=")
-    if len(values(_SET.sub("", gold))) == 1 and len(values(unwrap(answer))) > 1:
-        return "several values where the gold is one"
+    answer, gold = unwrap(answer), unwrap(gold)
+    if len(values(answer)) > len(values(_SET.sub("", gold))):
+        return "several values where the gold has fewer"
+    gold_sides, answer_sides = top_level_split(gold, "="), top_level_split(answer, "=")
+    pairs = [(answer, gold)]
     if len(gold_sides) == 2 and not _states_a_value(*gold_sides):
         if len(answer_sides) != 2 or not (
-            equal(answer_sides[0], gold_sides[0]) and equal(*answer_sides[1:], gold_sides[1])
+            equal(answer_sides[0], gold_sides[0]) and equal(answer_sides[1], gold_sides[1])
         ):
             return "not the gold's equation (its left side and right side)"
-    elif len(gold_sides) == 1 and len(answer_sides) > 1:
+        pairs = list(zip(answer_sides, gold_sides, strict=True))  # each side no larger than the gold's
+    elif len(answer_sides) > 1:
         answer = answer_sides[-1]  # an equation is compared by its last side, as math-verify does
-    answer_size, gold_size = size(answer), size(gold)
-    if answer_size is not None and gold_size is not None and answer_size > size_limit(gold_size):
-        return f"larger than the gold ({answer_size} nodes for {gold_size}: not evaluated or padded)"
+        pairs = [(answer, gold_sides[-1])]
+    for a, g in pairs:
+        problem = _larger(a, g)
+        if problem is not None:
+            return problem
     if question and _SIMPLEST.search(question):
         if _has_unreduced_fraction(answer) and not _has_unreduced_fraction(gold):
             return "a fraction not in lowest terms where a simplest form is asked"
         if _evaluation_changes(answer) and _evaluation_changes(gold) is False:
             return "not in simplest form where the question asks for it"
+    return None
+
+
+def _larger(answer: str, gold: str) -> str | None:
+    """Why ``answer`` is larger than ``gold`` allows: its tree, or, where either does not parse, its tokens."""
+    answer_size, gold_size = size(answer), size(gold)
+    unit = "nodes"
+    if answer_size is None or gold_size is None:
+        answer_size, gold_size, unit = _token_count(answer), _token_count(gold), "tokens"
+    if answer_size > size_limit(gold_size):
+        return f"larger than the gold ({answer_size} {unit} for {gold_size}: not evaluated or padded)"
     return None
 
 
@@ -204,4 +226,4 @@ def too_large(answer: str, gold: str) -> bool:
 
 def size_limit(gold_size: int) -> int:
     """The most nodes an answer may have for a gold of ``gold_size`` nodes."""
-    return max(gold_size + SIZE_MARGIN, int(gold_size * SIZE_RATIO))
+    return gold_size + SIZE_MARGIN
