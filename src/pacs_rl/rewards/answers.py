@@ -65,15 +65,25 @@ def box_spans(text: str) -> list[tuple[int, int, str | None]]:
 
 
 _SPACING = r"(?:\\[,;:! ]|\\q?quad(?![A-Za-z])|~)"
-_TRAILING = re.compile(rf"(?:\s|{_SPACING}|[.,;:])++$")
-_LEADING_SPACING = re.compile(rf"^(?:\s|{_SPACING})++")
+_LEADING_SPACING = re.compile(rf"(?:\s|{_SPACING})++")
+_TRAILING_MARKS = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", "~", ".", ",", ";", ":")
 
 
 def strip_trailing_punctuation(content: str) -> str:
     """``"104."`` -> ``"104"``: a sentence's punctuation and LaTeX spaces at the end are not the answer; LaTeX
-    spaces at the start neither (``\\boxed{\\,55\\,}``)."""
-    content = _LEADING_SPACING.sub("", content.strip())
-    return _TRAILING.sub("", content)
+    spaces at the start neither (``\\boxed{\\,55\\,}``). Read from the ends inward (no pattern anchored at the
+    end, which would rescan a long run of spaces from every position)."""
+    content = content.strip()
+    lead = _LEADING_SPACING.match(content)
+    content = content[lead.end() :] if lead else content
+    changed = True
+    while changed and content:  # the longest mark first: "\\," is a space, not a comma after a backslash
+        changed = False
+        for mark in _TRAILING_MARKS:
+            if content.endswith(mark):
+                content, changed = content[: -len(mark)].rstrip(), True
+                break
+    return content
 
 
 _PAIRS = (("**", "**"), ("__", "__"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ('"', '"'),
@@ -106,9 +116,9 @@ _VERB = re.compile(
     re.IGNORECASE,
 )
 # where an explanation starts after a value: " (because ...)", ", since ...", " because ...", ", not 56"
-EXPLANATION = re.compile(
-    r"\s+\(|,\s*+(?!(?:or|either|maybe|perhaps|possibly)(?![\w-]))(?=[A-Za-z])"
-    r"|\s+(?:because|since|as|which|so|from|given|when|where|if|and|but|then|while|with|for|in|by|using|check\w*"
+EXPLANATION = re.compile(  # (?<!\s): a run of spaces is tried once, not from each of its positions
+    r"(?<!\s)\s+\(|,\s*+(?!(?:or|either|maybe|perhaps|possibly)(?![\w-]))(?=[A-Za-z])"
+    r"|(?<!\s)\s+(?:because|since|as|which|so|from|given|when|where|if|and|but|then|while|with|for|in|by|using|check\w*"
     r"|verif\w*|proof)(?![\w-])",
     re.IGNORECASE,
 )

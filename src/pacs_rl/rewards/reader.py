@@ -129,7 +129,7 @@ _DOUBTED_VALUE = re.compile(
 )
 # where the value's own clause ends after it (what follows is an explanation, not another value)
 _AFTER_CLAUSE = re.compile(
-    r"\s+(?:because|since|as|which|when|where|if(?!\s+not)|given|while|with|for|so|but|then|and|that)(?![\w-])"
+    r"(?<!\s)\s+(?:because|since|as|which|when|where|if(?!\s+not)|given|while|with|for|so|but|then|and|that)(?![\w-])"
     r"|[.;!?](?=\s|$)",
     re.IGNORECASE,
 )
@@ -305,9 +305,10 @@ def _markers_end(text: str) -> int:
 
 
 def _clause_prefix(text: str, pos: int) -> str:
-    """The text of ``text``'s clause before ``pos`` (after the last comma, colon, "then" or "but")."""
-    last = 0
-    for m in _CLAUSE.finditer(text, 0, pos):
+    """The text of ``text``'s clause before ``pos`` (after the last comma, colon, "then" or "but"), within the
+    240 characters before it."""
+    last = max(pos - 240, 0)
+    for m in _CLAUSE.finditer(text, last, pos):
         last = m.end()
     return text[last:pos]
 
@@ -347,9 +348,9 @@ def _phrase_value(text: str, pos: int) -> tuple[str, bool]:
     rest = re.sub(r"(?<!\\)\$", "", rest).lstrip(" \t")  # inline math read as its text: "$a$ * $b$ = 560"
     rest = rest[_FILLER.match(rest).end() if _FILLER.match(rest) else 0 :]
     rest = rest[_HEDGE_WORD.match(rest).end() if _HEDGE_WORD.match(rest) else 0 :]
-    rest = _MARK.sub("", rest.rstrip(" \t.;"))
+    rest = _strip_end(rest.rstrip(" \t.;"), _MARK)
     if rest.count("{") < rest.count("}") or rest.count("[") < rest.count("]"):
-        rest = _CLOSING.sub("", rest)
+        rest = _strip_end(rest, _CLOSING)
     for opening, closing in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
         if rest.startswith(opening):
             end = rest.find(closing, len(opening))
@@ -359,6 +360,13 @@ def _phrase_value(text: str, pos: int) -> tuple[str, bool]:
             break
     cut = _cut_explanation(rest)
     return clean_answer(cut), _offers_another(rest[len(cut) :]) or _offers_another(cut)
+
+
+def _strip_end(text: str, pattern: re.Pattern) -> str:
+    """``text`` without what ``pattern`` (anchored at the end) matches in its last 40 characters (a pattern
+    anchored at the end, searched over a whole text, rescans a run of spaces from each of its positions)."""
+    head, tail = text[:-40], text[-40:]
+    return head + pattern.sub("", tail)
 
 
 def _offers_another(text: str) -> bool:
@@ -373,12 +381,12 @@ def _offers_another(text: str) -> bool:
 
 def _hedged(text: str, value_start: int | None = None) -> bool:
     """A hedge in the statement ``text``, or an adverb of doubt right before its value at ``value_start``."""
-    if _HEDGE.search(text):
-        return True
-    return (
-        value_start is not None
-        and _ADVERB_BEFORE.search(text[max(0, value_start - 48) : value_start]) is not None
-    )
+    return _HEDGE.search(text) is not None or (value_start is not None and _doubted(text, value_start))
+
+
+def _doubted(text: str, value_start: int) -> bool:
+    """An adverb of doubt or of rounding right before the value at ``value_start`` ("probably 55")."""
+    return _ADVERB_BEFORE.search(text[max(0, value_start - 48) : value_start]) is not None
 
 
 def _noun_starts_clause(body: str, pos: int, first: int) -> bool:
@@ -407,12 +415,31 @@ def _negated_before(body: str, pos: int) -> bool:
     return re.search(r"(?:not|n['’]t|≠|\\neq?)\s*+\$?\s*+$", body[max(0, pos - 12) : pos]) is not None
 
 
+def signed_numbers(text: str) -> list[str]:
+    """The numbers written in ``text``, a minus sign kept where it is a sign, not an operation ("5 - 10 = -5" ->
+    5, 10, -5)."""
+    out = []
+    for m in _NUMBER_TOKEN.finditer(text):
+        j = m.start()
+        while j > 0 and text[j - 1] in " \t$":
+            j -= 1
+        sign = ""
+        if j > 0 and text[j - 1] in "-−":
+            k = j - 1
+            while k > 0 and text[k - 1] in " \t$":
+                k -= 1
+            if k == 0 or not (text[k - 1].isalnum() or text[k - 1] in ")]}"):
+                sign = "-"
+        out.append(sign + m.group(0))
+    return out
+
+
 def _number_of(reading: Reading | None) -> str | None:
-    """The number a reading states (the last number side of an equation), for the verification rule."""
+    """The number a reading states (the last side of an equation, when it is one number), for the check rule."""
     if reading is None:
         return None
-    tokens = _NUMBER_TOKEN.findall(reading.text.rsplit("=", 1)[-1])
-    return tokens[-1] if len(tokens) == 1 else None
+    last = signed_numbers(reading.text.rsplit("=", 1)[-1])
+    return last[-1] if len(last) == 1 else None
 
 
 def _is_verification(value: str, state: _State) -> bool:
@@ -425,14 +452,9 @@ def _is_verification(value: str, state: _State) -> bool:
     *sides, last = value.split("=")
     if sides[0].replace(" ", "") == state.current.text.split("=")[0].replace(" ", ""):
         return False
-    used = any(number in _NUMBER_TOKEN.findall(s) for s in sides)
-    recovered = last.strip(" .$")
-    return (
-        used
-        and _NUMBER_TOKEN.fullmatch(recovered) is not None
-        and recovered != number
-        and (recovered in state.numbers)
-    )
+    used = any(number in signed_numbers(side) for side in sides)
+    recovered = signed_numbers(last)
+    return used and len(recovered) == 1 and recovered[0] != number and recovered[0] in state.numbers
 
 
 def read_final_answer(completion: str) -> Reading | None:
@@ -450,7 +472,7 @@ def read_final_answer(completion: str) -> Reading | None:
         before = state.current
         _read_statement(state, i, st, inside)
         if state.current is not before and state.statement == i:
-            state.numbers = frozenset(_NUMBER_TOKEN.findall(st.text))
+            state.numbers = frozenset(signed_numbers(st.text))
     return state.current
 
 
@@ -477,7 +499,7 @@ def _read_statement(state: _State, i: int, st: Statement, boxes: list) -> None:
     """Read one statement: a check, a box, a phrase, "X is the answer", a conclusion or correction, a plain
     value, in that order of precedence; then a hedge remark right after the current answer."""
     offset = _markers_end(st.text)
-    body, at = _MARK.sub("", st.text[offset:].rstrip()), st.start + offset
+    body, at = _strip_end(st.text[offset:].rstrip(), _MARK), st.start + offset
     first = len(body) - len(body.lstrip())
     after_answer = state.current is not None and state.statement == i - 1
     content = any(ch.isalnum() for ch in body)
@@ -528,7 +550,7 @@ def _read_boxes(state: _State, i: int, body: str, at: int, boxes: list, hedged: 
         if joined and evaluate(previous[1]) is not None and evaluate(previous[1]) == evaluate(content):
             joined = False  # "\\boxed{\\frac{1}{2}} or \\boxed{0.5}": one value in two spellings
         after = body[end : closed[k + 1][0] if k + 1 < len(closed) else len(body)]
-        status = _status(hedged or _hedged(body, start), joined or _offers_another(after))
+        status = _status(hedged or _doubted(body, start), joined or _offers_another(after))
         _commit(state, i, Reading(content, at + start, "box", status))
         acted, previous = True, (end, content)
     return acted
@@ -538,7 +560,11 @@ def _read_phrases(state: _State, i: int, body: str, first: int, at: int, hedged:
     """Phrases naming the answer ("the answer is 55", "Final answer: 55", "the sum of 47 and 8 is 55"); the last
     one that commits wins. A label with nothing after it ("Answer:") takes the next statement's value."""
     acted = False
-    for m in _PHRASE.finditer(body):
+    matches = list(_PHRASE.finditer(body))
+    for k, m in enumerate(matches):
+        limit = (
+            matches[k + 1].start() if k + 1 < len(matches) else len(body)
+        )  # a phrase ends where the next starts
         if m.group("det") is None and not _noun_starts_clause(body, m.start(), first):
             continue
         quantity = m.group("noun").lower() in ("sum", "difference", "product", "quotient", "total", "value")
@@ -549,15 +575,15 @@ def _read_phrases(state: _State, i: int, body: str, first: int, at: int, hedged:
         end = m.end()
         if m.group("neg"):
             turn = re.search(
-                r"(?<![\w-])but\s++|[,;]\s*+(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is)\s++", body[end:]
+                r"(?<![\w-])but\s++|[,;]\s*+(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is)\s++", body[end:limit]
             )
             if turn is None:
                 state.negated_phrase = True
                 continue
             end += turn.end()
-        content, another = _phrase_value(body, end)
+        content, another = _phrase_value(body[:limit], end)
         if not content:
-            if not body[end:].strip(" \t*_:`\"'’|}"):
+            if not body[end:limit].strip(" \t*_:`\"'’|}"):
                 state.pending_label = i  # "Answer:" at the end of its line: the value comes next
             continue
         if content.lower().startswith(("not ", "n't ")):
@@ -567,7 +593,9 @@ def _read_phrases(state: _State, i: int, body: str, first: int, at: int, hedged:
             continue
         start = max(body.find(content, end), end)
         _commit(
-            state, i, Reading(content, at + start, "phrase", _status(hedged or _hedged(body, start), another))
+            state,
+            i,
+            Reading(content, at + start, "phrase", _status(hedged or _doubted(body, start), another)),
         )
         acted = True
     if not acted and _LABEL_ONLY.fullmatch(body):
@@ -600,7 +628,7 @@ def _read_reverse(state: _State, i: int, body: str, at: int, hedged: bool) -> bo
     if value is None:
         return False
     start = max(body.find(value), 0)
-    _commit(state, i, Reading(value, at + start, "phrase", _status(hedged or _hedged(body, start))))
+    _commit(state, i, Reading(value, at + start, "phrase", _status(hedged or _doubted(body, start))))
     return True
 
 
@@ -636,7 +664,7 @@ def _read_turn(state: _State, i: int, body: str, tail: int, at: int, hedged: boo
     if not _is_verification(found, state):
         start = max(text.find(found), 0)
         reading = Reading(
-            found, at + tail + start, kind, _checked(text, found, hedged or _hedged(text, start))
+            found, at + tail + start, kind, _checked(text, found, hedged or _doubted(text, start))
         )
         _commit(state, i, reading, 1 if kind == "conclusion" else 2)
     return True
