@@ -9,6 +9,9 @@ tokenizer (the CPU default's 96 and the paper's 4,096). Every completion is grad
 process, with no time limit (``pacs_rl.rewards.math_verifier.check``, the call under the reward's timeout),
 against a numeric gold and, for the symbolic family, a MATH-style gold; the best of the repeats is its time
 (the machine is shared). The goal: the worst completion under 50 ms at 96 tokens and under 500 ms at 4,096.
+
+The record keeps one entry per ``--label``, so that another grader (an older checkout on ``PYTHONPATH``, e.g.
+``git archive REV src | tar -x -C /tmp/old`` then ``PYTHONPATH=/tmp/old/src ... --label before``) sits beside it.
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", default="96,4096", help="Token budgets, comma-separated.")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--label", default="current", help="The record's key for this grader (e.g. a commit).")
     p.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "grader_time.json"))
     args = p.parse_args(argv)
     from pacs_rl.models import load_tokenizer, resolve_model
@@ -94,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(resolve_model("smollm2-135m"))
     check("\\boxed{1}", "1", grader="sound")  # math-verify and the LaTeX parser load once, before timing
     check("\\boxed{x}", "x", grader="sound")
-    record = {
-        "command": "python benchmarks/grader_time.py",
+    run = {
         "date": time.strftime("%Y-%m-%d"),
         "cpu": platform.processor() or platform.machine(),
         "cpu_capability": cpu_capability(),
@@ -111,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             rows[name] = {"ms": round(1000 * seconds, 2), "chars": len(completion), "reason": verdict.reason}
         times = [r["ms"] for r in rows.values()]
         worst = max(rows, key=lambda k: rows[k]["ms"])
-        record["budgets"][str(tokens)] = {
+        run["budgets"][str(tokens)] = {
             "worst_ms": rows[worst]["ms"],
             "worst_family": worst,
             "median_ms": round(statistics.median(times), 2),
@@ -120,7 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{tokens} tokens: worst {rows[worst]['ms']} ms ({worst}), median {statistics.median(times):.2f} ms"
         )
-    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    out = Path(args.out)
+    record = json.loads(out.read_text()) if out.exists() else {}
+    record = {
+        "command": "python benchmarks/grader_time.py",
+        "goal_ms": {"96": 50, "4096": 500},
+        "runs": {},
+    } | {k: v for k, v in record.items() if k == "runs"}
+    record["runs"][args.label] = run
+    record.update(
+        date=run["date"], cpu_capability=run["cpu_capability"]
+    )  # the latest run's host, for the index
+    out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"-> {args.out}")
     return 0
 

@@ -51,7 +51,8 @@ _STRONG = r"(?:answers?|results?|solutions?|outcome)"
 _QUANTITY = r"(?:sum|difference|product|quotient|total|value)"
 _COPULA = (
     r"(?P<neg>is\s+not|isn['’]t|was\s+not|wasn['’]t|cannot\s+be|can['’]t\s+be|≠|\\neq?(?![A-Za-z]))"
-    r"|is|was|would\s+be|will\s+be|should\s+be|must\s+be|equals|=|:|comes\s+(?:out\s+)?to|becomes|remains"
+    r"|is|was|would\s+be|will\s+be|should\s+be|must\s+be|(?:could|might|may)\s+be|equals|=|:|comes\s+(?:out\s+)?to"
+    r"|becomes|remains"
 )
 # "the answer is", "the final answer to 47 + 8 is", "Final Answer:", "the sum of 47 and 8 is", "answer within is:"
 _PHRASE = re.compile(
