@@ -94,7 +94,7 @@ _VERIFICATION = re.compile(
 # right before the value ("probably 55", "about 55", "could be 55": _ADVERB_BEFORE)
 _HEDGE = re.compile(
     r"(?<![\w-])(?:i\s+think|i\s+believe|i\s+guess|i\s+suppose|i['’]m\s+not\s+(?:sure|certain)|not\s+(?:sure|certain)"
-    r"|unsure|uncertain|most\s+likely|or\s+so)(?![\w-])"
+    r"|unsure|uncertain|most\s+likely|or\s+so|or\s+thereabouts|give\s+or\s+take)(?![\w-])"
     r"|^[\s*_]*+(?:maybe|perhaps|possibly|probably)(?![\w-])"
     r"|(?<![\w-])(?:maybe|perhaps|possibly|probably|i\s+think|i\s+guess)[\s.!?*_]*+$",
     re.IGNORECASE,
