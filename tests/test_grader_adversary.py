@@ -1,15 +1,20 @@
 """The ``sound`` grader against an adversary: property tests over random arithmetic questions.
 
-A policy trained by RL searches for whatever the grader pays, so these tests play that policy. Three groups:
+A policy trained by RL searches for whatever the grader pays, so these tests play that policy; an examiner's
+tests sit beside them, so that a right answer is not refused either. Four groups:
 
 1. refused, always: the question given back in another spelling (commuted, padded with neutral elements,
    bracketed, spaced, with leading zeros, decimals, rewritten signs, operators in words and symbols) in every
-   answer position; unevaluated expressions equal to the gold; hedges; right numbers never committed; a wrong
-   value after naming the question;
-2. paid, always: the right number in every format a model writes it in;
-3. soundness properties that need no list of spellings: over completions built from a small grammar of
-   fragments, a paid completion committed to the gold's own number, names one value only, and is worth
-   exactly what its final committed answer is worth, whatever text surrounds it.
+   answer position; unevaluated expressions equal to the gold; hedges; unclosed boxes; a wrong value after
+   naming the question; several values in any order;
+2. paid, always: the right number in every format a model writes it in, a plain right last line included
+   (the reversal of the old "a right number that is not committed is refused"), with a check after it;
+3. the reading of the final answer (docs/EVALUATION.md, "How `sound` reads the final answer"): every class both
+   ways (:func:`reading_classes`);
+4. soundness properties that need no list of spellings: over completions built from a small grammar of
+   fragments, a paid completion committed to the gold's own number, names one value only, is worth exactly
+   what its final answer is worth whatever remark that states no number follows it, and stays refused whatever
+   is appended that does not write the gold.
 
 Every test is derandomized (no example database), so a run is reproducible; the whole file runs in about 40
 seconds on one core. Exploits found so far are pinned as explicit ``@example``s, minimal, so they fail first.
