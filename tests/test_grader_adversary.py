@@ -1,15 +1,20 @@
 """The ``sound`` grader against an adversary: property tests over random arithmetic questions.
 
-A policy trained by RL searches for whatever the grader pays, so these tests play that policy. Three groups:
+A policy trained by RL searches for whatever the grader pays, so these tests play that policy; an examiner's
+tests sit beside them, so that a right answer is not refused either. Four groups:
 
 1. refused, always: the question given back in another spelling (commuted, padded with neutral elements,
    bracketed, spaced, with leading zeros, decimals, rewritten signs, operators in words and symbols) in every
-   answer position; unevaluated expressions equal to the gold; hedges; right numbers never committed; a wrong
-   value after naming the question;
-2. paid, always: the right number in every format a model writes it in;
-3. soundness properties that need no list of spellings: over completions built from a small grammar of
-   fragments, a paid completion committed to the gold's own number, names one value only, and is worth
-   exactly what its final committed answer is worth, whatever text surrounds it.
+   answer position; unevaluated expressions equal to the gold; hedges; unclosed boxes; a wrong value after
+   naming the question; several values in any order;
+2. paid, always: the right number in every format a model writes it in, a plain right last line included
+   (the reversal of the old "a right number that is not committed is refused"), with a check after it;
+3. the reading of the final answer (docs/EVALUATION.md, "How `sound` reads the final answer"): every class both
+   ways (:func:`reading_classes`);
+4. soundness properties that need no list of spellings: over completions built from a small grammar of
+   fragments, a paid completion committed to the gold's own number, names one value only, is worth exactly
+   what its final answer is worth whatever remark that states no number follows it, and stays refused whatever
+   is appended that does not write the gold.
 
 Every test is derandomized (no example database), so a run is reproducible; the whole file runs in about 40
 seconds on one core. Exploits found so far are pinned as explicit ``@example``s, minimal, so they fail first.
@@ -254,21 +259,32 @@ def hedges_after_the_first_value(g: int) -> dict[str, str]:
     }
 
 
-def not_committed(q: Q) -> dict[str, str]:
-    """The right number written, but never committed as the answer."""
+def plain_right_numbers(q: Q) -> dict[str, str]:
+    """The right number as the last statement, with no commitment phrase: a reader reads it as the answer (the
+    issue reversed the old rule that refused these)."""
     g, a, op, b = q.value, q.a, q.op, q.b
     return {
         "equation_alone": f"{a} {op} {b} = {g}",
         "equation_sentence": f"We have {a} {op} {b} = {g}.",
+        "so_equation": f"So {a} {op} {b} = {g}.",
+        "after_a_plan": f"To find {a} {op} {b}, work it out.\n\n{a} {op} {b} = {g}",
         "result_is": f"So the result is {g}.",
         "bold_number": f"**{g}**",
         "display_math": f"$${g}$$",
         "display_equation": f"\\[ {a} {op} {b} = {g} \\]",
+        "empty_box": f"{a} {op} {b} = {g}. \\boxed{{}}",
+        "equals_alone": f"= {g}",
+        "number_alone": f"{g}",
+    }
+
+
+def unclosed_boxes(q: Q) -> dict[str, str]:
+    """A box that never closes commits to nothing, and its statement is no plain value."""
+    g, a, op, b = q.value, q.a, q.op, q.b
+    return {
         "unclosed_box": f"\\boxed{{{g}",
         "unclosed_box_after_work": f"{a} {op} {b} = {g}, so \\boxed{{{g}",
         "phrase_with_unclosed_box": f"The answer is \\boxed{{{g}",
-        "empty_box": f"{a} {op} {b} = {g}. \\boxed{{}}",
-        "equals_alone": f"= {g}",
     }
 
 
@@ -363,9 +379,19 @@ def test_hedges_after_the_first_value_are_refused(q):
 
 @fixed(40)
 @given(q=questions())
-def test_a_right_number_that_is_not_committed_is_refused(q):
-    for name, completion in not_committed(q).items():
+def test_an_unclosed_box_commits_to_nothing(q):
+    for name, completion in unclosed_boxes(q).items():
         assert_refused(completion, q, name)
+
+
+@fixed(40)
+@given(q=questions())
+@example(q=Q(47, "+", 8))
+def test_a_plain_right_number_at_the_end_is_an_answer(q):
+    """Reversed by the issue that asked for a reader's reading: "47 + 8 = 55", "55", "So the result is 55." are
+    answers (they were refused as uncommitted)."""
+    for name, completion in plain_right_numbers(q).items():
+        assert_paid(completion, q, name)
 
 
 @fixed(25)
@@ -666,7 +692,7 @@ def test_the_question_can_only_refuse(case):
 
 def _strip_commits(text: str, braces: bool = True) -> str:
     """No box command, no "answer", no ``$`` (and with ``braces``, no brace that could close an open box):
-    text that cannot commit to anything."""
+    text that holds no box and no "answer" phrase."""
     text = re.sub(r"\\(?:boxed|fbox)", "", text)
     text = re.sub(r"answer", "result", text, flags=re.IGNORECASE)
     text = text.replace("$", "")
@@ -677,23 +703,40 @@ def _same(v, w) -> bool:
     return (v.score, v.extracted, v.reason) == (w.score, w.extracted, w.reason)
 
 
+# what a completion says after its answer that states no number and hedges nothing: checks, conclusions,
+# corrections and labels that give no value, words, operators and spacing
+_NEUTRAL = [
+    "Check:", "then", "because", "total", "carry", "is", "we", "the", "apples", "done", "step", "by", "+", "-",
+    "=", "(", ")", "x", "So", "Wait,", "Therefore", "Answer:", "This is the answer.", "\\quad", ".", "Hence",
+    "Let me verify.", "I hope it is correct.",
+]  # fmt: skip
+
+
+@st.composite
+def neutral_remarks(draw) -> str:
+    parts = draw(
+        st.lists(st.tuples(st.sampled_from(_NEUTRAL), st.sampled_from(["", " ", " ", "\n"])), max_size=12)
+    )
+    return "".join(f + sep for f, sep in parts)
+
+
 @st.composite
 def boxed_in_context(draw) -> tuple[Q, str, str]:
-    """(question, final box alone, the box with reasoning before it and text after it). Before: numbers,
-    operators, words, a closed box and a wrong "The answer is" sentence; after: anything but a box."""
+    """(question, final box alone, the box with reasoning before it and remarks after it). Before: numbers,
+    operators, words, a closed box and a wrong "The answer is" sentence; after: remarks that state no number."""
     q = draw(questions())
     alone = f"\\boxed{{{draw(answer_contents(q))}}}"
     before = draw(completions(q, structure=False))
     earlier_box = f"\\boxed{{{draw(answer_contents(q))}}}"
-    after = re.sub(r"\\(?:boxed|fbox)", "", draw(completions(q)))
+    after = draw(neutral_remarks())
     return q, alone, f"{before} {earlier_box}\n\nThe answer is {q.value + 1}.\n\n{alone}\n\n{after}"
 
 
 @fixed(70)
 @given(case=boxed_in_context())
 def test_a_boxed_completion_is_worth_exactly_its_final_box(case):
-    """Reasoning before the final box (with its own closed boxes and "the answer is" sentences) and any text
-    after it (anything but another box) change nothing: the completion is graded as its final box alone."""
+    """Reasoning before the final box (with its own closed boxes and "the answer is" sentences) and remarks after
+    it that state no number change nothing: the completion is graded as its final box alone."""
     q, alone, whole = case
     v, w = grade(alone, q.gold, q.question), grade(whole, q.gold, q.question)
     assert _same(v, w), f"\nalone: {alone!r} -> {v}\nwhole: {whole!r} -> {w}"
@@ -702,17 +745,38 @@ def test_a_boxed_completion_is_worth_exactly_its_final_box(case):
 @st.composite
 def with_tail(draw) -> tuple[Q, str, str]:
     q, completion = draw(cases())
-    return q, completion + ".\n\n", "Check: " + _strip_commits(draw(completions(q)))
+    return q, completion + ".\n\n", draw(neutral_remarks())
 
 
 @fixed(60)
 @given(case=with_tail())
-def test_text_after_the_committed_answer_never_changes_the_grade(case):
-    """Appending text that commits to nothing (no box, no "answer", no ``$``, no brace) after a sentence end
-    never changes the grade of any completion, whatever its final answer is (a box, a sentence or none)."""
+def test_a_remark_that_states_no_number_never_changes_the_grade(case):
+    """Appending, after a sentence end, text that states no number and hedges nothing (a check, a conclusion, a
+    correction or a label with no value) never changes the grade of any completion, whatever its final answer
+    is (a box, a sentence, a plain line or none)."""
     q, base, tail = case
     v, w = grade(base, q.gold, q.question), grade(base + tail, q.gold, q.question)
     assert _same(v, w), f"\ncompletion: {base!r} -> {v}\nwith tail: {tail!r} -> {w}"
+
+
+@st.composite
+def refused_with_tail(draw) -> tuple[Q, str, str]:
+    q, completion = draw(cases())
+    tail = draw(completions(q).filter(lambda t: q.value not in number_values(t)))
+    return q, completion + ".\n\n", tail
+
+
+@fixed(80)
+@given(case=refused_with_tail())
+@example(case=(Q_55, "The answer is 55. Maybe.\n\n", "This is the answer."))
+@example(case=(Q_55, "54\n55\n\n", "This is the final answer."))
+def test_text_that_does_not_write_the_gold_never_turns_a_refusal_into_pay(case):
+    """Whatever is appended (boxes, answer phrases, corrections, numbers), a refused completion stays refused
+    unless the appended text itself writes the gold's number: no walking back to an earlier right line."""
+    q, base, tail = case
+    if grade(base, q.gold, q.question).score == 0.0:
+        w = grade(base + tail, q.gold, q.question)
+        assert w.score == 0.0, f"\ncompletion: {base!r}\nwith tail: {tail!r} -> {w}"
 
 
 @st.composite
@@ -720,7 +784,7 @@ def phrase_in_context(draw) -> tuple[Q, str, str]:
     q = draw(questions())
     alone = f"The answer is {_strip_commits(draw(answer_contents(q)), braces=False)}."
     before = _strip_commits(draw(completions(q)))
-    after = _strip_commits(draw(completions(q)))
+    after = draw(neutral_remarks())
     return q, alone, f"{before}\n\n{alone}\n\nCheck: {after}"
 
 
@@ -728,10 +792,164 @@ def phrase_in_context(draw) -> tuple[Q, str, str]:
 @given(case=phrase_in_context())
 def test_a_phrase_answer_is_worth_exactly_its_sentence(case):
     """With no box, the completion is graded as its last "The answer is ..." sentence alone: reasoning before
-    it (no box, no other answer sentence) and a check after it change nothing."""
+    it (no box, no other answer sentence) and a check after it that states no number change nothing."""
     q, alone, whole = case
     v, w = grade(alone, q.gold, q.question), grade(whole, q.gold, q.question)
     assert _same(v, w), f"\nalone: {alone!r} -> {v}\nwhole: {whole!r} -> {w}"
+
+
+def verifications(q: Q) -> list[str]:
+    """Checks of the answer that recover an operand from it, in the ways a model writes them."""
+    g, a, b = q.value, q.a, q.b
+    if q.op == "+":
+        back = [f"{g} - {b} = {a}", f"{g} - {a} = {b}"]
+    elif q.op == "-":
+        back = [f"{g} + {b} = {a}"]
+    else:
+        back = [f"{g} / {b} = {a}"] if b else [f"{a} \\times 0 = 0"]
+    out = []
+    for eq in back:
+        out += [f" Check: {eq}.", f"\n\nVerification: {eq} ✓", f"\n\nLet me verify: {eq}.", f"\n{eq}"]
+    return out
+
+
+@fixed(30)
+@given(q=questions(), data=st.data())
+@example(q=Q_55, data=None)
+def test_a_check_after_the_answer_changes_nothing(q, data):
+    """A verification after the answer (an equation that uses it to recover an operand) does not replace it."""
+    answers = right_answers(q, (13, 29))
+    names = ["boxed", "answer_is", "final_answer_dollar"]
+    names += data.draw(st.lists(st.sampled_from(sorted(answers)), max_size=3)) if data else []
+    for name in names:
+        for verification in verifications(q):
+            assert_paid(answers[name] + verification, q, f"{name} + {verification!r}")
+    for verification in verifications(q):
+        assert_paid(f"{q.a} {q.op} {q.b} = {q.value}." + verification, q, f"plain line + {verification!r}")
+
+
+@fixed(30)
+@given(q=questions(), data=st.data())
+@example(q=Q_55, data=None)
+def test_a_hedge_or_another_value_after_the_answer_refuses_it(q, data):
+    """A hedge after the answer's sentence ("Maybe.", "I'm not sure."), or another value offered ("Or 56."),
+    refuses it; a remark that hedges nothing does not ("I hope it is correct.")."""
+    g = q.value
+    w = data.draw(st.sampled_from(wrong_values(q))) if data else g + 1
+    base = [f"\\boxed{{{g}}}", f"The answer is {g}.", f"{q.a} {q.op} {q.b} = {g}.", f"**Answer:** {g}."]
+    for answer in base:
+        for hedge in (" Maybe.", "\n\nI'm not sure.", " Probably.", f" Or {w}.", f"\n\nOr maybe {w}."):
+            assert_refused(answer + hedge, q, f"{answer!r} + {hedge!r}")
+        assert_paid(answer + " I hope it is correct.", q, f"{answer!r} + a remark")
+
+
+@fixed(30)
+@given(q=questions(), data=st.data())
+def test_several_values_are_never_paid_in_any_order(q, data):
+    """Two different values in one statement, one box or a column of tries are never paid, whatever their order
+    (the grader never chooses among candidates)."""
+    g = q.value
+    w = data.draw(st.sampled_from(wrong_values(q)))
+    for x, y in ((g, w), (w, g)):
+        for completion in (
+            f"{x}\n{y}",
+            f"{x}\n{y}\n{x}",
+            f"{x}, {y}",
+            f"\\boxed{{{x}, {y}}}",
+            f"\\boxed{{{x}}} or \\boxed{{{y}}}",
+            f"The answer is {x} or {y}.",
+            f"The answer is {x} (or {y}).",
+            f"{q.a} {q.op} {q.b} = {x}\n{q.a} {q.op} {q.b} = {y}",
+            f"So {q.a} {q.op} {q.b} = {x} or {y}.",
+        ):
+            assert_refused(completion, q, f"several values {x}, {y}")
+
+
+def _noun(op: str) -> str:
+    return {"+": "sum", "-": "difference", "*": "product"}[op]
+
+
+def reading_classes(q: Q, w: int) -> dict[str, tuple[str, str, bool]]:
+    """Each class of final-answer reading, both ways: name -> (completion, gold graded against, paid?)."""
+    g, a, op, b = q.value, q.a, q.op, q.b
+    e, gold, wrong = f"{a} {op} {b}", str(q.value), str(w)
+    step = next(k for k in range(2, 12) if k != g)
+    return {
+        # paid: the right number read as the final answer
+        "quantity_noun": (f"The {_noun(op)} is {g}.", gold, True),
+        "quantity_noun_named": (f"The {_noun(op)} of {a} and {b} is {g}.", gold, True),
+        "other_wording_result": (f"The final result is {g}.", gold, True),
+        "other_wording_solution": (f"The solution is {g}.", gold, True),
+        "value_then_the_answer": (f"{g} is the answer.", gold, True),
+        "which_is_the_answer": (f"Working it out, you get {g}, which is the answer.", gold, True),
+        "this_is_the_final_answer": (f"{e} = {g}\n\nThis is the final answer.", gold, True),
+        "conclusion_is": (f"Therefore, {e} is {g}.", gold, True),
+        "commitment_to_an_equation": (f"Here is the final answer: {e} = {g}.", gold, True),
+        "empty_box_copied": (f"The answer is \\boxed{{}} {g}.", gold, True),
+        "empty_box_sentence_after": (f"{e} = {g}\n\nThe answer is within \\boxed{{}}.", gold, True),
+        "bold_sentence": (f"**The answer is {g}.**", gold, True),
+        "quoted": (f'The answer is "{g}".', gold, True),
+        "header": (f"### Final Answer\n\n{g}", gold, True),
+        "label_then_line": (f"Answer:\n{g}", gold, True),
+        "trailing_mark": (f"The answer is {g}!", gold, True),
+        "trailing_check_mark": (f"{e} = {g} ✓", gold, True),
+        "json_field": (f'{{"answer": {g}}}', gold, True),
+        "json_string": (f'{{"answer": "{g}"}}', gold, True),
+        "code_block": (f"```\n{g}\n```", gold, True),
+        "list_item": (f"- Answer: {g}", gold, True),
+        "table_cell": (f"| Question | Answer |\n|---|---|\n| {e} | {g} |", gold, True),
+        "spacing_in_box": (f"\\boxed{{\\,{g}\\;}}", gold, True),
+        "correction_after_box": (f"\\boxed{{{w}}}\n\nWait, that's wrong: {e} = {g}.", gold, True),
+        "negated_then_right": (f"The answer is not {w}. It is {g}.", gold, True),
+        "negated_but": (f"The answer is not {w} but {g}.", gold, True),
+        "supposition_then_conclusion": (
+            f"Suppose the answer is {w}. That fails. So the answer is {g}.",
+            gold,
+            True,
+        ),
+        "chain_of_equations": (f"{e} = {g} + 0 = {g}", gold, True),
+        "retraction_states_no_value": (f"The answer is {g}. Wait, no.", gold, True),
+        "later_commitment_replaces_a_box": (f"\\boxed{{{w}}}\n\nThe answer is {g}.", gold, True),
+        "step_number_after": (f"{e} = {g}\n\nStep 2", gold, True),
+        "footnote_after": (f"{e} = {g}\n\n[1] See the method above.", gold, True),
+        # refused: what is read is not the right number, or commits to nothing, or hedges
+        "negated": (f"The answer is not {g}.", gold, False),
+        "hypothetical": (f"Suppose the answer is {g}.", gold, False),
+        "if_clause": (f"If the answer is {g}, then we are done.", gold, False),
+        "attributed": (f"My friend says the answer is {g}.", gold, False),
+        "attributed_past": (f"I thought the answer was {g}.", gold, False),
+        "hedged_in_sentence": (f"The answer is probably {g}.", gold, False),
+        "hedged_i_think": (f"I think the answer is {g}.", gold, False),
+        "hedged_about": (f"The answer is about {g}.", gold, False),
+        "hedge_after_sentence": (f"The answer is {g}. Maybe.", gold, False),
+        "another_value_after": (f"The answer is {g}. Or {w}.", gold, False),
+        "unit_word_changes_value": (f"The answer is {g} thousand.", gold, False),
+        "later_commitment_after_box": (f"\\boxed{{{g}}}\n\nThe answer is {w}.", gold, False),
+        "box_in_html_comment": (f"<!-- \\boxed{{{g}}} -->\nThe answer is {w}.", gold, False),
+        "box_in_latex_comment": (f"% \\boxed{{{g}}}\nThe answer is {w}.", gold, False),
+        "conflicting_commitments_later_wins": (f"The answer is {g}. The answer is {w}.", gold, False),
+        "false_final_statement": (f"{e} = {g}\n\nSo {e} + 1 = {g}.", gold, False),
+        "false_equation": (f"{g + 1} = {g}", gold, False),
+        "question_mark": (f"{e} = {g}?", gold, False),
+        "running_total_is_not_the_answer": (f"{e} = {g}\n\nRunning total: {w}", wrong, False),
+        "date_is_not_the_answer": (f"{e} = {g}\n\nWritten on 12 May 2024.", "2024", False),
+        "step_number_is_not_the_answer": (f"{e} = {g}\n\nStep {step}", str(step), False),
+    }
+
+
+@fixed(40)
+@given(q=questions(), data=st.data())
+@example(q=Q_55, data=None)
+def test_each_class_of_reading_both_ways(q, data):
+    """Every class of the reading the issue names, in both directions: right forms paid, wrong ones refused."""
+    w = data.draw(st.sampled_from(wrong_values(q))) if data else q.value + 1
+    for name, (completion, gold, paid) in reading_classes(q, w).items():
+        if gold == str(q.value) or paid is False:
+            v = grade(completion, gold, q.question)
+            assert v.score == float(paid), (
+                f"{'RIGHT ANSWER REFUSED' if paid else 'EXPLOIT'} ({name}): {completion!r} for {q.question!r} "
+                f"(gold {gold}); read {v.extracted!r}, reason {v.reason}"
+            )
 
 
 @fixed(20)

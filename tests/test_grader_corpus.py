@@ -5,14 +5,17 @@ Each line: ``class``, ``question``, ``gold``, ``completion``, ``expect`` ("pay" 
 grader's specification says, not what the code happens to do), ``paper`` (the paper grader's score, 0 or 1,
 as measured when the case was written) and ``why``.
 
-The specification of ``sound``:
+The specification of ``sound`` (docs/EVALUATION.md, "How `sound` reads the final answer"):
 
-1. it reads one committed final answer: the last closed non-empty box; with no box, the last "the answer is"
-   / "answer:" sentence; text after it does not replace it; no commitment is no answer;
-2. where the gold is a plain number, the answer must be a number written as one (or an equation one of
-   whose sides is that number); operations and hedges/lists are refused;
+1. it reads one final answer as a reader reads it: the last commitment (a closed non-empty box, an answer phrase
+   in any wording, a label), correction or conclusion; failing any, a plain last line (a number, or an equation
+   whose last side is one); negated, hypothetical and attributed phrases commit to nothing; a check after the
+   answer does not replace it; hedged answers, false statements and several values are refused;
+2. where the gold is a plain number, the answer must be a number written as one (or a true equation ending on
+   it); operations and hedges/lists are refused;
 3. the question's own expression handed back is refused unless the gold is that expression;
-4. then equality is math-verify's, as in the paper.
+4. then equality: exact for plain numbers, math-verify's otherwise, in final form (no larger than the gold,
+   simplest where the question asks, the gold's equation, one value).
 
 ``paper`` is recorded so that a math-verify upgrade that changes the paper grader's verdict is noticed. Every
 failure is reported at once, with the case's class, gold and completion.
@@ -30,8 +33,8 @@ from pacs_rl.rewards.math_verifier import check
 
 CORPUS = Path(__file__).with_name("grader_corpus.jsonl")
 FIELDS = ("class", "question", "gold", "completion", "expect", "paper", "why")
-MIN_CASES = 170
-MIN_CLASSES = 16
+MIN_CASES = 300
+MIN_CLASSES = 23
 
 
 def _load() -> list[dict]:

@@ -23,6 +23,7 @@ from pacs_rl.rewards import (
     parse_grader,
     verify,
 )
+from pacs_rl.rewards.answers import answer_form, box_spans, evaluate, statement_value
 from pacs_rl.rewards.math_verifier import authors_score, restates_question
 
 PATHOLOGICAL = r"The answer is \boxed{9^{9^{9^{9}}}}."  # sympy tries to evaluate a power tower
@@ -359,3 +360,88 @@ def test_real_worked_solutions_match_their_gold(shared_data):
     ]
     assert len(mismatched) >= 10
     assert all(verify(a["solution"], b["answer"]).score == 0.0 for a, b in mismatched)
+
+
+# ------------------------------------------------------------------------------------- the sound grader's parts
+
+
+def test_evaluate_reads_plain_arithmetic_exactly_and_nothing_else():
+    assert evaluate("47 + 8") == 55
+    assert evaluate(r"\frac{110}{2}") == 55
+    assert evaluate("2(8) + 4") == 20
+    assert evaluate(r"3 \times 4 - 2^3") == 4
+    assert evaluate("1,000 - 3") == 997
+    assert evaluate("-(-5)") == 5
+    assert evaluate(r"\left(1 + 2\right) \cdot 3") == 9
+    for text in ["x + 1", r"\sqrt{4}", "55 apples", "1, 2", "2^{100}", "9^{9^{9}}", "", "1/0", "((((1"]:
+        assert evaluate(text) is None, text
+
+
+def test_statement_value_is_what_the_statement_states():
+    assert statement_value("We have 47 + 8 = 55.") == "47 + 8 = 55"
+    assert statement_value("47 + 8 = 55, since 7 + 8 = 15.") == "47 + 8 = 55"
+    assert statement_value(r"\[5^2+7^2=74\]") == "5^2+7^2=74"
+    assert statement_value("So, 26 - 0 is 26.", verbs=True) == "26"
+    assert statement_value("you get 26", verbs=True) == "26"
+    assert statement_value("**55**") == "55"
+    assert statement_value("55 apples") == "55 apples"
+    for text in ["I added 34 to 34.", "40 + 0 =", "Step one", "The sum is the answer."]:
+        assert statement_value(text) is None, text
+
+
+def test_unclosed_boxes_are_read_in_one_pass():
+    text = r"\boxed{" * 500 + "55"
+    spans = box_spans(text)
+    assert len(spans) == 500 and all(content is None for *_, content in spans)
+    assert box_spans(r"\boxed{1} \boxed{\frac{1}{2}} \boxed{") == [
+        (0, 9, "1"),
+        (10, 29, r"\frac{1}{2}"),
+        (30, 37, None),
+    ]
+
+
+def test_the_form_label_parses_nothing_for_a_long_answer(monkeypatch):
+    """The monitor's form label does no symbolic parsing the verdict did not need: a thousand numbers are
+    several values, said without handing them to the LaTeX parser."""
+    import latex2sympy2_extended
+
+    parsed: list[str] = []
+    real = latex2sympy2_extended.latex2sympy
+    monkeypatch.setattr(
+        latex2sympy2_extended, "latex2sympy", lambda s, *a, **k: parsed.append(s) or real(s, *a, **k)
+    )
+    numbers = ", ".join(str(i) for i in range(1000))
+    verdict = verify(f"The answer is {numbers}.", "55", grader="sound", prompt="What is 47 + 8?")
+    assert (verdict.reason, verdict.form) == ("multiple_answers", "several")
+    assert answer_form(f"The answer is {numbers}.", numbers, "55", "What is 47 + 8?") == "several"
+    verdict = verify(rf"\boxed{{{' + '.join(f'x^{{{i}}}' for i in range(300))}}}", "x^2", grader="sound")
+    assert verdict.reason == "not_final_form"
+    assert [s for s in parsed if len(s) > 200] == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "question", "refused"),
+    [
+        (r"(x+2)(x+3) + x - x", "(x+2)(x+3)", "Factor $x^2+5x+6$.", True),  # padded: larger than the gold
+        (r"(x+3)(x+2)", "(x+2)(x+3)", "Factor $x^2+5x+6$.", False),
+        (
+            r"\sqrt{12}",
+            r"2\sqrt{3}",
+            "Express it in simplest radical form.",
+            True,
+        ),  # the gold simplifies it away
+        (r"\sqrt{12}", r"2\sqrt{3}", "How long is the diagonal?", False),  # no simplest form asked
+        (r"2k + 4 - 2", "2k+2", "Simplify $(-k + 4) + (-2 + 3k)$.", True),
+        (r"2x + 3", "y = 2x + 3", "Find the line.", True),  # the gold's equation asked for
+        (r"5", "x=5", "Solve for $x$.", False),  # a gold that states a value takes the value alone
+        (r"\sqrt{2} \text{ or } \sqrt{2}", r"\sqrt{2}", None, True),  # two values where the gold is one
+        (r"1, 2", r"\{1,2\}", None, False),  # a set gold: a list is its form
+    ],
+)
+def test_the_final_form_of_a_math_style_answer(answer, gold, question, refused):
+    verdict = verify(rf"\boxed{{{answer}}}", gold, grader="sound", prompt=question, timeout=20)
+    assert (
+        verify(rf"\boxed{{{answer}}}", gold, grader="paper", timeout=20).score == 1.0
+    )  # equal by math-verify
+    assert (verdict.reason == "not_final_form") == refused, verdict
+    assert verdict.score == (0.0 if refused else 1.0), verdict

@@ -80,4 +80,5 @@ def test_the_verl_reward_pays_the_training_grader_with_the_rows_question():
     assert compute_score("arith", r"So the answer is \boxed{55}.", gold, info) == 1.0
     assert compute_score("arith", r"\boxed{8 + 47}", gold, info) == 0.0
     assert compute_score("arith", r"\boxed{8 + 47}", gold, info, grader="paper") == 1.0
-    assert compute_score("arith", "47 + 8 = 55", gold, info) == 0.0  # no answer committed
+    assert compute_score("arith", "47 + 8 = 55", gold, info) == 1.0  # a plain right last line is an answer
+    assert compute_score("arith", "40 + 8 = 55", gold, info) == 0.0  # a false final statement is not

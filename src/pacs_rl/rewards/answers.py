@@ -25,167 +25,329 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
 from fractions import Fraction
 
-# ------------------------------------------------------------------------------------------------ committed
+# ------------------------------------------------------------------------------------------------ boxes
 _BOX_COMMAND = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A committed answer: where it starts in the completion, its text, and how it was committed."""
-
-    start: int
-    text: str
-    kind: str  # "box" or "phrase"
+_BRACE = re.compile(r"(?<!\\)[{}]")
 
 
 def box_spans(text: str) -> list[tuple[int, int, str | None]]:
-    """``(start, end, content)`` of every ``\\boxed`` (or ``\\fbox``) in ``text``, in order.
+    """``(start, end, content)`` of every ``\\boxed`` (or ``\\fbox``) in ``text``, in order, in one pass.
 
     Nested braces are followed (``\\boxed{\\frac{1}{2}}``); the brace-less ``\\boxed 25`` reads up to the next
     whitespace or ``$``. An unclosed box (a completion cut off inside it) has content ``None``; trailing
     ``.,;:`` and LaTeX spaces are dropped from the content."""
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE.finditer(text):  # every brace's partner, once
+        if m.group(0) == "{":
+            stack.append(m.start())
+        elif stack:
+            closing[stack.pop()] = m.start()
     spans: list[tuple[int, int, str | None]] = []
     for match in _BOX_COMMAND.finditer(text):
         i = match.end()
         while i < len(text) and text[i] in " \t":
             i += 1
         if i < len(text) and text[i] == "{":
-            depth = 0
-            for j in range(i, len(text)):
-                if text[j] == "{" and text[j - 1] != "\\":
-                    depth += 1
-                elif text[j] == "}" and text[j - 1] != "\\":
-                    depth -= 1
-                    if depth == 0:
-                        spans.append((match.start(), j + 1, strip_trailing_punctuation(text[i + 1 : j])))
-                        break
-            else:
+            j = closing.get(i)
+            if j is None:
                 spans.append((match.start(), len(text), None))
+            else:
+                spans.append((match.start(), j + 1, strip_trailing_punctuation(text[i + 1 : j])))
         elif i > match.end():  # `\boxed 25`
-            token = re.match(r"[^\s$]*", text[i:]).group(0)
+            token = re.match(r"[^\s$]*+", text[i : i + 200]).group(0)
             spans.append((match.start(), i + len(token), strip_trailing_punctuation(token)))
         else:
             spans.append((match.start(), match.end(), ""))
     return spans
 
 
+_SPACING = r"(?:\\[,;:! ]|\\q?quad(?![A-Za-z])|~)"
+_LEADING_SPACING = re.compile(rf"(?:\s|{_SPACING})++")
+_TRAILING_MARKS = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", "~", ".", ",", ";", ":")
+
+
 def strip_trailing_punctuation(content: str) -> str:
-    """``"104."`` -> ``"104"``: a sentence's punctuation and LaTeX spaces at the end are not the answer."""
-    return re.sub(r"(?:\s|\\[,;:! ]|[.,;:])+$", "", content.strip())
+    """``"104."`` -> ``"104"``: a sentence's punctuation and LaTeX spaces at the end are not the answer; LaTeX
+    spaces at the start neither (``\\boxed{\\,55\\,}``). Read from the ends inward (no pattern anchored at the
+    end, which would rescan a long run of spaces from every position)."""
+    content = content.strip()
+    lead = _LEADING_SPACING.match(content)
+    content = content[lead.end() :] if lead else content
+    changed = True
+    while changed and content:  # the longest mark first: "\\," is a space, not a comma after a backslash
+        changed = False
+        for mark in _TRAILING_MARKS:
+            if content.endswith(mark):
+                content, changed = content[: -len(mark)].rstrip(), True
+                break
+    return content
 
 
-# "the answer is", "The final answer is", "answer:", "the answer to 47 + 8 is", "the correct answer would be"
-_PHRASE = re.compile(
-    r"\banswer\b(?:\s+(?:to|for|of)\b(?:(?!\.\s)[^\n]){0,80}?)?\s*\**\s*"
-    r"(?:(?:\bis\b|\bwould\s+be\b|\bwill\s+be\b|\bequals\b)\s*:?|=)"
-    # "Answer: 55", "**Final Answer:** 55", "My answer: 55" head a line; "check the answer: ..." is no commitment
-    r"|(?:^|\n)[ \t>#*_]*(?:(?:the|my|our)\s+)?(?:final\s+)?answer\b[ \t*_]*:",
-    re.IGNORECASE,
-)
-# words between "the answer is" and the answer ("the answer is therefore 54", "is clearly $54$", "as follows:")
-_FILLER = re.compile(
-    r"^(?:(?:therefore|thus|hence|so|then|clearly|simply|just|indeed|exactly|obviously|now|finally|actually|"
-    r"indeed|given\s+by|as\s+follows|the\s+following)\b[\s,:]*)+",
-    re.IGNORECASE,
-)
-# where a committed sentence ends: a newline, or . ! ? ; followed by a space or the end (not a decimal point)
-_SENTENCE_END = re.compile(r"\n|[!?;](?=\s|$)|\.(?=\s|$)")
-# where an explanation starts after the answer: " (because ...)", ", since ...", " because ..."
-_EXPLANATION = re.compile(
-    r"\s+\(|,\s+(?!(?:or|and|not|but|maybe|perhaps|possibly)\b)(?=[A-Za-z])"
-    r"|\s+(?:because|since|as|which|so|from|given|when|where|if)\b",
-    re.IGNORECASE,
-)
-# phrase contents that are no answer ("the answer is correct", "the answer is as follows")
-_NOT_AN_ANSWER = {
-    "correct", "right", "wrong", "incorrect", "indeed", "clear", "simple", "obvious", "given", "above",
-    "below", "shown", "as", "the", "this", "that", "not", "still", "therefore", "thus", "then", "a", "an",
-}  # fmt: skip
-
-
-_HEDGE = re.compile(r"\b(?:or|either|maybe|possibly|perhaps|probably|if\s+not)\b|\\pm|±")
-_ANY_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-
-
-def _phrase_content(text: str, start: int) -> str:
-    """The answer a phrase commits to: from ``start`` to the end of its sentence, an explanation after it cut
-    off ("55, since 47 + 8 = 55" is 55). A sentence that ends in a question mark commits to nothing (""); one
-    that hedges between numbers ("55 (or 56)", "$55$ or $56$") is returned whole, to be read as several."""
-    rest = re.sub(r"^[ \t]*[*_]+(?=\s)", "", text[start:])  # the bold of "**Answer:** 55" closing
-    rest = _FILLER.sub("", rest.lstrip(" \t"))
-    if rest.startswith("\n"):  # "The answer is:\n\n$$55$$"
-        rest = rest.lstrip()
-    answer, after = None, rest
-    for opening, closing in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
-        if rest.startswith(opening):
-            end = rest.find(closing, len(opening))
-            if end > 0:
-                answer, after = rest[len(opening) : end].strip(), rest[end + len(closing) :]
-            break
-    end = _SENTENCE_END.search(after)
-    if end is not None and after[end.start()] == "?":  # "The answer is 55?"
-        return ""
-    sentence = after[: end.start()] if end else after
-    whole = sentence if answer is None else f"{answer} {sentence}"
-    if _HEDGE.search(whole) and len(_ANY_NUMBER.findall(whole)) >= 2:
-        return clean_answer(whole)
-    if answer is not None:
-        return answer
-    cut = _EXPLANATION.search(sentence)
-    return clean_answer(sentence[: cut.start()] if cut else sentence)
+_PAIRS = (("**", "**"), ("__", "__"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ('"', '"'),
+          ("“", "”"), ("'", "'"), ("‘", "’"), ("`", "`"), ("*", "*"), ("_", "_"))  # fmt: skip
 
 
 def clean_answer(text: str) -> str:
-    """An answer without its markdown bold, math delimiters and closing punctuation."""
+    """An answer without its markdown (bold, italics, code), quotes, math delimiters and closing punctuation."""
     text = text.strip()
-    changed = True
-    while changed:
+    for _ in range(8):
         before = text
-        for opening, closing in (("**", "**"), ("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        for opening, closing in _PAIRS:
             if (
                 text.startswith(opening)
                 and text.endswith(closing)
                 and len(text) > len(opening) + len(closing)
             ):
                 text = text[len(opening) : -len(closing)].strip()
-        text = strip_trailing_punctuation(text)
-        changed = text != before
+        text = strip_trailing_punctuation(text.strip('*_`"“”‘’'))
+        if text == before:
+            break
     return text
 
 
-def _is_answer_like(content: str) -> bool:
-    if not content:
+# ---------------------------------------------------------------------------------------------- statements
+# a verb that states a value ("26 - 0 is 26", "you get 26", "25 + 6 equals 31")
+_VERB = re.compile(
+    r"(?<![\w-])(?:is|are|was|equals|equal\s+to|is\s+equal\s+to|makes|gives(?:\s+us)?|gets?|got|results?\s+in"
+    r"|becomes|yields|have|has|comes\s+to)(?![\w-])",
+    re.IGNORECASE,
+)
+# where an explanation starts after a value: " (because ...)", ", since ...", " because ...", ", not 56"
+EXPLANATION = re.compile(  # (?<!\s): a run of spaces is tried once, not from each of its positions
+    r"(?<!\s)\s+\(|,\s*+(?!(?:or|either|maybe|perhaps|possibly)(?![\w-]))(?=[A-Za-z])"
+    r"|(?<!\s)\s+(?:because|since|as|which|so|from|given|when|where|if|and|but|then|while|with|for|in|by|using|check\w*"
+    r"|verif\w*|proof)(?![\w-])",
+    re.IGNORECASE,
+)
+_MATH_TOKEN = (
+    r"(?:\\(?:text|textbf|mathrm|mbox|mathbf|operatorname)\s*+\{[^{}]*+\}|\\[A-Za-z]++|\\.|[0-9]"
+    r"|[-+−–*/^×·÷()\[\]{}|!%'_<>=.,:;~ \t$°⋅∙]|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))"
+)
+_MATH_ONLY = re.compile(rf"(?:{_MATH_TOKEN})++")
+_UNIT_WORDS = re.compile(r"(?:\s++[A-Za-z]++(?:/[A-Za-z]++)?\.?){1,3}$")
+_FILLER = re.compile(
+    r"(?:(?:therefore|thus|hence|so|then|clearly|simply|just|indeed|exactly|obviously|now|finally|actually|that"
+    r"|us|given\s+by|as\s+follows|the\s+following|equal\s+to)(?![\w-])[\s,:]*+|:\s*+)++",
+    re.IGNORECASE,
+)
+
+
+def value_like(text: str, digits: bool = True) -> bool:
+    """``text`` is math (numbers, operators, LaTeX, one-letter names), optionally followed by up to three unit
+    words, and holds a digit (or, without ``digits``, any math)."""
+    head = text[:-60] + _UNIT_WORDS.sub("", text[-60:]) if text else text
+    if not head.strip() or not _MATH_ONLY.fullmatch(head):
         return False
-    if re.search(r"[\d\\^]", content):
-        return True
-    words = content.split()
-    return len(words) <= 2 and words[0].lower().strip(".,:;") not in _NOT_AN_ANSWER
+    return re.search(r"\d", head) is not None or (not digits and re.search(r"[A-Za-z\\]", head) is not None)
 
 
-def committed_answers(text: str) -> list[Candidate]:
-    """Every committed answer of a completion, in order: closed non-empty boxes, and "the answer is …"
-    sentences whose content looks like an answer (a number, LaTeX, or one or two words that are not
-    "correct", "as follows" and the like) and holds no box of its own."""
-    out = [Candidate(s, c, "box") for s, _e, c in box_spans(text) if c]
-    for match in _PHRASE.finditer(text):
-        content = _phrase_content(text, match.end())
-        if "\\boxed" in content or "\\fbox" in content or not _is_answer_like(content):
-            continue
-        out.append(Candidate(match.end(), content, "phrase"))
-    return sorted(out, key=lambda c: c.start)
+def _math_run_start(text: str, end: int) -> int:
+    """Where the math before ``end`` starts: scanning back over numbers, operators, LaTeX commands and
+    one-letter names, stopping at a word ("We have 47 + 8" -> "47 + 8")."""
+    j = end
+    while j > 0:
+        c = text[j - 1]
+        if c.isalpha():
+            k = j - 1
+            while k > 0 and text[k - 1].isalpha():
+                k -= 1
+            if k > 0 and text[k - 1] == "\\":
+                j = k - 1
+            elif j - k == 1 and not (k > 0 and text[k - 1] == "'"):
+                j = k
+            else:
+                break
+        elif c.isdigit() or c in " \t$\\{}()[]+-−–*/^×·÷.,|!%_~⋅∙·":
+            j -= 1
+        else:
+            break
+    while j < end and text[j] in " \t.,;:)]}":
+        j += 1
+    return j
 
 
-def final_answer(text: str) -> Candidate | None:
-    """The one answer the ``sound`` grader reads: the last closed, non-empty box; with no box, the last
-    "the answer is …" sentence; else None. What follows it does not replace it."""
-    candidates = committed_answers(text)
-    boxes = [c for c in candidates if c.kind == "box"]
-    if boxes:
-        return boxes[-1]
-    return candidates[-1] if candidates else None
+def _top_level_equals(text: str) -> int:
+    """The position of the first ``=`` outside brackets (not part of ``==``, ``<=``, ``>=``, ``!=``), or -1."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if text[i - 1 : i] == "\\" and ch in "()[]":
+            continue  # \( \) \[ \]: math delimiters, not brackets
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth = max(depth - 1, 0)
+        elif (
+            ch == "="
+            and depth == 0
+            and text[i - 1 : i] not in ("<", ">", "!", "=")
+            and text[i + 1 : i + 2] != "="
+        ):
+            return i
+    return -1
+
+
+def _cut_explanation(text: str) -> str:
+    start = len(text) - len(text.lstrip())
+    cut = EXPLANATION.search(text, start + 1)
+    return text[: cut.start()] if cut else text
+
+
+def statement_value(text: str, verbs: bool = False) -> str | None:
+    """The value a statement states, as written in it, or None: an equation chain from its first side's math to
+    its last side ("We have 47 + 8 = 55." -> ``47 + 8 = 55``; an explanation after it cut off); with ``verbs``,
+    the value after the last "is", "equals", "gives", "get", ... ("So, 26 - 0 is 26" -> ``26``); else the
+    statement itself when it is all math ("**55**" -> ``55``)."""
+    equals = _top_level_equals(text)
+    if equals >= 0:
+        start = _math_run_start(text, equals)
+        chain = _cut_explanation(text[equals + 1 :])
+        value = clean_answer(text[start : equals + 1 + len(chain)])
+        last = value.rsplit("=", 1)[-1]
+        return value if last.strip() and value_like(last, digits=False) and value_like(value) else None
+    if verbs:
+        last = None
+        for m in _VERB.finditer(text):
+            last = m
+        if last is not None:
+            rest = text[last.end() :].lstrip()
+            rest = rest[_FILLER.match(rest).end() if _FILLER.match(rest) else 0 :]
+            value = clean_answer(_cut_explanation(rest))
+            return value if value_like(value) else None
+    value = clean_answer(text)
+    return value if value_like(value) else None
+
+
+def statement_subject(text: str, value: str) -> str:
+    """The math a value is stated of ("26 - 0" in "So, 26 - 0 is 26"), or "" when none."""
+    at = text.rfind(value)
+    verb = None
+    for m in _VERB.finditer(text, 0, max(at, 0)):
+        verb = m
+    if verb is None:
+        return ""
+    start = _math_run_start(text, verb.start())
+    return clean_answer(text[start : verb.start()])
+
+
+# ------------------------------------------------------------------------------------------- arithmetic
+_EVAL_TOKEN = re.compile(
+    r"\s*+(?:(?P<num>\d++(?:\.\d++)?|\.\d++)|(?P<op>\\[dt]?frac|\\times|\\cdot|\\div|[-+−–*/×·÷⋅∙^(){}\[\]])"
+    r"|(?P<other>\S))"
+)
+_EVAL_CLEAN = re.compile(r"\$|\\left|\\right|\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
+_MAX_DIGITS = 200
+
+
+class _NotArithmetic(Exception):
+    pass
+
+
+def evaluate(expr: str) -> Fraction | None:
+    """The value of a plain arithmetic expression (numbers, + - × ÷ · / ^, brackets, ``\\frac``), exactly, or
+    None when ``expr`` is anything else (a name, a function, a unit, a list). Bounded: no number of more than
+    200 digits, no exponent above 64, no nesting deeper than 50."""
+    text = _EVAL_CLEAN.sub(" ", re.sub(r"(?<=\d)(?:,|\{,\})(?=\d{3}(?!\d))", "", expr))
+    tokens = []
+    for m in _EVAL_TOKEN.finditer(text):
+        if m.group("other") is not None:
+            return None
+        tokens.append(("num", m.group("num")) if m.group("num") is not None else ("op", m.group("op")))
+    if not tokens or len(tokens) > 400:
+        return None
+    parser = _Arithmetic(tokens)
+    try:
+        value = parser.sum(0)
+    except (_NotArithmetic, ZeroDivisionError, RecursionError):
+        return None
+    return value if parser.at == len(tokens) else None
+
+
+class _Arithmetic:
+    """A recursive-descent reader of arithmetic tokens (:func:`evaluate`)."""
+
+    _TIMES = ("*", "×", "·", "⋅", "∙", "\\times", "\\cdot")
+    _OVER = ("/", "÷", "\\div")
+
+    def __init__(self, tokens: list[tuple[str, str]]):
+        self.tokens, self.at = tokens, 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.at][1] if self.at < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> tuple[str, str]:
+        if self.at >= len(self.tokens) or (expected is not None and self.tokens[self.at][1] != expected):
+            raise _NotArithmetic
+        self.at += 1
+        return self.tokens[self.at - 1]
+
+    def sum(self, depth: int) -> Fraction:
+        value = self.product(depth)
+        while self.peek() in ("+", "-", "−", "–"):
+            sign = self.take()[1]
+            value = value + self.product(depth) if sign == "+" else value - self.product(depth)
+            self.check(value)
+        return value
+
+    def product(self, depth: int) -> Fraction:
+        value = self.unary(depth)
+        while True:
+            nxt = self.peek()
+            if nxt in self._TIMES or nxt in self._OVER:
+                self.take()
+                right = self.unary(depth)
+                value = value * right if nxt in self._TIMES else value / right
+            elif nxt in ("(", "["):
+                value = value * self.unary(depth)  # 2(8): a bracket after a value multiplies
+            else:
+                return value
+            self.check(value)
+
+    def unary(self, depth: int) -> Fraction:
+        if self.peek() in ("-", "−", "–", "+"):
+            sign = self.take()[1]
+            value = self.unary(depth)
+            return value if sign == "+" else -value
+        return self.power(depth)
+
+    def power(self, depth: int) -> Fraction:
+        base = self.atom(depth)
+        if self.peek() != "^":
+            return base
+        self.take()
+        exponent = self.unary(depth + 1)
+        if exponent.denominator != 1 or abs(exponent) > 64 or (base == 0 and exponent < 0):
+            raise _NotArithmetic
+        return self.check(base ** int(exponent))
+
+    def atom(self, depth: int) -> Fraction:
+        if depth > 50:
+            raise _NotArithmetic
+        kind, token = self.take()
+        if kind == "num":
+            return Fraction(token)
+        closing = {"(": ")", "[": "]", "{": "}"}.get(token)
+        if closing is not None:
+            value = self.sum(depth + 1)
+            self.take(closing)
+            return value
+        if token.endswith("frac"):
+            self.take("{")
+            num = self.sum(depth + 1)
+            self.take("}")
+            self.take("{")
+            den = self.sum(depth + 1)
+            self.take("}")
+            return num / den
+        raise _NotArithmetic
+
+    @staticmethod
+    def check(value: Fraction) -> Fraction:
+        if len(str(value.numerator)) > _MAX_DIGITS or len(str(value.denominator)) > _MAX_DIGITS:
+            raise _NotArithmetic
+        return value
 
 
 # ---------------------------------------------------------------------------------------------- plain numbers
@@ -199,7 +361,10 @@ _FRAC_SHORT = r"\\[dt]?frac\s*(?P<fnum>\d)\s*(?P<fden>\d)"  # \frac34
 _NOT_UNITS = (
     r"(?:or|and|not|but|plus|minus|times|over|divided|multiplied|more|less|fewer|greater|smaller|larger|maybe|"
     r"probably|possibly|perhaps|approximately|approx|about|around|roughly|nearly|almost|so|at|least|most|"
-    r"either|than|to|up|is|are|if|else|only|exactly|some|any|each)"
+    r"either|than|to|up|is|are|if|else|only|exactly|some|any|each|"
+    # words that change the value: "55 thousand" is not 55
+    r"hundreds?|thousands?|millions?|billions?|trillions?|dozens?|squared|cubed|halves|half|thirds?|quarters?|"
+    r"fourths?|fifths?|sixths?|sevenths?|eighths?|ninths?|tenths?|hundredths?|thousandths?|k|m|bn)"
 )
 _UNIT_WORD = rf"(?!{_NOT_UNITS}\b)[A-Za-z]+(?:/[A-Za-z]+)?\.?"
 _UNIT = (
@@ -211,12 +376,14 @@ _UNIT = (
 _PLAIN_NUMBER = re.compile(
     rf"(?P<sign>{_SIGN})\s*(?:\\\$|\$)?\s*(?:(?P<dec>{_DECIMAL})|{_FRAC}|{_FRAC_SHORT}|{_SLASH})\s*{_UNIT}\s*"
 )
+_MAX_NUMBER_TEXT = 160  # a number, its sign, wrappers and unit words: longer text is no plain number
 _WRAPPERS = re.compile(
     r"^\\(?:text|textbf|mathbf|mathrm|mbox|displaystyle)\s*\{(.*)\}$|^\{(.*)\}$", re.DOTALL
 )
 
 
-def _unwrap(text: str) -> str:
+def unwrap(text: str) -> str:
+    """``text`` without ``\\left``/``\\right``, wrappers (``\\text{}``, ``{}``) and closing punctuation."""
     for command in ("\\left", "\\right", "\\!", "\\displaystyle"):
         text = text.replace(command, "")
     text = re.sub(r"^([-+−])\s*(?:\\[,;:! ]\s*)+", r"\1", clean_answer(text))
@@ -229,9 +396,9 @@ def _unwrap(text: str) -> str:
 
 def _number(text: str | None) -> tuple[Fraction, str] | None:
     """(value, the number as math-verify should read it) when ``text`` is one number written as one."""
-    if text is None:
+    if text is None or len(text) > _MAX_NUMBER_TEXT:
         return None
-    text = _unwrap(text)
+    text = unwrap(text)
     m = _PLAIN_NUMBER.fullmatch(text)
     if not m and text.startswith("(") and text.endswith(")"):  # "(9)": one number in brackets
         m = _PLAIN_NUMBER.fullmatch(text[1:-1])
@@ -270,7 +437,7 @@ def number_value(text: str | None) -> Fraction | None:
     return None if found is None else found[0]
 
 
-def _top_level_split(text: str, separator: str) -> list[str]:
+def top_level_split(text: str, separator: str) -> list[str]:
     parts, depth, last = [], 0, 0
     for i, ch in enumerate(text):
         if ch in "{([":
@@ -287,17 +454,20 @@ def _top_level_split(text: str, separator: str) -> list[str]:
 def numeric_reading(answer: str) -> tuple[str | None, str]:
     """How an answer to a numeric question reads: ``(number_text, form)``.
 
-    ``("55", "plain")`` for a number, or for an equation whose number sides agree (``55 = 47 + 8``, ``x = 55``,
-    ``47 + 8 = 55``); ``(None, "several")`` for several values (``55 or 56``, ``54, 55``, ``54 = 55``,
-    ``\\pm 3``); ``(None, "expression")`` for anything else (an operation, an equation with no number side)."""
-    answer = _unwrap(answer)
+    ``("55", "plain")`` for a number, or for a true equation whose last side is a number (``47 + 8 = 55``,
+    ``x = 55``; ``55 = 47 + 8`` reads its number side); ``(None, "false")`` for an equation whose sides that can be
+    evaluated differ (``40 + 8 = 55``, ``54 = 55``); ``(None, "several")`` for several values (``55 or 56``,
+    ``54, 55``, ``\\pm 3``, number sides that differ); ``(None, "expression")`` for anything else (an operation, an
+    equation with no number side, a number whose unit word changes it: ``55 thousand``)."""
+    answer = unwrap(answer)
     found = _number(answer)
     if found is not None:
         return found[1], "plain"
     if "=" in answer:
-        sides = [s for s in _top_level_split(answer, "=") if s]
-        values = [(s, number_value(s)) for s in sides]
-        numbers = [(s, v) for s, v in values if v is not None]
+        sides = [s for s in top_level_split(answer, "=") if s]
+        if len({v for v in map(evaluate, sides) if v is not None}) > 1:
+            return None, "false"
+        numbers = [(s, v) for s in sides if (v := number_value(s)) is not None]
         if numbers:
             if len({v for _s, v in numbers}) > 1:
                 return None, "several"
@@ -326,11 +496,22 @@ _SPELLINGS = (
     (re.compile(r"\]|\\\}"), ")"),
 )
 # a number written as such (not inside a name or a subscript: x1, x_2, \\frac12 keeps its own reading)
-_NUMBER_TOKEN = re.compile(r"(?<![A-Za-z.\\_\d])(\d+(?:\.\d+)?|\.\d+)")
+NUMBER_TOKEN = re.compile(r"(?<![A-Za-z.\\_\d])(\d+(?:\.\d+)?|\.\d+)")
 
 
-def _spelled_out(text: str) -> str:
-    text = re.sub(r"(?<=\d)(?:,|\{,\})(?=\d{3}(?!\d))", "", text)
+_THOUSANDS = re.compile(r"(?<![\d(\[,])\d{1,3}(?:(?:,|\{,\})\d{3})++(?![\d)\],])")
+_SHORT_ARGUMENT = re.compile(r"(\\(?:sqrt|[dt]?frac))\s*([0-9A-Za-z])")
+_SHORT_DENOMINATOR = re.compile(r"(\\[dt]?frac\s*\{[^{}]*\})\s*([0-9A-Za-z])")
+
+
+def spelled_out(text: str) -> str:
+    """``text`` in one spelling for the LaTeX parser: thousands separators gone, ``\\dfrac`` as ``\\frac``,
+    spacing and delimiters dropped, operators in words as symbols, ``\\sqrt2`` and ``\\frac9{19}`` braced."""
+    text = _SHORT_DENOMINATOR.sub(
+        r"\1{\2}", _SHORT_ARGUMENT.sub(r"\1{\2}", _SHORT_ARGUMENT.sub(r"\1{\2}", text))
+    )
+    text = _THOUSANDS.sub(lambda m: re.sub(r",|\{,\}", "", m.group(0)), text)  # not "(12,102)": a pair
+    text = re.sub(r"\s*+,\s*+", ",", text)
     for pattern, replacement in _SPELLINGS:
         text = pattern.sub(replacement, text)
     return " ".join(text.split()).strip(" .,;:!?")
@@ -381,11 +562,11 @@ def structure_key(text: str) -> str:
     ``47.0 + 8``, ``(47 + 8)\\cdot 1``, ``\\frac{47 + 8}{1}``, ``47 - -8`` share the key of ``47 + 8``;
     ``55``, ``50 + 5`` and ``x^{5}/x^{2}`` against ``x^3`` do not. Falls back to the spelled-out text where the
     LaTeX parser fails."""
-    spelled = _spelled_out(_unwrap(text))
+    spelled = spelled_out(unwrap(text))
     try:
         from latex2sympy2_extended import latex2sympy  # math-verify's own LaTeX parser
 
-        return repr(_tree(latex2sympy(_NUMBER_TOKEN.sub(_placeholder, spelled))))
+        return repr(_tree(latex2sympy(NUMBER_TOKEN.sub(_placeholder, spelled))))
     except Exception:
         return "text:" + spelled.replace(" ", "")
 
@@ -409,17 +590,20 @@ def question_keys(question: str | None) -> frozenset[str]:
     for m in _MATH_SEGMENT.finditer(question):
         segment = next(g for g in m.groups() if g is not None)
         pieces.append(segment)
-        sides = _top_level_split(segment, "=")
+        sides = top_level_split(segment, "=")
         if len(sides) > 1:
             pieces += sides
-    outside = _spelled_out(_MATH_SEGMENT.sub(" . ", question))
+    outside = spelled_out(_MATH_SEGMENT.sub(" . ", question))
     for m in _PLAIN_MATH.finditer(outside):
         run = m.group(0).strip()
         if _OPERATOR.search(run) and len(re.findall(r"[A-Za-z0-9]+", run)) >= 2:
             pieces.append(run)
             if "=" in run:
-                pieces += _top_level_split(run, "=")
+                pieces += top_level_split(run, "=")
     return frozenset(structure_key(p) for p in pieces if p.strip())
+
+
+_SIZE_TOKENS = re.compile(r"\\[A-Za-z]+|\d+|[A-Za-z]|[-+*/^=]")
 
 
 def restates_question(answer: str | None, gold: str, question: str | None) -> bool:
@@ -428,14 +612,16 @@ def restates_question(answer: str | None, gold: str, question: str | None) -> bo
     a "factor" question gave."""
     if not answer or not question:
         return False
+    if len(_SIZE_TOKENS.findall(answer)) > len(_SIZE_TOKENS.findall(question)) + 8:
+        return False  # larger than the whole question: no copy of it (and nothing long is parsed)
     keys = question_keys(question)
     if not keys:
         return False
-    answer = _unwrap(answer)
+    answer = unwrap(answer)
     candidates = {answer}
     if "=" in answer and "=" not in gold:  # math-verify compares an equation's last side to a plain gold
-        candidates.add(_top_level_split(answer, "=")[-1])
-    gold_key = structure_key(_unwrap(gold))
+        candidates.add(top_level_split(answer, "=")[-1])
+    gold_key = structure_key(unwrap(gold))
     return any((k := structure_key(c)) in keys and k != gold_key for c in candidates if c)
 
 
@@ -445,7 +631,8 @@ FORMS = {
     "no_box": "one answer in prose ('the answer is ...'), no box",
     "truncated": "cut off at the token limit",
     "several": "several different candidate answers (boxes that disagree, a list, a hedge)",
-    "expression": "an operation or expression where the gold is a plain number",
+    "expression": "an operation or expression where the gold is a plain number; on MATH-style golds, an answer "
+    "not in final form (padded, unevaluated, unsimplified where asked)",
     "restated": "the question's own expression given back as the answer",
     "none": "no answer read",
 }
@@ -456,14 +643,15 @@ policy learning the grader rather than the task (the reward-hacking monitor coun
 def answer_form(completion: str, extracted: str | None, gold: str, question: str | None = None) -> str:
     """The form of the answer a grader read (``extracted``) in ``completion``, one of :data:`FORMS` but
     ``truncated`` (the caller knows where a completion stopped). Precedence: restated, expression, several,
-    no_box, plain."""
+    no_box, plain. A false equation ("40 + 8 = 55") takes the form of where it stands (a box or prose). Nothing
+    longer than the question is parsed for the label."""
     if not extracted:
         return "none"
     if number_value(gold) is not None:
         number, form = numeric_reading(extracted)
-        if number is None:
+        if number is None and form != "false":
             return "restated" if restates_question(extracted, gold, question) else form
-        if restates_question(number, gold, question):
+        if number is not None and restates_question(number, gold, question):
             return "restated"
     elif restates_question(extracted, gold, question):
         return "restated"

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 DEFAULT_GRADER = "paper"
 TRAINING_GRADER = "sound"  # what pacs-rl train pays by default, on every dataset
 BASE_GRADERS = {
-    "sound": "one committed final answer (the last box, else the last 'the answer is ...'), a number where the "
-    "gold is one, never the question's own expression; then math-verify's equality (the training default)",
+    "sound": "the final answer read as a reader reads it (the last commitment, correction or conclusion, else a "
+    "plain last line; refused when hedged, false or several values), a number where the gold is one, never the "
+    "question's own expression, a final form on MATH-style golds; then equality (the training default)",
     "paper": "math-verify exactly as the PACS authors call it (a box or 'final answer is' first, else the "
     "last expression; the rightmost match wins)",
     "strict": "only the last \\boxed{} answer counts, read as the paper reads a box",

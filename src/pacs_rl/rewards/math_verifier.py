@@ -10,6 +10,10 @@ Graders are chosen by name. A name is a base grader, optionally followed by ``+r
   ``verify``. A gold that math-verify cannot parse scores 0, as in the authors' ``except`` branch.
 - ``strict``: only an answer in ``\\boxed{}`` counts: the content of the last box, read as the paper reads a
   box. No box, an empty or an unclosed last box is "no_answer".
+- ``sound`` (the training grader): the final answer as a reader reads it (:mod:`pacs_rl.rewards.reader`),
+  refused when hedged, several values or a false statement; where the gold is a plain number, a number written as
+  one, compared exactly; else math-verify's equality and a final form (:mod:`pacs_rl.rewards.final_form`); never
+  the question's own expression unless that is the gold.
 
 Rules (each refuses an answer the base grader found right, or changes what is read):
 
@@ -33,13 +37,14 @@ from dataclasses import dataclass
 from pacs_rl.rewards.answers import (
     answer_form,
     box_spans,
-    final_answer,
     number_value,
     numeric_reading,
     same_number,
 )
 from pacs_rl.rewards.answers import restates_question as restates_question_structure
+from pacs_rl.rewards.final_form import form_problem, too_large
 from pacs_rl.rewards.graders import DEFAULT_GRADER, Grader, parse_grader
+from pacs_rl.rewards.reader import read_final_answer
 
 # math-verify logs a warning per unparseable prediction and per disabled timeout; at RL scale that floods
 # the console. Failures are counted in ``Verdict.reason`` instead.
@@ -55,6 +60,8 @@ REASONS = (
     "wrong",  # an answer was read and it differs from the gold answer
     "no_answer",  # nothing to read: no box (strict), empty/unclosed last box, no number or expression
     "multiple_answers",  # sound: several values where the gold is one; rule multiple_boxed: boxes disagree
+    "hedged",  # sound: the final answer is hedged ("probably 55", "The answer is 55. Maybe.")
+    "not_final_form",  # sound, MATH-style gold: equal, but padded, unevaluated, unsimplified or several values
     "restatement",  # right, but only as the question's own expression (sound; rule restatement)
     "not_a_number",  # sound: the gold is a plain number and the answer read is an operation or expression
     "timeout",  # the check overran its time limit: scored 0
@@ -151,10 +158,10 @@ def _pred_string(pred: list) -> str | None:
 def _read(text: str, grader: Grader) -> tuple[list, str | None]:
     """(parsed prediction, the answer as text) as ``grader``'s base reads ``text``; ([], None) when none."""
     if grader.base == "sound":
-        committed = final_answer(text)
-        if committed is None:
+        reading = read_final_answer(text)
+        if reading is None:
             return [], None
-        return _read_box(committed.text), committed.text
+        return _read_box(reading.text), reading.text
     if grader.base == "strict":
         boxes = find_boxes(text)
         if not boxes or not boxes[-1]:  # no box, or an empty/unclosed last box: nothing declared
@@ -270,25 +277,58 @@ def _check_read(text: str, gold_text: str, gold: list, g: Grader, prompt: str | 
 
 
 def _check_sound(text: str, gold_text: str, gold: list, question: str | None) -> Verdict:
-    """The ``sound`` grader (:mod:`pacs_rl.rewards.answers`): one committed answer; a number where the gold is
-    one; never the question's own expression unless that is the gold; then math-verify's equality."""
-    committed = final_answer(text)
+    """The ``sound`` grader: the final answer as :mod:`pacs_rl.rewards.reader` reads it; refused when hedged,
+    several values or a false statement; a number where the gold is one; never the question's own expression
+    unless that is the gold; then equality, exact for numbers and math-verify's (in final form) otherwise."""
+    reading = read_final_answer(text)
     if not gold:
-        return Verdict(0.0, committed and committed.text, "parse_error")
-    if committed is None:
+        return Verdict(0.0, reading and reading.text, "parse_error")
+    if reading is None:
         return Verdict(0.0, None, "no_answer", "none")
-    answer = read = committed.text
-    if number_value(gold_text) is not None:  # a number, or an equation one of whose sides is that number
-        read, form = numeric_reading(answer)
+    answer, form = reading.text, "plain" if reading.kind == "box" else "no_box"
+    if reading.status in ("several", "hedged"):
+        return Verdict(
+            0.0, answer, "multiple_answers" if reading.status == "several" else "hedged", "several"
+        )
+    if reading.status == "false":
+        return Verdict(0.0, answer, "wrong", form)
+    if number_value(gold_text) is not None:  # a number, or a true equation whose last side is that number
+        read, kind = numeric_reading(answer)
+        if kind == "false":
+            return Verdict(0.0, answer, "wrong", form)
         if read is None:
-            return Verdict(0.0, answer, "multiple_answers" if form == "several" else "not_a_number")
+            if kind == "several":
+                return Verdict(0.0, answer, "multiple_answers", "several")
+            restated = restates_question(answer, gold_text, question)  # the label only: no parsing
+            return Verdict(0.0, answer, "not_a_number", "restated" if restated else "expression")
         if not same_number(read, gold_text):  # exactly: math-verify's 6-decimal rounding pays 0 for 1e-7
-            return Verdict(0.0, answer, "wrong")
-    elif not _equal(gold, _read_box(read)):
-        return Verdict(0.0, answer, "wrong")
-    if restates_question_structure(read, gold_text, question):
-        return Verdict(0.0, answer, "restatement")
-    return Verdict(1.0, answer, "correct")
+            return Verdict(0.0, answer, "wrong", form)
+        if restates_question_structure(read, gold_text, question):
+            return Verdict(0.0, answer, "restatement", "restated")
+        return Verdict(1.0, answer, "correct", form)
+    return _check_symbolic(answer, form, gold_text, gold, question)
+
+
+def _check_symbolic(answer: str, form: str, gold_text: str, gold: list, question: str | None) -> Verdict:
+    """A gold that is no plain number: math-verify's equality, then the final form (:mod:`final_form`); an answer
+    far larger than the gold is refused before anything parses it."""
+    if too_large(answer, gold_text):
+        return Verdict(0.0, answer, "not_final_form", "expression")
+    if not _equal(gold, _read_box(answer)):
+        return Verdict(0.0, answer, "wrong", form)
+    if restates_question_structure(answer, gold_text, question):
+        return Verdict(0.0, answer, "restatement", "restated")
+    problem = form_problem(answer, gold_text, question, _same_expression)
+    if problem is not None:
+        return Verdict(
+            0.0, answer, "not_final_form", "several" if problem.startswith("several") else "expression"
+        )
+    return Verdict(1.0, answer, "correct", form)
+
+
+def _same_expression(answer: str, gold: str) -> bool:
+    """Two expressions equal as the paper's call compares an answer with a gold (for an equation's sides)."""
+    return _equal(_parse_gold(gold), _read_box(answer))
 
 
 def authors_score(completion: str, answer: str) -> float:

@@ -1,0 +1,143 @@
+"""How long the ``sound`` grader takes per completion on adversarial inputs, worst case and median.
+
+    HF_HUB_OFFLINE=1 nice -n 5 python benchmarks/grader_time.py --out docs/benchmarks/grader_time.json
+
+Each family below writes a completion built to make a reader slow (runs of whitespace, long lists of numbers,
+long lines without a sentence end, many unclosed boxes, deep brackets, repeated answer phrases, a long equation
+chain, a long LaTeX answer to a symbolic gold), cut to at most ``--tokens`` tokens of the bundled model's
+tokenizer (the CPU default's 96 and the paper's 4,096). Every completion is graded ``--repeats`` times in this
+process, with no time limit (``pacs_rl.rewards.math_verifier.check``, the call under the reward's timeout),
+against a numeric gold and, for the symbolic family, a MATH-style gold; the best of the repeats is its time
+(the machine is shared). The goal: the worst completion under 50 ms at 96 tokens and under 500 ms at 4,096.
+
+The record keeps one entry per ``--label``, so that another grader (an older checkout on ``PYTHONPATH``, e.g.
+``git archive REV src | tar -x -C /tmp/old`` then ``PYTHONPATH=/tmp/old/src ... --label before``) sits beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from pacs_rl.rewards.math_verifier import check
+
+REPO = Path(__file__).resolve().parents[1]
+QUESTION = "What is 47 + 8?"
+SYMBOLIC = ("Simplify $\\sqrt{242}$.", "11\\sqrt{2}")
+
+
+def families(n: int) -> dict[str, tuple[str, str, str]]:
+    """name -> (completion text, longer than any budget; gold; question)."""
+    nums = ", ".join(str(i) for i in range(n))
+    return {
+        "spaces": ("The answer is" + " " * (8 * n) + "x", "55", QUESTION),
+        "spaces_and_tabs": ("Answer" + " \t" * (4 * n) + ":" + " " * n + "55", "55", QUESTION),
+        "newlines": ("\n" * (4 * n) + "55", "55", QUESTION),
+        "number_list_phrase": (f"The answer is {nums}.", "55", QUESTION),
+        "number_list_box": (f"\\boxed{{{nums}}}", "55", QUESTION),
+        "number_list_plain": (nums, "55", QUESTION),
+        "number_column": ("\n".join(str(i) for i in range(n)), "55", QUESTION),
+        "long_line": ("the answer to " + "a" * (8 * n), "55", QUESTION),
+        "long_word_line": ("So " + "word " * (2 * n), "55", QUESTION),
+        "unclosed_boxes": ("\\boxed{" * n + "55", "55", QUESTION),
+        "deep_brackets": ("\\boxed{" + "(" * n + "55" + ")" * n + "}", "55", QUESTION),
+        "repeated_phrase": ("The final answer is 97. " * n, "97", QUESTION),
+        "repeated_label": ("Answer:\n" * n + "55", "55", QUESTION),
+        "equation_chain": ("47 + 8 = " + " = ".join(["50 + 5"] * n) + " = 55", "55", QUESTION),
+        "dollar_runs": ("$" * (4 * n) + " 55", "55", QUESTION),
+        "corrections": ("Wait, no. " * n + "55", "55", QUESTION),
+        "closed_boxes": ("\\boxed{55} " * n, "55", QUESTION),
+        "reverse_phrases": ("you get 55, which is the answer, " * n, "55", QUESTION),
+        "open_asides": ("(note that " * n + "55", "55", QUESTION),
+        "table_rows": ("| Question | Answer |\n|---|---|\n" + "| 47 + 8 | 55 |\n" * n, "55", QUESTION),
+        "sentences": ("So 47 + 8 = 55. " * n, "55", QUESTION),
+        "hedges": ("The answer is 55 or maybe " * n, "55", QUESTION),
+        "symbolic_list": (
+            f"\\boxed{{{' + '.join(f'x^{{{i}}}' for i in range(n))}}}",
+            SYMBOLIC[1],
+            SYMBOLIC[0],
+        ),
+        "symbolic_padding": (f"\\boxed{{11\\sqrt{{2}}{' + 0' * n}}}", SYMBOLIC[1], SYMBOLIC[0]),
+        "symbolic_right": (
+            "$\\sqrt{242} = \\sqrt{121 \\cdot 2}$, so $\\boxed{11\\sqrt{2}}$.",
+            *SYMBOLIC[::-1],
+        ),
+        "plain_right": ("47 + 8 = 55\n\nSo the answer is 55.", "55", QUESTION),
+    }
+
+
+def cut(tokenizer, text: str, tokens: int) -> str:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"][:tokens]
+    return tokenizer.decode(ids)
+
+
+def time_one(completion: str, gold: str, question: str, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        check(completion, gold, grader="sound", prompt=question)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tokens", default="96,4096", help="Token budgets, comma-separated.")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--label", default="current", help="The record's key for this grader (e.g. a commit).")
+    p.add_argument("--out", default=str(REPO / "docs" / "benchmarks" / "grader_time.json"))
+    args = p.parse_args(argv)
+    from pacs_rl.models import load_tokenizer, resolve_model
+    from pacs_rl.sampling.transformers_backend import cpu_capability
+
+    tokenizer = load_tokenizer(resolve_model("smollm2-135m"))
+    check("\\boxed{1}", "1", grader="sound")  # math-verify and the LaTeX parser load once, before timing
+    check("\\boxed{x}", "x", grader="sound")
+    run = {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_capability": cpu_capability(),
+        "repeats": args.repeats,
+        "budgets": {},
+    }
+    for tokens in (int(t) for t in args.tokens.split(",")):
+        rows = {}
+        for name, (text, gold, question) in families(tokens * 2).items():
+            completion = cut(tokenizer, text, tokens)
+            seconds = time_one(completion, gold, question, args.repeats)
+            verdict = check(completion, gold, grader="sound", prompt=question)
+            rows[name] = {"ms": round(1000 * seconds, 2), "chars": len(completion), "reason": verdict.reason}
+        times = [r["ms"] for r in rows.values()]
+        worst = max(rows, key=lambda k: rows[k]["ms"])
+        run["budgets"][str(tokens)] = {
+            "worst_ms": rows[worst]["ms"],
+            "worst_family": worst,
+            "median_ms": round(statistics.median(times), 2),
+            "families": rows,
+        }
+        print(
+            f"{tokens} tokens: worst {rows[worst]['ms']} ms ({worst}), median {statistics.median(times):.2f} ms"
+        )
+    out = Path(args.out)
+    record = json.loads(out.read_text()) if out.exists() else {}
+    record = {
+        "command": "python benchmarks/grader_time.py",
+        "goal_ms": {"96": 50, "4096": 500},
+        "runs": {},
+    } | {k: v for k, v in record.items() if k == "runs"}
+    record["runs"][args.label] = run
+    record.update(
+        date=run["date"], cpu_capability=run["cpu_capability"]
+    )  # the latest run's host, for the index
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

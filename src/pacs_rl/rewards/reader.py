@@ -1,0 +1,709 @@
+"""The final answer of a completion, read as a reader reads it: the ``sound`` grader's reading.
+
+A completion is cut into statements (lines, and sentences within a line; a box is never cut), and the statements
+are read in order, keeping one *current answer*:
+
+- a **commitment** sets it: a closed, non-empty ``\\boxed{}``; a phrase naming the answer in any common wording
+  ("the answer is", "the final result is", "the sum is", "answer:", "X is the answer", "X, which is the answer"),
+  bold, quoted, labelled, under a header ("Answer:" / "### Final answer" with the value on the next line), as a
+  list item, a JSON field or a table cell; a **conclusion** ("So 47 + 8 = 55.", "Therefore, 26 - 0 is 26.");
+  a **correction** that states a value ("Wait, that's wrong: 47 + 8 = 55.");
+- a later commitment replaces an earlier one; a **verification** (a statement labelled as a check, or an equation
+  that uses the current answer to recover a number written before it: "55 - 8 = 47") does not, and neither does
+  a retraction or correction that states no value ("Wait, no.");
+- a phrase that is **negated** ("the answer is not 54"), **hypothetical** ("suppose the answer is 50", "if the
+  answer is 50, ..."), or **attributed** ("John says the answer is 50", "I thought it was 50") commits to
+  nothing; "not 54 but 55" and "The answer is not 54. It is 55." commit to 55;
+- a **hedged** statement ("probably 55", "I think the answer is 55", "about 55"), or one followed at once by a
+  hedge remark ("The answer is 55. Maybe."), is read as hedged: the grader refuses it;
+- failing any commitment, the answer is the completion's last statement with digits when it is a plain value (a
+  number, or an equation whose last side is one: "47 + 8 = 55", "We have 47 + 8 = 55."); a last statement with
+  digits that is no value ("I added 34 to 34.") leaves no answer, and a column of bare values that differ
+  ("54\\n55\\n56") is several values. Digits of list markers, step numbers and footnote marks are not read.
+
+The reader never chooses among candidates by their truth (that would make the grader an answer oracle): the
+final statement decides, and the grader refuses it when it is false ("40 + 8 = 55"), hedged, or several values.
+The instruction's empty box (``\\boxed{}`` copied from "put your final answer within \\boxed{}") is read as
+absent; HTML comments, LaTeX comment lines and code fences are not read.
+
+Every pass is linear in the completion's length: the patterns below are anchored or possessive, and each
+statement is matched a fixed number of times.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pacs_rl.rewards.answers import (
+    EXPLANATION,
+    box_spans,
+    clean_answer,
+    evaluate,
+    statement_subject,
+    statement_value,
+)
+
+# ----------------------------------------------------------------------------------------------- vocabulary
+_DET = r"(?:the|my|our|your|this|its|an?)"
+_MOD = r"(?:final|correct|right|exact|resulting|overall|true|actual|complete|whole|real|correct\s+final)"
+_STRONG = r"(?:answers?|results?|solutions?|outcome)"
+_QUANTITY = r"(?:sum|difference|product|quotient|total|value)"
+_COPULA = (
+    r"(?P<neg>is\s+not|isn['’]t|was\s+not|wasn['’]t|cannot\s+be|can['’]t\s+be|≠|\\neq?(?![A-Za-z]))"
+    r"|is|was|would\s+be|will\s+be|should\s+be|must\s+be|(?:could|might|may)\s+be|equals|=|:|comes\s+(?:out\s+)?to"
+    r"|becomes|remains"
+)
+# "the answer is", "the final answer to 47 + 8 is", "Final Answer:", "the sum of 47 and 8 is", "answer within is:"
+_PHRASE = re.compile(
+    rf"(?<![\w-])(?:(?P<det>{_DET})\s++)?(?:{_MOD}\s++){{0,2}}(?P<noun>{_STRONG}|{_QUANTITY})(?![\w-])"
+    r"(?P<comp>[ \t]++(?:to|for|of|in|within|between|from)(?![\w-])(?:[^=:\n.!?;,]|[.,](?=\d)){0,80}?)?"
+    rf"[\s*_`\"'’]*+(?P<cop>{_COPULA})(?![A-Za-z])",
+    re.IGNORECASE,
+)
+# "55 is the answer", "which is the final answer", "This is the answer."
+_REVERSE = re.compile(
+    rf"(?<![\w-])(?:is|was|as|be)\s++(?:{_DET}\s++)?(?:{_MOD}\s++){{0,2}}{_STRONG}(?![\w-])", re.IGNORECASE
+)
+# a line that is only a label: "Answer:", "### Final Answer", "**Final answer**", "| Answer |", "Solution:"
+_LABEL_ONLY = re.compile(
+    rf"[\s>#*_`\"'’{{|:-]*+(?:{_DET}\s++)?(?:{_MOD}\s++){{0,2}}(?:{_STRONG}|{_QUANTITY})[\s*_`\"'’:|}}]*+",
+    re.IGNORECASE,
+)
+_CONCLUSION = (
+    r"(?:so|thus|therefore|hence|finally|consequently|in\s+conclusion|in\s+summary|in\s+short|in\s+total"
+    r"|overall|altogether|as\s+a\s+result)(?![\w-])"
+)
+_CONCLUSION_START = re.compile(rf"(?:^|[,;:]\s*+|\s-\s)(?:and\s+)?{_CONCLUSION}[\s,:]*+", re.IGNORECASE)
+_CORRECTION = re.compile(
+    r"(?:^|[,;:]\s*+|\.\.\.\s*+)(?:wait|actually|oops|correction|sorry|no(?=[,.!:;])|hold\s+on|hmm+"
+    r"|on\s+second\s+thought|let\s+me\s+(?:re\w*|correct|fix)|i\s+made\s+(?:a|an)\s+(?:mistake|error)"
+    r"|that['’]?s\s+(?:wrong|incorrect|not\s+right)|that\s+is\s+(?:wrong|incorrect|not\s+right)"
+    r"|scratch\s+that|i\s+mean)(?![\w-])[\s,:!.]*+",
+    re.IGNORECASE,
+)
+_VERIFICATION = re.compile(
+    r"^(?:(?:we|i|you)\s+(?:can|may|could|will|should)\s+(?:now\s+)?(?=check|verify|confirm|double))?"
+    r"(?:check(?:ing)?|verif(?:y|ying|ication)|proof|sanity\s+check|double[- ]check(?:ing)?"
+    r"|let(?:['’]s|\s+us|\s+me)\s+(?:check|verify|double[- ]check|confirm)|to\s+(?:check|verify|confirm))"
+    r"(?![\w-])",
+    re.IGNORECASE,
+)
+# a hedge: a belief ("I think", "not sure", "most likely") anywhere in the statement, or an adverb of doubt
+# opening or closing it ("Maybe the answer is 55", "It is 55, probably."); or an adverb of doubt or of rounding
+# right before the value ("probably 55", "about 55", "could be 55": _ADVERB_BEFORE)
+_HEDGE = re.compile(
+    r"(?<![\w-])(?:i\s+think|i\s+believe|i\s+guess|i\s+suppose|i['’]m\s+not\s+(?:sure|certain)|not\s+(?:sure|certain)"
+    r"|unsure|uncertain|most\s+likely|or\s+so|or\s+thereabouts|give\s+or\s+take)(?![\w-])"
+    r"|^[\s*_]*+(?:maybe|perhaps|possibly|probably)(?![\w-])"
+    r"|(?<![\w-])(?:maybe|perhaps|possibly|probably|i\s+think|i\s+guess)[\s.!?*_]*+$",
+    re.IGNORECASE,
+)
+_ADVERB_BEFORE = re.compile(
+    r"(?<![\w\\-])(?:maybe|perhaps|possibly|probably|likely|presumably|roughly|approximately|approx\.?|nearly"
+    r"|almost|about|around|(?:might|may|could)\s+be)\s*+(?:is\s+|be\s+)?[\s$*_{(]*+(?:\\boxed\s*\{)?[\s$]*+$",
+    re.IGNORECASE,
+)
+_HEDGE_REMARK = re.compile(
+    r"(?<![\w-])(?:maybe|perhaps|possibly|probably|likely|i\s+think|i\s+believe|i\s+guess|not\s+(?:sure|certain)"
+    r"|unsure|uncertain)(?![\w-])",
+    re.IGNORECASE,
+)
+_ASIDE = re.compile(r"^[\s*_]*+(?:\(|\[(?!\d)|notes?\b|remarks?\b|aside\b|edit\b|p\.\s*s\.)", re.IGNORECASE)
+_NOTES = re.compile(
+    r"[\s*_#]*+(?:notes?|remarks?|edit(?:ed)?(?:\s+by\s+[^:\n]{1,40})?)[\s*_]*+:?[\s*_]*+", re.IGNORECASE
+)
+_HYPOTHETICAL = re.compile(
+    r"(?<![\w-])(?:if|suppose|supposing|assume|assuming|let['’]s\s+say|imagine|what\s+if|hypothetically"
+    r"|unless|whether|otherwise)(?![\w-])",
+    re.IGNORECASE,
+)
+_ATTRIBUTED = re.compile(  # someone's claim, or a past belief; "I think" / "we believe" are hedges (_HEDGE)
+    r"(?<![\w-])(?:(?<!\bi\s)(?<!\bwe\s)(?:think|believe|guess)|says|said|claims?|claimed|thinks|thought"
+    r"|believes|believed|suggests?|suggested|argues?|argued|guessed|insists?|insisted"
+    r"|according\s+to|expects?|expected)(?![\w-])",
+    re.IGNORECASE,
+)
+_OR_VALUE = re.compile(r"(?<![\w-])(?:or|either|if\s+not)(?![\w-])|\\pm(?![A-Za-z])|±", re.IGNORECASE)
+_DOUBTED_VALUE = re.compile(
+    r"(?<![\w-])(?:maybe|perhaps|possibly|probably)\s*+[$(]*+\s*+[-−]?\d", re.IGNORECASE
+)
+# where the value's own clause ends after it (what follows is an explanation, not another value)
+_AFTER_CLAUSE = re.compile(
+    r"(?<!\s)\s+(?:because|since|as|which|when|where|if(?!\s+not)|given|while|with|for|so|but|then|and|that)(?![\w-])"
+    r"|[.;!?](?=\s|$)",
+    re.IGNORECASE,
+)
+# where a clause starts inside a statement (hypotheses and attributions are judged within their clause)
+_CLAUSE = re.compile(r"[,;:(]|(?<![\w-])(?:then|but)(?![\w-])", re.IGNORECASE)
+# markers whose digits are not a value: list items, steps, footnotes ("1.", "2)", "Step 3:", "[1]", "(a)")
+_MARKERS = re.compile(
+    r"(?:[\s>|:&]++|\\(?:begin|end)\{[^{}]*+\}|[-*+•](?=\s)|#{1,6}(?=\s)|\(?\d{1,3}[.)](?=\s)|\(?[A-Za-z][.)](?=\s)|\[\d{1,3}\]"
+    r"|(?:step|problem|part|case|question|example)\s*+\d{1,3}\s*+[:.)-]?(?=\s|$))*+",
+    re.IGNORECASE,
+)
+_PRONOUN_IS = re.compile(r"(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is|\s+was)\s++", re.IGNORECASE)
+_PRONOUN_SUBJECT = re.compile(r"(?:this|that|it|these|those)", re.IGNORECASE)
+_DIGIT = re.compile(r"(?<![A-Za-z\d])\d")  # a digit of a number, not of a name ("sepehr2010", "H2O")
+_NUMBER_TOKEN = re.compile(r"(?<![\d.])\d++(?:\.\d++)?")
+_FILLER = re.compile(
+    r"(?:(?:therefore|thus|hence|so|then|clearly|simply|just|indeed|exactly|obviously|now|finally|actually"
+    r"|given\s+by|as\s+follows|the\s+following|that|equal\s+to|simply|:)(?![\w-])[\s,:]*+)++",
+    re.IGNORECASE,
+)
+_NOT_AN_ANSWER = {
+    "correct", "right", "wrong", "incorrect", "indeed", "clear", "simple", "obvious", "given", "above",
+    "below", "shown", "as", "the", "this", "that", "not", "still", "therefore", "thus", "then", "a", "an",
+    "within", "in", "to", "calculated", "found", "obtained", "same", "following", "one", "boxed", "here",
+    "there", "it", "its", "also", "now", "what", "how", "why", "which", "we", "you", "i", "by", "at", "for",
+}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------- statements
+@dataclass(frozen=True)
+class Statement:
+    """A sentence or line of the completion: ``text`` is ``completion[start:end]``; ``paragraph`` counts the
+    blank lines before it; ``question`` is whether it ends in a question mark."""
+
+    start: int
+    end: int
+    text: str
+    paragraph: int
+    question: bool
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The final answer read: its text as written (a box's content, a phrase's value, the plain statement), where
+    it starts, how it was given (``box``, ``phrase``, ``label``, ``conclusion``, ``correction``, ``line``) and its
+    status: ``answer``; ``hedged``; ``several`` (a column of different values, or a hedge offering another)."""
+
+    text: str
+    start: int
+    kind: str
+    status: str = "answer"
+
+
+def _blank(text: str, start: int, end: int) -> str:
+    return text[:start] + " " * (end - start) + text[end:]
+
+
+def prepare(text: str) -> tuple[str, list[tuple[int, int, str | None]]]:
+    """The completion as read (same length, so positions stay): HTML comments, LaTeX comment lines, code-fence
+    lines and empty boxes blanked, table bars read as separators; and its boxes ``(start, end, content)``."""
+    out, i = [], 0
+    while (j := text.find("<!--", i)) >= 0:  # HTML comments: not read
+        k = text.find("-->", j + 4)
+        end = len(text) if k < 0 else k + 3
+        out += [text[i:j], " " * (end - j)]
+        i = end
+    text = "".join(out) + text[i:]
+    lines = _read_tables(text.split("\n"))
+    text = "\n".join(lines)
+    boxes = []
+    for start, end, content in box_spans(text):
+        if content is not None and not content.strip():
+            text = _blank(text, start, end)  # the instruction's empty box: read the sentence without it
+        else:
+            boxes.append((start, end, content))
+    return text, boxes
+
+
+def _table_cells(line: str) -> list[str] | None:
+    stripped = line.strip()
+    return [c.strip() for c in stripped.strip("|").split("|")] if stripped.startswith("|") else None
+
+
+def _read_tables(lines: list[str]) -> list[str]:
+    """Lines as read: LaTeX comment lines and code fences blank; a markdown table's row read as "cell: cell",
+    or, under a header with an answer column, as "Answer: <that cell>"."""
+    out, column = [], None
+    for k, line in enumerate(lines):
+        stripped = line.lstrip()
+        cells = _table_cells(line)
+        if stripped.startswith("%") or stripped.startswith("```"):
+            line = ""
+        elif cells is not None and all(set(c) <= set("-: ") for c in cells):
+            line = ""  # the separator under a header
+        elif cells is not None:
+            following = _table_cells(lines[k + 1]) if k + 1 < len(lines) else None
+            if following is not None and all(set(c) <= set("-: ") for c in following) and any(following):
+                column = next((j for j, c in enumerate(cells) if _LABEL_ONLY.fullmatch(c)), None)
+                line = ""
+            elif column is not None and column < len(cells):
+                line = f"Answer: {cells[column]}"
+            else:
+                line = ": ".join(cells)
+        else:
+            column = None
+        out.append(line)
+    return out
+
+
+_BOUNDARY = re.compile(r"\n|\$\$|\$|\\[()\[\]]|[.!?;][\"'’)\]]*+(?=\s|$)")
+_LIST_DOT = re.compile(r"\s*+(?:step\s*+)?\(?(?:\d{1,3}|[A-Za-z])$", re.IGNORECASE)
+_ABBREVIATION = re.compile(r"(?:e\.g|i\.e|vs|approx|cf|resp|etc|Mr|Dr|No)$", re.IGNORECASE)
+
+
+def statements(text: str, boxes: list[tuple[int, int, str | None]]) -> list[Statement]:
+    """``text`` cut into statements: at every newline, and at ``. ! ? ;`` followed by a space outside math
+    (``$...$``, ``\\(...\\)``, ``\\[...\\]`` within a line) and outside boxes; a list number's dot ("1. ") and
+    an abbreviation's ("e.g. ") cut nothing."""
+    out: list[Statement] = []
+    start, paragraph, in_math, b = 0, 0, False, 0
+    line_start = 0
+
+    def emit(end: int) -> None:
+        piece = text[start:end]
+        if piece.strip():
+            out.append(Statement(start, end, piece, paragraph, piece.rstrip().endswith("?")))
+
+    for m in _BOUNDARY.finditer(text):
+        pos = m.start()
+        while b < len(boxes) and boxes[b][1] <= pos:
+            b += 1
+        if b < len(boxes) and boxes[b][0] <= pos < boxes[b][1]:
+            continue  # inside a box
+        token = m.group(0)
+        if token == "\n":
+            emit(pos)
+            if not text[line_start:pos].strip() and out:
+                paragraph += 1 if out[-1].paragraph == paragraph else 0
+            start, line_start, in_math = pos + 1, pos + 1, False
+        elif token in ("$", "$$", "\\(", "\\)", "\\[", "\\]"):
+            in_math = not in_math if token in ("$", "$$") else token in ("\\(", "\\[")
+        elif not in_math:
+            before = text[start:pos]
+            if token.startswith(".") and (
+                _LIST_DOT.match(text, line_start, pos) or _ABBREVIATION.search(before[-8:])
+            ):
+                continue
+            emit(m.end())
+            start = m.end()
+    emit(len(text))
+    return out
+
+
+# -------------------------------------------------------------------------------------------- the walk
+@dataclass
+class _State:
+    current: Reading | None = None
+    committed: int = 0  # how the current answer was given: 0 a plain line, 1 a conclusion, 2 a commitment
+    statement: int = -1  # index of the statement that gave the current answer
+    tries: dict[str, set[str]] | None = None  # the paragraph's plain values: first side -> last sides
+    tries_paragraph: int = -1
+    pending_label: int = -1  # a label line waiting for its value: its start
+    correcting: bool = False  # a correction marker waiting for its value
+    negated_phrase: bool = False  # the last statement was a negated answer phrase ("not 54. It is 55.")
+    verifying_paragraph: int = -1  # a "Check:" label's paragraph: plain statements in it are checks
+    aside_depth: int = 0  # brackets of an aside still open
+    notes: bool = False  # past a "Notes" / "Edit by ...:" heading: the rest is an aside
+    numbers: frozenset[str] = frozenset()  # the numbers written in the statement that gave the current answer
+
+
+def _markers_end(text: str) -> int:
+    return _MARKERS.match(text).end()
+
+
+def _clause_prefix(text: str, pos: int) -> str:
+    """The text of ``text``'s clause before ``pos`` (after the last comma, colon, "then" or "but"), within the
+    240 characters before it."""
+    last = max(pos - 240, 0)
+    for m in _CLAUSE.finditer(text, last, pos):
+        last = m.end()
+    return text[last:pos]
+
+
+def _cut_explanation(content: str) -> str:
+    cut = EXPLANATION.search(content)
+    return content[: cut.start()] if cut else content
+
+
+def _answer_like(content: str) -> bool:
+    """A phrase's content that reads as an answer: math (values joined by "or" / "and" too: several values), or
+    one or two words that are not filler."""
+    if not content:
+        return False
+    if re.search(r"[\d\\^=]", content):
+        return statement_value(_CONNECTIVES.sub(",", content)) is not None
+    words = content.split()
+    return len(words) <= 2 and words[0].lower().strip(".,:;*_\"'") not in _NOT_AN_ANSWER
+
+
+_CONNECTIVES = re.compile(r"(?<![\w-])(?:or|and|either|if\s+not)(?![\w-])|\\text\{\s*(?:or|and)\s*\}", re.I)
+_HEDGE_WORD = re.compile(
+    r"(?:(?:probably|maybe|perhaps|possibly|likely|presumably|approximately|approx\.?|about|around|roughly"
+    r"|nearly|almost)(?![\w-])\s*+)++",
+    re.IGNORECASE,
+)
+_MARK = re.compile(r"(?:\s*+(?:[!✓✔✅☑]|[:;]-?[)D(]|\(\s*[✓✔]\s*\)))++$")
+_CLOSING = re.compile(r"[\s\"'’`,]*+[}\]]*+[\s\"'’`,]*+$")
+
+
+def _phrase_value(text: str, pos: int) -> tuple[str, bool]:
+    """The value a phrase commits to, from ``pos`` (after its copula) to the end of its statement; and whether
+    another value is offered beside it ("55 or 56", "55 (or 56)", "$55$ or $56$"). A hedge word before it
+    ("probably 55") is left to the statement's hedge; a closing mark ("55!", "55 ✓") and a JSON field's closing
+    quote and brace (``"answer": "55"}``) are not part of it."""
+    rest = re.sub(r"^[ \t]*+[*_]++(?=\s)", "", text[pos:])  # the bold of "**Answer:** 55" closing
+    rest = re.sub(r"(?<!\\)\$", "", rest).lstrip(" \t")  # inline math read as its text: "$a$ * $b$ = 560"
+    rest = rest[_FILLER.match(rest).end() if _FILLER.match(rest) else 0 :]
+    rest = rest[_HEDGE_WORD.match(rest).end() if _HEDGE_WORD.match(rest) else 0 :]
+    rest = _strip_end(rest.rstrip(" \t.;"), _MARK)
+    if rest.count("{") < rest.count("}") or rest.count("[") < rest.count("]"):
+        rest = _strip_end(rest, _CLOSING)
+    for opening, closing in (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$")):
+        if rest.startswith(opening):
+            end = rest.find(closing, len(opening))
+            if end > 0:
+                inner, after = rest[len(opening) : end].strip(), rest[end + len(closing) :]
+                return clean_answer(inner), _offers_another(after)
+            break
+    cut = _cut_explanation(rest)
+    return clean_answer(cut), _offers_another(rest[len(cut) :]) or _offers_another(cut)
+
+
+def _strip_end(text: str, pattern: re.Pattern) -> str:
+    """``text`` without what ``pattern`` (anchored at the end) matches in its last 40 characters (a pattern
+    anchored at the end, searched over a whole text, rescans a run of spaces from each of its positions)."""
+    head, tail = text[:-40], text[-40:]
+    return head + pattern.sub("", tail)
+
+
+def _offers_another(text: str) -> bool:
+    """Whether the text right after a value offers another one ("or 56", "(or 56)", "\\pm 3"), up to where an
+    explanation starts ("75 cents since ... 75 cents or less" offers nothing)."""
+    if _DOUBTED_VALUE.search(text):
+        return True  # "55 so possibly 56", "55, maybe 56"
+    cut = _AFTER_CLAUSE.search(text)
+    text = text[: cut.start()] if cut else text
+    return bool(_OR_VALUE.search(text)) and _DIGIT.search(text) is not None
+
+
+def _hedged(text: str, value_start: int | None = None) -> bool:
+    """A hedge in the statement ``text``, or an adverb of doubt right before its value at ``value_start``."""
+    return _HEDGE.search(text) is not None or (value_start is not None and _doubted(text, value_start))
+
+
+def _doubted(text: str, value_start: int) -> bool:
+    """An adverb of doubt or of rounding right before the value at ``value_start`` ("probably 55")."""
+    return _ADVERB_BEFORE.search(text[max(0, value_start - 48) : value_start]) is not None
+
+
+def _noun_starts_clause(body: str, pos: int, first: int) -> bool:
+    """A phrase without a determiner ("Final answer: 55", "so answer is 55") must start its clause (``first``:
+    where the body's text starts); mid-clause ("the running total is 40", "a partial sum is 15") a noun names
+    another quantity."""
+    if pos <= first:
+        return True
+    return _CLAUSE_END.search(body[max(0, pos - 24) : pos]) is not None
+
+
+_CLAUSE_END = re.compile(
+    r"(?:[,;:(*_\"'’{]|(?<![\w-])(?:so|thus|therefore|hence|finally|and|then|now|here|is))\s*+$",
+    re.IGNORECASE,
+)
+
+
+def _uncommitted(body: str, pos: int) -> bool:
+    """Whether the clause before ``pos`` makes a phrase commit to nothing: a hypothesis ("suppose", "if") or
+    someone's claim ("John says", "I thought")."""
+    clause = _clause_prefix(body, pos)
+    return bool(_HYPOTHETICAL.search(clause) or _ATTRIBUTED.search(clause))
+
+
+def _negated_before(body: str, pos: int) -> bool:
+    return re.search(r"(?:not|n['’]t|≠|\\neq?)\s*+\$?\s*+$", body[max(0, pos - 12) : pos]) is not None
+
+
+def signed_numbers(text: str) -> list[str]:
+    """The numbers written in ``text``, a minus sign kept where it is a sign, not an operation ("5 - 10 = -5" ->
+    5, 10, -5)."""
+    out = []
+    for m in _NUMBER_TOKEN.finditer(text):
+        j = m.start()
+        while j > 0 and text[j - 1] in " \t$":
+            j -= 1
+        sign = ""
+        if j > 0 and text[j - 1] in "-−":
+            k = j - 1
+            while k > 0 and text[k - 1] in " \t$":
+                k -= 1
+            if k == 0 or not (text[k - 1].isalnum() or text[k - 1] in ")]}"):
+                sign = "-"
+        out.append(sign + m.group(0))
+    return out
+
+
+def _number_of(reading: Reading | None) -> str | None:
+    """The number a reading states (the last side of an equation, when it is one number), for the check rule."""
+    if reading is None:
+        return None
+    last = signed_numbers(reading.text.rsplit("=", 1)[-1])
+    return last[-1] if len(last) == 1 else None
+
+
+def _is_verification(value: str, state: _State) -> bool:
+    """An equation that uses the current answer's number to recover another number of the statement that gave
+    it ("55 - 8 = 47" after "47 + 8 = 55"): a check of the answer, not a new one. The same left side again
+    ("47 + 8 = 56") is another try, not a check."""
+    number = _number_of(state.current)
+    if number is None or "=" not in value:
+        return False
+    *sides, last = value.split("=")
+    if sides[0].replace(" ", "") == state.current.text.split("=")[0].replace(" ", ""):
+        return False
+    used = any(number in signed_numbers(side) for side in sides)
+    recovered = signed_numbers(last)
+    return used and len(recovered) == 1 and recovered[0] != number and recovered[0] in state.numbers
+
+
+def read_final_answer(completion: str) -> Reading | None:
+    """The final answer of ``completion`` as this module reads it, or None when it gives none."""
+    text, boxes = prepare(completion)
+    state, b = _State(), 0
+    for i, st in enumerate(statements(text, boxes)):
+        while b < len(boxes) and boxes[b][1] <= st.start:
+            b += 1
+        inside = []
+        for box in boxes[b:]:
+            if box[0] >= st.end:
+                break
+            inside.append(box)
+        before = state.current
+        _read_statement(state, i, st, inside)
+        if state.current is not before and state.statement == i:
+            state.numbers = frozenset(signed_numbers(st.text))
+    return state.current
+
+
+def _aside(state: _State, body: str) -> bool:
+    """Whether ``body`` is an aside: a remark in brackets (until they close, over several sentences) or a note."""
+    opened = state.aside_depth > 0 or (_ASIDE.match(body) is not None and body.lstrip(" *_")[:1] in "([")
+    if opened:
+        state.aside_depth = max(state.aside_depth + body.count("(") + body.count("[") - body.count(")")
+                                - body.count("]"), 0)  # fmt: skip
+        return True
+    return _ASIDE.match(body) is not None
+
+
+def _commit(state: _State, i: int, reading: Reading, committed: int = 2) -> None:
+    state.current, state.committed, state.statement = reading, committed, i
+    state.pending_label, state.correcting, state.negated_phrase = -1, False, False
+
+
+def _status(hedged: bool, another: bool = False) -> str:
+    return "several" if another else "hedged" if hedged else "answer"
+
+
+def _read_statement(state: _State, i: int, st: Statement, boxes: list) -> None:
+    """Read one statement: a check, a box, a phrase, "X is the answer", a conclusion or correction, a plain
+    value, in that order of precedence; then a hedge remark right after the current answer."""
+    offset = _markers_end(st.text)
+    body, at = _strip_end(st.text[offset:].rstrip(), _MARK), st.start + offset
+    first = len(body) - len(body.lstrip())
+    after_answer = state.current is not None and state.statement == i - 1
+    content = any(ch.isalnum() for ch in body)
+    aside = state.notes or _aside(state, body)
+    if _NOTES.fullmatch(body):
+        state.notes = True  # "Notes", "Edit by ...:", "Remark:" heading what follows
+    if _VERIFICATION.match(body, first) or aside:  # "Check: ...", "(We might also ...)", "Note: ..."
+        if not aside:
+            state.verifying_paragraph = st.paragraph
+        _read_boxes(state, i, body, at, boxes, _hedged(body))  # only a box in it commits
+        return
+    if st.question:
+        if _DIGIT.search(body) and state.committed == 0:
+            state.current = None  # the last statement with digits asks a question: no value
+        return
+    hedged = _hedged(body)
+    acted = _read_boxes(state, i, body, at, boxes, hedged)
+    if not acted:
+        acted = _read_phrases(state, i, body, first, at, hedged)
+    if not acted:
+        acted = _read_reverse(state, i, body, at, hedged)
+    tail_start = boxes[-1][1] - at if boxes else 0
+    if not acted or boxes:
+        acted = _read_turn(state, i, body, tail_start, at, hedged, st.paragraph) or acted
+    if not acted:
+        unclosed = any(c is None for *_, c in boxes)
+        acted = _read_plain(state, i, st, body, at, unclosed)
+    if not acted and after_answer and state.current is not None and state.statement == i - 1 and content:
+        # "Maybe." / "Not sure." / "Or 56." at once after the answer
+        remark = _HEDGE_REMARK.search(body) is not None and len(body.split()) <= 8
+        if remark or (_OR_VALUE.match(body, first) and _DIGIT.search(body)):
+            status = "several" if _DIGIT.search(body) else "hedged"
+            state.current = Reading(state.current.text, state.current.start, state.current.kind, status)
+    if content and state.pending_label != i:
+        state.pending_label = -1
+
+
+def _read_boxes(state: _State, i: int, body: str, at: int, boxes: list, hedged: bool) -> bool:
+    """Closed, non-empty boxes commit, unless negated or in a hypothesis or someone's claim; two boxes joined
+    by "or" (unless both are numbers of one value), or a box followed by "(or 56)", are several values."""
+    acted, previous = False, None
+    closed = [(s - at, e - at, c) for s, e, c in boxes if c]
+    for k, (start, end, content) in enumerate(closed):
+        start = max(start, 0)
+        if _uncommitted(body, start) or _negated_before(body, start):
+            continue
+        joined = previous is not None and _OR_VALUE.search(body, previous[0], start) is not None
+        if joined and evaluate(previous[1]) is not None and evaluate(previous[1]) == evaluate(content):
+            joined = False  # "\\boxed{\\frac{1}{2}} or \\boxed{0.5}": one value in two spellings
+        after = body[end : closed[k + 1][0] if k + 1 < len(closed) else len(body)]
+        status = _status(hedged or _doubted(body, start), joined or _offers_another(after))
+        _commit(state, i, Reading(content, at + start, "box", status))
+        acted, previous = True, (end, content)
+    return acted
+
+
+def _read_phrases(state: _State, i: int, body: str, first: int, at: int, hedged: bool) -> bool:
+    """Phrases naming the answer ("the answer is 55", "Final answer: 55", "the sum of 47 and 8 is 55"); the last
+    one that commits wins. A label with nothing after it ("Answer:") takes the next statement's value."""
+    acted = False
+    matches = list(_PHRASE.finditer(body))
+    for k, m in enumerate(matches):
+        limit = (
+            matches[k + 1].start() if k + 1 < len(matches) else len(body)
+        )  # a phrase ends where the next starts
+        if m.group("det") is None and not _noun_starts_clause(body, m.start(), first):
+            continue
+        quantity = m.group("noun").lower() in ("sum", "difference", "product", "quotient", "total", "value")
+        if quantity and m.group("comp") and not _DIGIT.search(m.group("comp")):
+            continue  # "the sum of the ones digits is 15": another quantity
+        if _uncommitted(body, m.start()):
+            continue
+        end = m.end()
+        if m.group("neg"):
+            turn = re.search(
+                r"(?<![\w-])but\s++|[,;]\s*+(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is)\s++", body[end:limit]
+            )
+            if turn is None:
+                state.negated_phrase = True
+                continue
+            end += turn.end()
+        content, another = _phrase_value(body[:limit], end)
+        if not content:
+            if not body[end:limit].strip(" \t*_:`\"'’|}"):
+                state.pending_label = i  # "Answer:" at the end of its line: the value comes next
+            continue
+        if content.lower().startswith(("not ", "n't ")):
+            state.negated_phrase = True
+            continue
+        if not _answer_like(content):
+            continue
+        start = max(body.find(content, end), end)
+        _commit(
+            state,
+            i,
+            Reading(content, at + start, "phrase", _status(hedged or _doubted(body, start), another)),
+        )
+        acted = True
+    if not acted and _LABEL_ONLY.fullmatch(body):
+        state.pending_label = i  # "### Final Answer", "**Answer**"
+    return acted
+
+
+def _read_reverse(state: _State, i: int, body: str, at: int, hedged: bool) -> bool:
+    """Reverse phrases: "55 is the answer", "you get 26, which is the answer", "This is the final answer." (the
+    value just stated, committed)."""
+    last = None
+    for m in _REVERSE.finditer(body):
+        last = m
+    if last is None:
+        return False
+    clause = _clause_prefix(body, last.start())
+    if _PRONOUN_CLAUSE.fullmatch(clause):
+        if not body[: last.start() - len(clause)].strip(" \t*_#>"):  # "This is the final answer."
+            if state.current is None:
+                return False
+            _commit(state, i, state.current)
+            return True
+        before = body[: last.start() - len(clause)].rstrip(" ,;:")  # "..., which is the answer"
+        clause = _clause_prefix(before, len(before))
+        if _uncommitted(before, len(before) - len(clause)):
+            return False
+    elif _uncommitted(body, last.start()):
+        return False
+    value = statement_value(clause, verbs=True)
+    if value is None:
+        return False
+    start = max(body.find(value), 0)
+    _commit(state, i, Reading(value, at + start, "phrase", _status(hedged or _doubted(body, start))))
+    return True
+
+
+_PRONOUN_CLAUSE = re.compile(r"\s*+(?:and\s+)?(?:which|that|this|it)\s*+", re.IGNORECASE)
+
+
+def _read_turn(state: _State, i: int, body: str, tail: int, at: int, hedged: bool, paragraph: int) -> bool:
+    """After any box of the statement: "It is 55." right after a negated phrase; a correction ("Wait, 47 + 8 =
+    55."; one that states no value waits for the next statement's); a conclusion ("So 47 + 8 = 55.",
+    "Therefore, 26 - 0 is 26."). A value that checks the current answer ("So 55 - 8 = 47") replaces nothing."""
+    text = body[tail:]
+    start = len(text) - len(text.lstrip())
+    found, kind = None, ""
+    if state.negated_phrase and (m := _PRONOUN_IS.match(text, start)):
+        found, kind = statement_value(text[m.end() :]), "phrase"
+    if found is None:
+        correction = None
+        for m in _CORRECTION.finditer(text):
+            correction = m
+        if correction is not None:
+            state.correcting = True
+            found, kind = statement_value(text[correction.end() :], verbs=True), "correction"
+    if found is None:
+        conclusion = None
+        for m in _CONCLUSION_START.finditer(text):
+            conclusion = m
+        if conclusion is not None and not _HYPOTHETICAL.match(text, conclusion.end()):
+            found, kind = statement_value(text[conclusion.end() :], verbs=True), "conclusion"
+    if found is None:
+        return False
+    if kind == "conclusion" and paragraph == state.verifying_paragraph:
+        return True  # a conclusion of a check ("Proof: ... so s = 279/99999") concludes the check
+    if not _is_verification(found, state):
+        start = max(text.find(found), 0)
+        reading = Reading(
+            found, at + tail + start, kind, _checked(text, found, hedged or _doubted(text, start))
+        )
+        _commit(state, i, reading, 1 if kind == "conclusion" else 2)
+    return True
+
+
+def _checked(text: str, value: str, hedged: bool) -> str:
+    """The status of a value stated with a verb: ``false`` when what it is stated of can be evaluated and
+    differs ("80 + 3 is 11"), else as hedged or not."""
+    subject = statement_subject(text, value) if "=" not in value else ""
+    left, right = evaluate(subject) if subject else None, evaluate(value)
+    if left is not None and right is not None and left != right:
+        return "false"
+    return _status(hedged)
+
+
+def _read_plain(state: _State, i: int, st: Statement, body: str, at: int, unclosed: bool) -> bool:
+    """A statement that is a plain value ("47 + 8 = 55", "55", "We have 47 + 8 = 55."): the answer while nothing
+    is committed, the value of a pending label or correction; any other statement with digits leaves no answer
+    while nothing is committed (the last statement with digits is not a value)."""
+    found = None if unclosed else statement_value(body)
+    if found is None:
+        if _DIGIT.search(body) and state.committed == 0 and state.pending_label < 0 and not state.correcting:
+            state.current = None
+        return False
+    hedged = _hedged(body, max(body.find(found), 0))
+    if state.correcting or state.pending_label >= 0:
+        kind = "correction" if state.correcting else "label"
+        if not _is_verification(found, state):
+            _commit(state, i, Reading(found, at + max(body.find(found), 0), kind, _status(hedged)))
+        return True
+    if state.committed == 2 or st.paragraph == state.verifying_paragraph or _is_verification(found, state):
+        return True  # a plain value replaces a plain line or a conclusion, never a commitment
+    if state.tries_paragraph != st.paragraph:
+        state.tries, state.tries_paragraph = {}, st.paragraph
+    first_side, _, last_side = found.rpartition("=")
+    key = first_side.split("=")[0].replace(" ", "")
+    values = state.tries.setdefault(key, set())
+    values.add(last_side.replace(" ", "").rstrip("."))
+    several = len(values) > 1 or _offers_another(body[body.find(found) + len(found) :])
+    _commit(state, i, Reading(found, at + max(body.find(found), 0), "line", _status(hedged, several)), 0)
+    return True
