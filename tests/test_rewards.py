@@ -425,6 +425,15 @@ def test_the_form_label_parses_nothing_for_a_long_answer(monkeypatch):
         (r"(x+2)(x+3) + x - x", "(x+2)(x+3)", "Factor $x^2+5x+6$.", True),  # padded: larger than the gold
         (r"(x+3)(x+2)", "(x+2)(x+3)", "Factor $x^2+5x+6$.", False),
         (
+            r"x(x+5)+6",
+            "(x+2)(x+3)",
+            "Factor $x^2+5x+6$.",
+            True,
+        ),  # a sum, no larger than the gold: not factored
+        (r"(x+1)(x+1)", "x^2+2x+1", "Expand $(x+1)^2$.", True),  # a product: not expanded
+        (r"1 + 2x + x^2", "x^2+2x+1", "Expand $(x+1)^2$.", False),  # expanded, terms in another order
+        (r"-(3-x)(x+3)", "(x-3)(x+3)", "Factor $x^2-9$ completely.", False),  # factored, a sign moved out
+        (
             r"\sqrt{12}",
             r"2\sqrt{3}",
             "Express it in simplest radical form.",

@@ -20,6 +20,11 @@ rules here refuse those by construction, not by spelling:
   ``\\frac{1}{\\sqrt{3}}``, ``2 \\cdot 3x``) is refused when the gold is one it leaves alone; a numeric fraction
   not in lowest terms (``\\frac{6}{8}x``) is refused where the gold has none.
 
+- **the form the question asks for**: where it asks to factor, an answer equal to a factored gold is a product (or
+  a power) at its top level (``x(x+5)+6`` for "Factor $x^2+5x+6$" is a sum); where it asks to expand, an answer
+  equal to an expanded gold is a sum (``(x+1)(x+1)`` for "Expand $(x+1)^2$" is a product). Size alone lets both
+  through: neither is larger than the gold.
+
 Each refusal is a one-line reason; None means the answer is in final form. Answers much longer than the gold are
 refused from their length before anything is parsed, so the check costs no more than the gold's size allows.
 """
@@ -37,6 +42,8 @@ _SIMPLEST = re.compile(
     r"simplif|simplest|lowest\s+terms|common\s+fraction|radical\s+form|rationali[sz]|expand|factor|reduced",
     re.IGNORECASE,
 )
+_FACTOR = re.compile(r"\b(?:factor|factori[sz]e)\b(?!\s+of\b)", re.IGNORECASE)  # not "a factor of 12"
+_EXPAND = re.compile(r"\bexpand\b", re.IGNORECASE)
 _SEPARATORS = re.compile(r"\\text\{\s*(?:or|and)\s*\}|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|;")
 _UNREDUCED = re.compile(r"\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}")
 _TOKENS = re.compile(r"\\[A-Za-z]+|\d+(?:\.\d+)?|[A-Za-z]|[-+*/^=(){}\[\]|,]")
@@ -199,11 +206,39 @@ def form_problem(answer: str, gold: str, question: str | None, equal) -> str | N
         problem = _larger(a, g)
         if problem is not None:
             return problem
+    problem = _asked_form_problem(answer, gold, question)
+    if problem is not None:
+        return problem
     if question and _SIMPLEST.search(question):
         if _has_unreduced_fraction(answer) and not _has_unreduced_fraction(gold):
             return "a fraction not in lowest terms where a simplest form is asked"
         if _evaluation_changes(answer) and _evaluation_changes(gold) is False:
             return "not in simplest form where the question asks for it"
+    return None
+
+
+def _top_operation(text: str) -> str | None:
+    """ "sum", "product" (a product or a power) or "other": the operation at the top of ``text`` as written (sympy
+    keeps a written sum a sum and a written product a product); None when it does not parse."""
+    import sympy
+    from latex2sympy2_extended import latex2sympy
+
+    try:
+        expr = latex2sympy(spelled_out(unwrap(text)))
+    except Exception:
+        return None
+    if isinstance(expr, sympy.Add):
+        return "sum"
+    return "product" if isinstance(expr, (sympy.Mul, sympy.Pow)) else "other"
+
+
+def _asked_form_problem(answer: str, gold: str, question: str | None) -> str | None:
+    """Why ``answer`` is not in the form a factor or expand question asks for (the gold's), or None."""
+    if not question:
+        return None
+    for asked, form, verb in ((_FACTOR, "product", "factored"), (_EXPAND, "sum", "expanded")):
+        if asked.search(question) and _top_operation(gold) == form and _top_operation(answer) != form:
+            return f"not {verb} as the question asks"
     return None
 
 
