@@ -117,6 +117,7 @@ def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
     ]
     cmd += [x for s in sets for x in ("--set", s)] + (["--resume"] if resume else [])
     started = time.time()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
     with (folder / "train.log").open("a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
         _pid, status, usage = os.wait4(proc.pid, 0)
