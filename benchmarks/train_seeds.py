@@ -128,6 +128,7 @@ def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
     process = {
         "wall_seconds": round(time.time() - started, 1),
         "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3),
+        "commit": commit.stdout.strip(),
     }
     if not resume:  # a resumed run's process saw part of the work only
         (folder / "process.json").write_text(json.dumps(process) + "\n")
