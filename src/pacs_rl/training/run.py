@@ -165,6 +165,8 @@ class TrainResult:
     rollout_truncated_frac: float | None = (
         None  # share of the rollouts' completions cut off at the token limit
     )
+    # dynamic sampling's totals over the run (PACSTrainer.dynamic_sampling_totals); empty when it was off
+    dynamic_sampling: dict[str, float] = field(default_factory=dict)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -319,7 +321,7 @@ def _run_training(settings, config, resume, data, command, progress, stop) -> Tr
     device = str(trainer.accelerator.device)
     return _result(
         settings, config, run.out, train_seconds=train_seconds, global_step=global_step, device=device,
-        first_step=run.first_step,
+        first_step=run.first_step, dynamic_sampling=dict(trainer.dynamic_sampling_totals),
     )  # fmt: skip
 
 
