@@ -173,7 +173,7 @@ def fill_batch(
     """DAPO's dynamic sampling on one process's rollout batch ``first`` (rows of whole groups, with its
     ``rewards`` and, for the baselines, ``scored``). ``sample()`` samples and grades one more round;
     ``fewest_kept(k)`` is the fewest kept groups of any process when this one has ``k`` (every process calls it
-    once per round, so all sample the same number of rounds)."""
+    after each round below the cap, so all sample the same number of rounds)."""
     refused = sorted(MULTIMODAL_KEYS & {k for k, v in first.items() if v is not None})
     if refused:
         raise ValueError(
