@@ -209,6 +209,26 @@ def test_batches_hold_only_groups_with_both_labels(tmp_path, tiny_model, tiny_to
     assert totals["rounds"] == sum(r["dynamic_sampling/rounds"] for r in rollouts)
 
 
+def test_per_token_and_per_sequence_rollout_keys_stay_with_their_rows(tmp_path, tiny_model, tiny_tokenizer):
+    """What vLLM adds to a rollout (its log-probs per token, TRL's ratio per sequence) is merged row by row with
+    the completions: here each is a function of its own row, checked after the rounds are merged and shuffled."""
+
+    class Tagged(Recording):
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            out["sampling_per_token_logps"] = -out["completion_ids"].float() * out["completion_mask"]
+            out["importance_sampling_ratio"] = out["rewards"][:, None] + 1.0  # (B, 1): TRL's sequence modes
+            return out
+
+    trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, cls=Tagged, max_steps=2)
+    trainer.train()
+    assert _rollout_rows(tmp_path)[0]["dynamic_sampling/rounds"] > 1
+    for batch in trainer.seen:
+        mask = batch["completion_mask"]
+        assert torch.equal(batch["sampling_per_token_logps"], -batch["completion_ids"].float() * mask)
+        assert torch.equal(batch["importance_sampling_ratio"], batch["rewards"][:, None] + 1.0)
+
+
 def test_at_the_cap_the_batch_keeps_its_size_and_the_run_goes_on(
     tmp_path, tiny_model, tiny_tokenizer, caplog
 ):
