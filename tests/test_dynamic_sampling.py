@@ -147,6 +147,40 @@ def test_fill_batch_refuses_image_rollouts_naming_the_setting():
         fill_batch(first, sample, lambda k: k, 2, max_rounds=2, pad_token_id=PAD)
 
 
+# ---------------------------------------------------------------- the command: dry run, refusal, summary
+def test_the_dry_run_says_what_a_round_costs_and_a_bad_cap_is_refused():
+    from typer.testing import CliRunner
+
+    from pacs_rl.cli import app
+
+    def dry(*sets):
+        args = ["train", "--dry-run", *(a for s in sets for a in ("--set", s))]
+        result = CliRunner().invoke(app, args, env={"HF_HUB_OFFLINE": "1"})
+        return result.exit_code, result.output
+
+    code, out = dry("dynamic_sampling=true", "dynamic_sampling_max_rounds=3")
+    assert code == 0, out
+    assert "dynamic sampling: each rollout batch keeps only groups whose rewards are not all equal" in out
+    assert "up to 2 further rounds of 4 prompts" in out and "at most 3x the sampling and grading" in out
+    assert "dynamic sampling" not in dry()[1]
+    code, out = dry("dynamic_sampling=true", "dynamic_sampling_max_rounds=0")
+    assert code != 0 and "dynamic_sampling_max_rounds=0; give a whole number >= 1" in out
+
+
+def test_the_run_summary_line():
+    from pacs_rl.training.cli import dynamic_sampling_lines
+
+    assert dynamic_sampling_lines({}) == [] and dynamic_sampling_lines(None) == []
+    totals = {"rollouts": 2, "groups_sampled": 20.0, "groups_kept": 6.0, "groups_padded": 2.0, "rounds": 5.0,
+              "seconds": 41.6}  # fmt: skip
+    (line,) = dynamic_sampling_lines(totals)
+    assert line == (
+        "dynamic sampling: 20 groups sampled in 5 rounds for 2 rollout batches; 6 of the 8 groups trained on hold "
+        "both labels (unequal rewards), 2 places filled with single-label groups (the cap reached); the further "
+        "rounds took 42 s"
+    )
+
+
 # ---------------------------------------------------------------- the trainer, on a tiny random model
 def every_third(completions, answer, **kw):
     """parity_reward for the prompts i with i % 3 == 0 (answer 2i), 0 for the others: only every third prompt's
