@@ -63,7 +63,38 @@ def test_a_signal_on_one_process_steps_both(tmp_path):
     assert results[0]["param_checksum"] == results[1]["param_checksum"]
 
 
-def _child(out: str, tag: str, resume: str | None) -> None:
+@pytest.mark.slow
+def test_two_process_dynamic_sampling_fills_every_share_alike_and_resumes_exactly(tmp_path):
+    """dynamic_sampling on 2 processes: each process's share holds only groups with both labels, both sampled
+    the same rounds (a collective per round), different prompts; a resume from the step-1 checkpoint ends with
+    the weights and the prompt stream of the run in one go."""
+    if not (Path(sys.executable).parent / "accelerate").exists() and shutil.which("accelerate") is None:
+        pytest.skip("accelerate launcher not installed")
+    _launch(tmp_path, "full", "-", "dynamic")
+    results = [json.loads((tmp_path / f"full-rank{r}.json").read_text()) for r in (0, 1)]
+    for res in results:
+        assert res["rewards_per_batch"] == [2 * G, 2 * G] and res["whole_groups"], res
+        assert res["all_groups_mixed"], res
+    assert results[0]["rounds"] == results[1]["rounds"] and max(results[0]["rounds"]) > 1, results
+    assert results[0]["prompts_drawn"] == results[1]["prompts_drawn"] > 0
+    assert not set(results[0]["prompts"]) & set(results[1]["prompts"])
+    assert results[0]["param_checksum"] == results[1]["param_checksum"]
+    _launch(tmp_path, "resumed", str(tmp_path / "checkpoint-1"), "dynamic")
+    resumed = [json.loads((tmp_path / f"resumed-rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["param_checksum"] for r in resumed] == [r["param_checksum"] for r in results]
+    assert [r["prompts_drawn"] for r in resumed] == [r["prompts_drawn"] for r in results]
+
+
+def _every_third(completions, prompts, **kw):
+    """Length parity for the prompts i*i with i % 3 == 0, 0 for the others: only every third group can hold
+    both labels."""
+    return [
+        float(len(c[0]["content"]) % 2) if int(p[-1]["content"].split("*")[0]) % 3 == 0 else 0.0
+        for c, p in zip(completions, prompts, strict=True)
+    ]
+
+
+def _child(out: str, tag: str, resume: str | None, dynamic: bool = False) -> None:
     import torch
     from datasets import Dataset
 
@@ -74,6 +105,14 @@ def _child(out: str, tag: str, resume: str | None) -> None:
         def _compute_loss(self, model, inputs):
             self.seen = [*getattr(self, "seen", []), inputs]
             return super()._compute_loss(model, inputs)
+
+        def _dynamic_sampling(self, batch):
+            out = super()._dynamic_sampling(batch)
+            self.rounds = [
+                *getattr(self, "rounds", []),
+                self._metrics["train"]["dynamic_sampling/rounds"][-1],
+            ]
+            return out
 
     tok = tiny_tokenizer()
     ds = Dataset.from_list(
@@ -89,7 +128,9 @@ def _child(out: str, tag: str, resume: str | None) -> None:
             return [float(paid and i == 0) for i in range(len(completions))]
         return [float(len(c[0]["content"]) % 2) for c in completions]
 
+    dynamic_sampling = dict(dynamic_sampling=True, dynamic_sampling_max_rounds=24) if dynamic else {}
     args = PACSConfig(
+        **dynamic_sampling,
         output_dir=out,
         use_cpu=True,
         per_device_train_batch_size=2 * G,
@@ -104,14 +145,17 @@ def _child(out: str, tag: str, resume: str | None) -> None:
         seed=0,
         disable_tqdm=True,
     )
+    reward = _every_third if dynamic else reward
     trainer = Recording(tiny_random_model(tok), reward, args=args, train_dataset=ds, processing_class=tok)
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     trainer.train(resume_from_checkpoint=resume)
     after = trainer.accelerator.unwrap_model(trainer.model).state_dict()
-    whole, prompts = True, []
+    whole, mixed, prompts = True, True, []
     for batch in trainer.seen:
         p = batch["prompt_ids"].view(-1, G, batch["prompt_ids"].shape[1])
         whole &= bool((p == p[:, :1]).all())
+        groups = batch["rewards"].view(-1, G)
+        mixed &= bool((groups.max(1).values != groups.min(1).values).all())
         prompts += [tok.decode(row[0], skip_special_tokens=True) for row in p]
     checksum = sum(
         float(v.double().sum()) for v in trainer.accelerator.unwrap_model(trainer.model).state_dict().values()
@@ -128,10 +172,14 @@ def _child(out: str, tag: str, resume: str | None) -> None:
                 "param_checksum": checksum,
                 "skipped_no_signal": trainer.num_skipped_no_signal,
                 "moved": any(not torch.equal(after[k], v) for k, v in before.items()),
+                "all_groups_mixed": mixed,
+                "rounds": getattr(trainer, "rounds", []),
+                "prompts_drawn": trainer._prompt_stream.drawn if trainer._prompt_stream else 0,
             }
         )
     )
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+    resume_from = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
+    _child(sys.argv[1], sys.argv[2], resume_from, dynamic="dynamic" in sys.argv[4:])

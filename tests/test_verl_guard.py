@@ -282,6 +282,18 @@ def test_rollout_correction_modes_that_change_pacs_inputs_are_refused(path, valu
     assert verl_config_problems(with_(path, None)) == []
 
 
+def test_dynamic_sampling_is_refused_on_the_legacy_trainer_in_one_line():
+    """verl's AlgoConfig declares algorithm.filter_groups, but only the DAPO recipe's trainer reads it: on the
+    legacy trainer the plug-in runs it would be ignored, so it is refused, naming the setting."""
+    config = copy.deepcopy(SAFE)
+    config["algorithm"]["filter_groups"] = {"enable": True, "metric": "acc", "max_num_gen_batches": 10}
+    (problem,) = verl_config_problems(config)
+    assert problem.startswith("algorithm.filter_groups.enable=True: verl's legacy trainer")
+    assert "\n" not in problem and problem.endswith("--set dynamic_sampling=true).")
+    config["algorithm"]["filter_groups"]["enable"] = "false"  # a hydra override read as text
+    assert verl_config_problems(config) == []
+
+
 # ---------------------------------------------------------------------------------------------------
 # The shipped examples
 

@@ -82,16 +82,16 @@ def test_eval_vllm_gives_the_greedy_answers_of_transformers(tmp_path, bundled_mo
         assert (settings["backend"], settings["dtype"]) == (backend, "float32")
 
 
-# `pacs-rl train` with a counter around the vLLM engine TRL builds: how many engines, how many greedy generate
-# calls (the held-out evaluation decodes greedily, rollouts sample at temperature 0.7), the engine's dtype, and
-# the trainer's torch threads before and after.
+# `pacs-rl train` with a counter around the vLLM engine TRL builds: how many engines, how many greedy and sampled
+# generate calls (the held-out evaluation decodes greedily, rollouts sample at temperature 0.7), the engine's dtype,
+# and the trainer's torch threads before and after.
 DRIVER = textwrap.dedent(
     """
     import atexit, json, os, sys
     import torch
     torch.set_num_threads(2)
     import trl.generation.vllm_generation as generation
-    counts = {"engines": 0, "greedy_calls": 0, "threads_start": torch.get_num_threads()}
+    counts = {"engines": 0, "greedy_calls": 0, "sampled_calls": 0, "threads_start": torch.get_num_threads()}
     build = generation.LLM
 
     def LLM(*args, **kwargs):
@@ -102,6 +102,7 @@ DRIVER = textwrap.dedent(
 
         def counted(prompts, sampling_params=None, **kw):
             counts["greedy_calls"] += sampling_params.temperature == 0
+            counts["sampled_calls"] += sampling_params.temperature > 0
             return generate(prompts, sampling_params=sampling_params, **kw)
 
         llm.generate = counted
@@ -171,6 +172,44 @@ def test_train_colocated_vllm_tracks_the_trainer(tmp_path, bundled_model, loss):
     forms = json.loads((out / "answer_forms.json").read_text())
     assert forms["cut_off"] == sum(r["truncated"] for r in rollouts)
     assert forms["paid_cut_off"] == sum(r["truncated"] and r["score"] == 1.0 for r in rollouts)
+
+
+def test_train_colocated_vllm_with_dynamic_sampling(tmp_path, bundled_model):
+    """dynamic_sampling through vLLM: every round of a rollout is one vLLM generate call with the weights of the
+    step (its log-probs are the trainer's), and each rollout batch keeps its 2 groups, kept or filled."""
+    out, counts_file = tmp_path / "run", tmp_path / "counts.json"
+    env = {**ENV, "PACS_RL_TEST_COUNTS": str(counts_file)}
+    dynamic = ["--set", "dynamic_sampling=true", "--set", "dynamic_sampling_max_rounds=3"]
+    proc = run(
+        [
+            sys.executable,
+            "-c",
+            DRIVER,
+            "train",
+            "--output-dir",
+            str(out),
+            *TRAIN,
+            *dynamic,
+            "--max-steps",
+            "2",
+        ],
+        env,
+    )
+
+    rows = [r for r in map(json.loads, (out / "metrics.jsonl").open()) if "loss" in r]
+    assert [r["step"] for r in rows] == [1, 2]  # one rollout batch per step (mini_batches_per_rollout=1)
+    rounds = [r["dynamic_sampling/rounds"] for r in rows]
+    for r in rows:
+        assert 1 <= r["dynamic_sampling/rounds"] <= 3
+        assert r["dynamic_sampling/groups_sampled"] == 2 * r["dynamic_sampling/rounds"]  # 2 prompts a round
+        assert r["dynamic_sampling/groups_kept"] + r["dynamic_sampling/groups_padded"] == 2
+        assert r["sampling/sampling_logp_difference/max"] <= MAX_TOLERANCE, r
+    counts = json.loads(counts_file.read_text())
+    assert counts["engines"] == 1, counts
+    assert counts["sampled_calls"] == sum(rounds), (counts, rounds)  # every round sampled by vLLM
+    assert (
+        f"dynamic sampling: {2 * int(sum(rounds))} groups sampled in {int(sum(rounds))} rounds" in proc.stdout
+    )
 
 
 # The CPU weight sync on its own: the policy changed by 2% noise on every weight, then synced.

@@ -82,6 +82,7 @@ def summary_lines(result) -> list[str]:
             "(completions/clipped_ratio in metrics.jsonl): a cut-off answer is never paid by the training grader "
             "(and seldom by another), so little is learnt; raise max_completion_length, or train on shorter problems"
         )
+    lines += dynamic_sampling_lines(getattr(result, "dynamic_sampling", None))
     where = f" on {result.device}" if result.device else ""
     first = getattr(result, "first_step", 0)
     total = getattr(result, "max_steps", 0) or result.global_step
@@ -127,6 +128,20 @@ def skipped_steps_line(skipped: dict[str, int]) -> str | None:
     if not parts:
         return None
     return f"skipped optimizer steps (weights left as they were): {'; '.join(parts)}"
+
+
+def dynamic_sampling_lines(totals: dict[str, float] | None) -> list[str]:
+    """What dynamic sampling did over a run (PACSTrainer.dynamic_sampling_totals), one line; none when it was off."""
+    if not totals:
+        return []
+    rollouts, kept, padded = (int(totals.get(k, 0)) for k in ("rollouts", "groups_kept", "groups_padded"))
+    short = f", {padded} places filled with single-label groups (the cap reached)" if padded else ""
+    sampled, rounds = int(totals.get("groups_sampled", 0)), int(totals.get("rounds", 0))
+    return [
+        f"dynamic sampling: {sampled} groups sampled in {rounds} rounds for {rollouts} rollout batches; {kept} of "
+        f"the {kept + padded} groups trained on hold both labels (unequal rewards){short}; the further rounds "
+        f"took {totals.get('seconds', 0.0):.0f} s"
+    ]
 
 
 @functools.cache

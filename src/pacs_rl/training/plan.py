@@ -345,6 +345,7 @@ def _plan_lines(settings, cfg, config, n_proc, prompts: _Prompts, train_note, he
     lines += _data_lines(settings, config, n_proc, prompts, train_note)
     lines.append(f"max_steps: {config.max_steps}")
     lines.append(_generation_line(config, zero_stage))
+    lines += _dynamic_sampling_lines(config, n_proc)
     lines += _update_lines(cfg, config, n_proc, engine)
     lines += _heldout_lines(settings, config, engine, held)
     out = Path(config.output_dir)
@@ -450,6 +451,20 @@ def _generation_line(config, zero_stage: int) -> str:
         f"generation: {gen}; temperature {config.temperature}, top_p {config.top_p}, "
         f"up to {config.max_completion_length} tokens"
     )
+
+
+def _dynamic_sampling_lines(config, n_proc: int) -> list[str]:
+    """What dynamic sampling (DAPO) does to each rollout batch, and its cap."""
+    if not getattr(config, "dynamic_sampling", False):
+        return []
+    _, prompts, _ = _rollout_sizes(config, n_proc)
+    rounds = config.dynamic_sampling_max_rounds
+    return [
+        f"dynamic sampling: each rollout batch keeps only groups whose rewards are not all equal, and samples "
+        f"up to {rounds - 1} further rounds of {prompts} prompts from the training set to refill it "
+        f"(dynamic_sampling_max_rounds {rounds}: at most {rounds}x the sampling and grading of a rollout); "
+        "still short, it fills up with single-label groups"
+    ]
 
 
 def _update_lines(cfg, config, n_proc, engine) -> list[str]:

@@ -1,7 +1,7 @@
 """PPO with a learned critic (PACS paper, Appendix A.1): the paper's main baseline, on PACSTrainer's path.
 
 `PPOTrainer` is a `PACSTrainer` (same generation, rewards, whole-group shuffling, metrics, exact resume)
-plus a value model. Per rollout batch (`_generate_and_score_completions`):
+plus a value model. Per rollout batch (`_values_and_advantages`; with `dynamic_sampling`, on the batch it keeps):
 
     V_old(s_t)      critic values on the response tokens, next to TRL's old log-probs     (B, T)
     r_t             the outcome reward R on the last response token, 0 elsewhere            (B, T)
@@ -337,6 +337,16 @@ class PPOTrainer(PACSTrainer):
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)  # + raw rewards (B_local,)
+        if self.model.training and self.args.dynamic_sampling:
+            return output  # values and advantages over the batch dynamic sampling keeps, whitened over it
+        return self._values_and_advantages(output)
+
+    def _dynamic_sampling(self, batch):
+        return self._values_and_advantages(super()._dynamic_sampling(batch))
+
+    def _values_and_advantages(self, output):
+        """The critic's values of a rollout batch, its GAE advantages (whitened over the whole batch, all
+        processes) and returns, (1)-(3); the rollout's value metrics."""
         mode = "train" if self.model.training else "eval"
         input_ids, attention_mask, mask = sequence_tensors(output)
         T = mask.size(1)

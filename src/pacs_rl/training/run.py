@@ -171,6 +171,8 @@ class TrainResult:
     # optimizer steps of the whole run that left the weights as they were, by cause: "no_signal" (no group held
     # two different rewards: skip_no_signal_steps), "nonfinite" (a non-finite gradient norm); {} if not recorded
     skipped_steps: dict[str, int] = field(default_factory=dict)
+    # dynamic sampling's totals over the run (PACSTrainer.dynamic_sampling_totals); empty when it was off
+    dynamic_sampling: dict[str, float] = field(default_factory=dict)
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -325,7 +327,7 @@ def _run_training(settings, config, resume, data, command, progress, stop) -> Tr
     device = str(trainer.accelerator.device)
     return _result(
         settings, config, run.out, train_seconds=train_seconds, global_step=global_step, device=device,
-        first_step=run.first_step,
+        first_step=run.first_step, dynamic_sampling=dict(trainer.dynamic_sampling_totals),
     )  # fmt: skip
 
 

@@ -335,6 +335,25 @@ class PACSFields:
         "an fp32 checkpoint in bf16).",
     )
 
+    dynamic_sampling: bool = setting(
+        False,
+        "DAPO's dynamic sampling (verl: algorithm.filter_groups), for every loss: drop the groups whose "
+        "rewards are all equal (with 0/1 rewards: one label only, no signal), and sample further prompts from "
+        "the training set until the rollout batch is full of groups with both, at most "
+        "dynamic_sampling_max_rounds rollout batches in all; a batch still short then is filled with "
+        "single-label groups of the first. Logged as dynamic_sampling/groups_sampled, groups_kept, "
+        "groups_padded, rounds and seconds.",
+    )
+    dynamic_sampling_max_rounds: int = setting(
+        4,
+        "With dynamic_sampling: the most rollout batches sampled for one, the first included (verl's "
+        "max_num_gen_batches, which also counts the first; there 0 means no limit, here a cap is required). "
+        "Each round costs one rollout's sampling and grading.",
+        check=_bounded(
+            lambda v: v >= 1 and v == int(v), "; give a whole number >= 1 (1: no further sampling)."
+        ),
+    )
+
     logprob_impl: str = setting(
         "auto",
         "How per-token log-probs are computed for the loss and the reference: 'trl' (TRL's fused, "

@@ -6,7 +6,9 @@ What is overridden, and why (each is pinned by tests/test_trl_contract.py):
   inputs dict (TRL passes only advantages), check they are 0/1 for PACS, compute the frozen reference's
   log-probs when `reference="frozen"`, log rollout-level metrics.
 - `_prepare_inputs`: TRL shuffles *rows* of a rollout batch before cutting it into micro-batches; we
-  shuffle *groups*, so every micro-batch holds whole groups (ψ_i of PACS needs all r̂_j of its group).
+  shuffle *groups*, so every micro-batch holds whole groups (ψ_i of PACS needs all r̂_j of its group). With
+  `dynamic_sampling` (DAPO) the rollout batch first keeps only groups whose rewards are not all equal, further
+  prompts sampled until it is full (`pacs_rl.training.dynamic_sampling`).
 - `_compute_loss`: per-token log-probs, then `pacs_rl.algorithms.compute_policy_loss(args.loss_type, ...)`,
   divided by the accumulation steps itself (`loss_is_scaled_for_ga = True`, so transformers does not divide
   again); groups with a non-finite log-prob are left out and counted. The baselines also get TRL's reference
@@ -44,6 +46,7 @@ import copy
 import logging
 import math
 import os
+import time
 import warnings
 from typing import Any
 
@@ -67,6 +70,7 @@ from pacs_rl.run_folder import PACS_STATE_FILE
 from pacs_rl.sampling import SamplingParams, TransformersSampler
 from pacs_rl.sampling.transformers_backend import BF16_SLOW_WARNING, cpu_has_native_bf16
 from pacs_rl.training.config import PACSConfig
+from pacs_rl.training.dynamic_sampling import PromptStream, fill_batch
 from pacs_rl.training.logprobs import (
     LogpsBackwardInPieces,
     completion_logps,
@@ -285,6 +289,9 @@ class PACSTrainer(GRPOTrainer):
         self._rollout_step = -1
         self._policy_step = -1  # global_step of the last optimizer step that moved the policy (-1: none)
         self._use_pieces = self._update_in_pieces()
+        self._prompt_stream = self._dynamic_sampling_prompts()
+        # dynamic sampling over the run (checkpoints keep it): rollouts, groups sampled/kept/padded, rounds, seconds
+        self.dynamic_sampling_totals: dict[str, float] = {}
         self.answer_monitor = AnswerMonitor(
             args.output_dir, self._math_reward_grader(), write=self.accelerator.is_main_process
         )
@@ -630,6 +637,8 @@ class PACSTrainer(GRPOTrainer):
         generate_every = self.args.steps_per_generation * self.num_iterations
         if self._step % generate_every == 0 or self._buffered_inputs is None:
             batch = self._generate_and_score_completions(generation_batch)
+            if self.args.dynamic_sampling:
+                batch = self._dynamic_sampling(batch)
             batch = split_pixel_values_by_grid(batch)
             batch = shuffle_groups(batch, self.num_generations)
             self._buffered_inputs = [
@@ -637,6 +646,83 @@ class PACSTrainer(GRPOTrainer):
                 for b in split_tensor_dict(batch, self.args.steps_per_generation)
             ]
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    # ------------------------------------------------------------------ dynamic sampling (DAPO)
+    def _dynamic_sampling_prompts(self) -> PromptStream | None:
+        """Where dynamic sampling draws its further prompts: the training set, by index (None when it is off)."""
+        if not self.args.dynamic_sampling:
+            return None
+        dataset = self.train_dataset
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise ValueError(
+                f"dynamic_sampling=True draws further prompts from the training set by index, which a "
+                f"{type(dataset).__name__} (a streamed dataset) cannot give: load it as a datasets.Dataset, or "
+                "set dynamic_sampling=False."
+            )
+        return PromptStream(len(dataset), self.args.seed, shuffle=self.shuffle_dataset)
+
+    def _dynamic_sampling(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """This process's rollout batch with only groups whose rewards are not all equal, further rounds sampled
+        until it is full or dynamic_sampling_max_rounds is reached (pacs_rl.training.dynamic_sampling)."""
+        started, G, rows = time.perf_counter(), self.num_generations, batch["rewards"].numel()
+        sequence_ratio = str(getattr(self, "vllm_importance_sampling_mode", "")).startswith("sequence")
+        filled = fill_batch(
+            batch,
+            lambda: self._generate_and_score_completions(self._more_prompts(rows // G)),
+            self._fewest_kept,
+            G,
+            self.args.dynamic_sampling_max_rounds,
+            self._tokenizer.pad_token_id,
+            per_sequence=("importance_sampling_ratio",) if sequence_ratio else (),
+        )
+        out = filled.batch
+        mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+        # TRL's count of the loss's tokens, over the batch kept
+        out["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
+        device = self.accelerator.device
+        kept, padded = self.accelerator.reduce(
+            torch.tensor([filled.kept, filled.padded], dtype=torch.float64, device=device), reduction="sum"
+        ).tolist()
+        groups = rows // G * self.accelerator.num_processes
+        step = {
+            "groups_sampled": float(groups * filled.rounds),
+            "groups_kept": kept,
+            "groups_padded": padded,
+            "rounds": float(filled.rounds),
+            "seconds": time.perf_counter() - started,  # the further rounds: what dynamic sampling adds
+        }
+        totals = self.dynamic_sampling_totals
+        totals["rollouts"] = totals.get("rollouts", 0.0) + 1
+        for name, value in step.items():
+            self._metrics["train"][f"dynamic_sampling/{name}"].append(value)
+            totals[name] = totals.get(name, 0.0) + value
+        if padded and self.accelerator.is_main_process and not getattr(self, "_warned_short", False):
+            self._warned_short = True
+            log.warning(
+                "dynamic sampling: %d of %d groups of this rollout batch hold both labels after %d rounds "
+                "(dynamic_sampling_max_rounds); %d places filled with single-label groups (counted in "
+                "dynamic_sampling/groups_padded from now on, not warned again)",
+                int(kept), groups, filled.rounds, int(padded),
+            )  # fmt: skip
+        return out
+
+    def _fewest_kept(self, kept: int) -> int:
+        """The fewest kept groups of any process, this one holding ``kept`` (a collective: every process calls it)."""
+        if self.accelerator.num_processes == 1:
+            return kept
+        counts = self.accelerator.gather(torch.tensor([kept], device=self.accelerator.device))
+        return int(counts.min().item())
+
+    def _more_prompts(self, prompts: int) -> list[dict[str, Any]]:
+        """The next ``prompts`` training rows of this process from the prompt stream, each G times in a row (as
+        TRL's RepeatSampler hands them over); every process draws the round's prompts of all and takes its own."""
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        indices = self._prompt_stream.take(prompts * world)[rank * prompts : (rank + 1) * prompts]
+        rows = [dict(self.train_dataset[i]) for i in indices]
+        if self.args.remove_unused_columns:  # as transformers' data loader leaves them
+            self._set_signature_columns_if_needed()
+            rows = [{k: v for k, v in row.items() if k in self._signature_columns} for row in rows]
+        return [dict(row) for row in rows for _ in range(self.num_generations)]
 
     # ------------------------------------------------------------------ loss
     def _compute_loss(self, model, inputs):
@@ -874,6 +960,9 @@ class PACSTrainer(GRPOTrainer):
             "rollout_step": self._rollout_step,
             "policy_step": self._policy_step,
         }
+        if self._prompt_stream is not None:  # dynamic sampling: where its further prompts stand, its totals
+            state["prompts_drawn"] = self._prompt_stream.drawn
+            state["dynamic_sampling_totals"] = dict(self.dynamic_sampling_totals)
         if self.ref_policy is not None and self.accelerator.is_main_process:
             state["ref_policy"] = self.ref_policy.state_dict()
         path = os.path.join(folder, PACS_STATE_FILE.format(rank=self.accelerator.process_index))
@@ -903,6 +992,9 @@ class PACSTrainer(GRPOTrainer):
         # where the buffered rollout stands (an older checkpoint lacks it: the rollout's step counts as unknown)
         self._rollout_step = state.get("rollout_step", -1)
         self._policy_step = state.get("policy_step", -1)
+        if self._prompt_stream is not None:
+            self._prompt_stream.drawn = state.get("prompts_drawn", 0)
+            self.dynamic_sampling_totals = dict(state.get("dynamic_sampling_totals", {}))
         if self.ref_policy is not None:
             ref_state = state.get("ref_policy")
             if ref_state is None:  # saved by the main process only

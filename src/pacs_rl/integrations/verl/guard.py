@@ -457,6 +457,18 @@ def _reward_manager_problems(config: Any) -> list[str]:
     ]
 
 
+def _filter_groups_problems(config: Any) -> list[str]:
+    """DAPO's dynamic sampling (``algorithm.filter_groups``) lives in verl's DAPO recipe trainer; the legacy
+    trainer this plug-in runs (``verl.trainer.main_ppo``) accepts the setting and never reads it."""
+    if not _as_bool(_select(config, "algorithm.filter_groups.enable", False)):
+        return []
+    return [
+        "algorithm.filter_groups.enable=True: verl's legacy trainer (verl.trainer.main_ppo, which this plug-in runs) "
+        "never reads it, so no group would be filtered and no prompt sampled again; set "
+        "algorithm.filter_groups.enable=false (pacs-rl train has it: --set dynamic_sampling=true)."
+    ]
+
+
 def verl_config_problems(config: Any) -> list[str]:
     """Every reason why ``config`` (verl's full PPO config: a hydra DictConfig or the same as nested dicts)
     cannot run PACS: settings that split groups or change what the PACS loss reads, and what verl 0.9 would
@@ -479,7 +491,12 @@ def verl_config_problems(config: Any) -> list[str]:
     problems += _verl_setting_problems(config)
     if not split:
         problems += _verl_micro_problems(config, update=not group_micro)
-    return problems + _rollout_correction_problems(config) + _reward_manager_problems(config)
+    return (
+        problems
+        + _rollout_correction_problems(config)
+        + _reward_manager_problems(config)
+        + _filter_groups_problems(config)
+    )
 
 
 def check_verl_config(config: Any) -> None:
