@@ -75,6 +75,25 @@ def _rollout_figures(metrics: list[dict]) -> dict:
     }
 
 
+def dev_accuracy(folder: Path) -> float | None:
+    """The greedy accuracy ``pacs-rl eval`` recorded in ``folder`` (a development-split evaluation), or None."""
+    found = _json(folder / "metrics.json")
+    return found.get("mean_score")
+
+
+def evaluate_dev(model: str, folder: Path, source: str, threads: int) -> float | None:
+    """``pacs-rl eval`` of ``model`` on ``source`` as the run's held-out protocol measures (greedy, 96 tokens, the
+    training grader), into ``folder``; its accuracy. Resumes (a finished evaluation is read back)."""
+    if dev_accuracy(folder) is None:
+        cmd = ["pacs-rl", "eval", "--model", model, "--benchmarks", source, "--n", "1", "--temperature", "0",
+               "--top-p", "1.0", "--max-new-tokens", "96", "--grader", "sound", "--output-dir", str(folder),
+               "--set", f"num_threads={threads}"]  # fmt: skip
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / "eval.log").open("a") as log:
+            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV}, check=False)
+    return dev_accuracy(folder)
+
+
 def read_run(folder: Path) -> dict | None:
     """The figures of a finished run folder; None when it has not finished."""
     from pacs_rl.training.output import read_metrics
@@ -87,6 +106,7 @@ def read_run(folder: Path) -> dict | None:
     return {
         "before": held["before"]["accuracy"],
         "after": held["after"]["accuracy"],
+        "dev_after": dev_accuracy(folder / "dev"),
         "n": held["after"].get("n"),
         "train_seconds": runtime,
         **_json(folder / "process.json"),
@@ -134,6 +154,10 @@ def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
         (folder / "process.json").write_text(json.dumps(process) + "\n")
 
 
+def _unfinished(folder: Path, dev: str | None) -> bool:
+    return read_run(folder) is None or (dev is not None and dev_accuracy(folder / "dev") is None)
+
+
 def interval(values: list[float]) -> tuple[float, float, float]:
     """Mean and its two-sided 95% t interval."""
     from scipy.stats import t
@@ -145,7 +169,7 @@ def interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
-def summarize(runs: list[dict]) -> dict:
+def summarize(runs: list[dict], dev_before: float | None = None) -> dict:
     out = {}
     for arm in dict.fromkeys(r["arm"] for r in runs):
         rows = [r for r in runs if r["arm"] == arm]
@@ -166,6 +190,13 @@ def summarize(runs: list[dict]) -> dict:
             "skipped_no_signal_mean": round(statistics.mean(r.get("skipped_no_signal", 0) for r in rows), 2),
             "mixed_groups_first_3_mean": _mean([r.get("mixed_groups_first_3") for r in rows]),
         }
+        dev = [r["dev_after"] for r in rows if r.get("dev_after") is not None]
+        if dev_before is not None and dev:
+            mean, lo, hi = interval([d - dev_before for d in dev])
+            out[arm].update(
+                dev_seeds=len(dev), dev_before=dev_before, dev_gain_mean=round(mean, 4),
+                dev_gain_ci95=[round(lo, 4), round(hi, 4)], dev_gain_min=round(min(dev) - dev_before, 4),
+            )  # fmt: skip
     return out
 
 
@@ -193,6 +224,16 @@ def markdown(record: dict) -> str:
             f"{100 * s['gain_max']:+.1f} pp | {s['collapses_under_20pct']} | {s['train_seconds_median']} | "
             f"{s['peak_rss_gib_max']} |"
         )
+    dev = [(arm, s) for arm, s in record["summary"].items() if "dev_gain_mean" in s]
+    if dev:
+        lines += ["", "| arm | seeds | development split before | gain, mean [95% CI] | smallest gain |",
+                  "|---|---:|---:|---|---:|"]  # fmt: skip
+        for arm, s in dev:
+            lo, hi = s["dev_gain_ci95"]
+            lines.append(
+                f"| {arm} | {s['dev_seeds']} | {100 * s['dev_before']:.1f}% | {100 * s['dev_gain_mean']:+.1f} pp "
+                f"[{100 * lo:+.1f}, {100 * hi:+.1f}] | {100 * s['dev_gain_min']:+.1f} pp |"
+            )
     return "\n".join(lines)
 
 
@@ -202,12 +243,18 @@ def run(args) -> None:
     jobs = [
         (arm, sets, seed) for seed in parse_seeds(args.seeds) for arm, sets in arms
     ]  # seed-major: pairs first
-    todo = [j for j in jobs if read_run(work / f"{j[0]}-s{j[2]}") is None]
+    todo = [j for j in jobs if _unfinished(work / f"{j[0]}-s{j[2]}", args.dev)]
+    if args.dev:  # the base model's accuracy on the development split, once
+        evaluate_dev("smollm2-135m", work / "base-dev", args.dev, args.threads)
     print(f"{len(jobs)} runs, {len(todo)} to train, {args.workers} at a time", flush=True)
 
     def train(job):
         arm, sets, seed = job
-        run_one(work / f"{arm}-s{seed}", seed, [*args.set, *sets], args.threads)
+        folder = work / f"{arm}-s{seed}"
+        if read_run(folder) is None:
+            run_one(folder, seed, [*args.set, *sets], args.threads)
+        if args.dev and (folder / "final").is_dir():
+            evaluate_dev(str(folder / "final"), folder / "dev", args.dev, args.threads)
         record(args, arms, work)
 
     with ThreadPoolExecutor(args.workers) as pool:
@@ -235,7 +282,9 @@ def record(args, arms, work: Path) -> None:
         "cores": os.cpu_count(),
         "workers": args.workers,
         "threads": args.threads,
-        "summary": summarize(runs) if runs else {},
+        "dev": args.dev,
+        "dev_before": dev_accuracy(work / "base-dev") if args.dev else None,
+        "summary": summarize(runs, dev_accuracy(work / "base-dev") if args.dev else None) if runs else {},
         "runs": runs,
     }
     path = Path(args.out or REPO / "docs" / "benchmarks" / f"seeds_{args.name}.json")
@@ -263,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--threads", type=int, default=1)
     r.add_argument("--work", default="runs/seeds")
     r.add_argument("--out", default=None)
+    r.add_argument(
+        "--dev", default=None, help="a development split: every run (and the base model) evaluated on it"
+    )
     s = sub.add_parser("summary")
     s.add_argument("--name", required=True)
     s.add_argument("--out", default=None)
