@@ -115,8 +115,8 @@ def test_table_names_the_share_of_paid_answers_that_are_not_plain():
     notes = t.split("| C |")[1].split("**Bold**")[0].strip().splitlines()
     assert notes[1:] == [
         "",
-        "- A on aime24: 3.7% of 428 paid answers not plain (no_box 12, restated 4)",
-        "- A on math500: 0.0% of 10 paid answers not plain",
+        "- A on aime24: 0.9% of 428 paid answers neither boxed nor in prose (restated 4)",
+        "- A on math500: 0.0% of 10 paid answers neither boxed nor in prose",
     ]  # B: nothing paid, nothing to say
     assert forms_text(runs[0]["paid_forms"]) == "plain 412 (96.3%), no_box 12, restated 4"
     assert forms_text({"restated": 3}) == "plain 0 (0.0%), restated 3" and forms_text({}) == "none"

@@ -307,7 +307,7 @@ def test_samples_and_metrics_record_the_form_of_each_answer(tmp_path, tiny_token
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["paid_forms"] == metrics["paid_forms"]
     table = (tmp_path / "run" / "results.md").read_text()
     assert (
-        "- scripted: 66.7% of 12 paid answers not plain (truncated 4, restated 4); 4 cut off at the token limit"
+        "- scripted: 66.7% of 12 paid answers neither boxed nor in prose (truncated 4, restated 4); 4 cut off at the token limit"
         in table
     )
 
@@ -319,7 +319,9 @@ def test_samples_and_metrics_record_the_form_of_each_answer(tmp_path, tiny_token
     _print_forms({**metrics, "_path": "runs/x"}, console)
     err = capsys.readouterr().err.splitlines()
     assert err[0] == "scripted: paid answers by form: plain 4 (33.3%), truncated 4, restated 4"
-    assert err[1].startswith("warning: 66.7% of scripted's paid answers are not plain: the grader (paper)")
+    assert err[1].startswith(
+        "warning: 66.7% of scripted's paid answers are neither boxed nor in prose: the grader (paper)"
+    )
     assert err[1].endswith("`pacs-rl audit runs/x` grades them again with another") and len(err) == 2
 
 

@@ -45,7 +45,7 @@ def test_paper_paid_restatements_show_up_as_their_form(tmp_path):
     assert metrics["answers/paid_expression"] == pytest.approx(1 / 5)
     assert metrics["answers/paid_no_box"] == pytest.approx(1 / 5)
     assert metrics["answers/paid_plain"] == pytest.approx(2 / 5)
-    assert metrics["answers/paid_not_plain"] == pytest.approx(3 / 5)
+    assert metrics["answers/paid_not_plain"] == pytest.approx(2 / 5)  # an answer in prose is no hack
     rows = [json.loads(x) for x in (tmp_path / "samples" / "rollouts.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [3] * 6 and rows[0]["form"] == "restated" and rows[5]["score"] == 0.0
 
@@ -135,7 +135,9 @@ def test_totals_survive_a_resume_and_drop_the_redone_rollouts(tmp_path):
     path = second.save()
     assert path == tmp_path / FORMS_FILE and json.loads(path.read_text())["paid_not_plain_share"] == 0.5
     line = summary_line(totals)
-    assert line.startswith("paid answers in training by form: plain 1, restated 1 (50.0% plain of 2")
+    assert line.startswith(
+        "paid answers in training by form: plain 1, restated 1 (50.0% boxed or in prose of 2"
+    )
     assert summary_line({"paid": 0}) is None
 
 
@@ -166,5 +168,5 @@ def test_curves_draw_the_critic_auc_and_the_forms_not_the_chance_level_metrics(t
         plt.Figure.savefig = real
     assert "critic AUC of ψ within mixed groups" in titles
     assert not any("Brier" in t or "critic accuracy" in t for t in titles)
-    assert "paid answers not plain (share, by form)" in titles
-    assert {"legend:restated", "legend:no_box"} <= set(titles)
+    assert "paid answers neither boxed nor in prose (share, by form)" in titles
+    assert "legend:restated" in titles and "legend:no_box" not in titles  # an answer in prose is no hack

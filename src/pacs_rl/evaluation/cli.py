@@ -529,7 +529,7 @@ def _print_forms(run: dict, console: Console) -> None:
     if share and share[0] / share[1] > NOT_PLAIN_WARN:
         folder = run.get("_path") or (run.get("settings") or {}).get("output_dir") or "RUN_DIR"
         console.print(
-            f"warning: {share[0] / share[1]:.1%} of {run['label']}'s paid answers are not plain: the grader "
+            f"warning: {share[0] / share[1]:.1%} of {run['label']}'s paid answers are neither boxed nor in prose: the grader "
             f"({run.get('grader', '?')}) may pay something other than the task; `pacs-rl audit {folder}` grades "
             "them again with another",
             style="yellow",

@@ -10,19 +10,21 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.rewards.answers import TRUSTED_FORMS
 from pacs_rl.run_folder import EVAL_METRICS_FILE, PASSK_PLOT_FILE, RESULTS_FILE
 
 NOT_PLAIN_WARN = 0.10  # paid answers not plain above this share of the paid ones: the command warns
 
 
 def paid_not_plain(paid_forms: dict[str, int] | None) -> tuple[int, int] | None:
-    """(paid answers whose form is known and not ``plain``, paid answers whose form is known) from a run's
+    """(paid answers whose form is known and not trusted -- neither ``plain`` nor ``no_box``, an answer in prose --,
+    paid answers whose form is known) from a run's
     ``paid_forms``; None for a run without forms (written before they existed) or with nothing paid."""
     known = {f: c for f, c in (paid_forms or {}).items() if f != "unknown"}
     total = sum(known.values())
     if not total:
         return None
-    return total - known.get("plain", 0), total
+    return total - sum(known.get(f, 0) for f in TRUSTED_FORMS), total
 
 
 def forms_text(forms: dict[str, int]) -> str:
@@ -46,9 +48,9 @@ def forms_note(run: dict[str, Any]) -> str | None:
     if share is None:
         return f"paid answers of unknown form (samples written before forms were recorded){cut_note}"
     not_plain, paid = share
-    others = {f: c for f, c in run["paid_forms"].items() if f not in ("plain", "unknown") and c}
+    others = {f: c for f, c in run["paid_forms"].items() if f not in (*TRUSTED_FORMS, "unknown") and c}
     detail = f" ({', '.join(f'{f} {c}' for f, c in others.items())})" if others else ""
-    return f"{not_plain / paid:.1%} of {paid} paid answers not plain{detail}{cut_note}"
+    return f"{not_plain / paid:.1%} of {paid} paid answers neither boxed nor in prose{detail}{cut_note}"
 
 
 def find_metrics(paths: list[str | Path]) -> list[Path]:

@@ -636,8 +636,12 @@ FORMS = {
     "restated": "the question's own expression given back as the answer",
     "none": "no answer read",
 }
-"""Forms of an answer, from the most to the least trusted; a paid answer that is not ``plain`` may be the
-policy learning the grader rather than the task (the reward-hacking monitor counts them)."""
+"""Forms of an answer, from the most to the least trusted; a paid answer in a form outside :data:`TRUSTED_FORMS`
+may be the policy learning the grader rather than the task (the reward-hacking monitor counts them)."""
+
+TRUSTED_FORMS = ("plain", "no_box")
+"""The forms of an answer as a reader writes it: boxed, or in prose ("So 47 + 8 = 55."), which the ``sound``
+grader's reader reads by design; the monitor's warnings and its "not plain" share count the other forms."""
 
 
 def answer_form(completion: str, extracted: str | None, gold: str, question: str | None = None) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.rewards.answers import TRUSTED_FORMS
 from pacs_rl.run_folder import FORMS_FILE, ROLLOUTS_FILE, SAMPLES_DIR
 
 # the forms of a paid answer, most trusted first (pacs_rl.rewards.answers.FORMS but "none", which is never paid)
@@ -50,7 +51,7 @@ def form_shares(counts: Counter) -> dict[str, float]:
     if not paid:
         return {}
     out = {f"{METRIC_PREFIX}{f}": counts.get(f, 0) / paid for f in PAID_FORMS}
-    out[f"{METRIC_PREFIX}not_plain"] = 1.0 - counts.get("plain", 0) / paid
+    out[f"{METRIC_PREFIX}not_plain"] = 1.0 - sum(counts.get(f, 0) for f in TRUSTED_FORMS) / paid
     return out
 
 
@@ -60,7 +61,7 @@ def form_warnings(logs: dict[str, Any], announced: set[str]) -> list[str]:
     if (logs.get("answers/paid_count") or 0) < WARN_MIN_PAID:
         return []
     lines = []
-    for form in PAID_FORMS[1:]:
+    for form in (f for f in PAID_FORMS if f not in TRUSTED_FORMS):
         share = logs.get(f"{METRIC_PREFIX}{form}")
         if share is not None and share > WARN_SHARE and form not in announced:
             announced.add(form)
@@ -179,7 +180,9 @@ class AnswerMonitor:
             "completions": sum(self.totals_all.values()),
             "paid": paid,
             "paid_forms": {f: self.totals_paid.get(f, 0) for f in PAID_FORMS},
-            "paid_not_plain_share": None if not paid else 1.0 - self.totals_paid.get("plain", 0) / paid,
+            "paid_not_plain_share": None
+            if not paid
+            else 1.0 - sum(self.totals_paid.get(f, 0) for f in TRUSTED_FORMS) / paid,
             "cut_off": self.cut_off["all"],  # completions cut off at the token limit
             "paid_cut_off": self.cut_off["paid"],  # ... and paid (0 under the training grader)
         }
@@ -199,9 +202,9 @@ def summary_line(forms: dict[str, Any]) -> str | None:
         return None
     counts = forms.get("paid_forms", {})
     parts = [f"{f} {counts[f]}" for f in PAID_FORMS if counts.get(f)]
-    plain = counts.get("plain", 0)
+    plain = sum(counts.get(f, 0) for f in TRUSTED_FORMS)
     return (
-        f"paid answers in training by form: {', '.join(parts)} ({plain / paid:.1%} plain of {paid}; "
+        f"paid answers in training by form: {', '.join(parts)} ({plain / paid:.1%} boxed or in prose of {paid}; "
         f"{SAMPLES_DIR}/{ROLLOUTS_FILE} keeps them, `pacs-rl audit` re-grades them)"
     )
 

@@ -33,6 +33,7 @@ from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
 from pacs_rl.progress import progress_bar
+from pacs_rl.rewards.answers import TRUSTED_FORMS
 from pacs_rl.run_folder import METRICS_FILE
 from pacs_rl.training.monitor import METRIC_PREFIX, PAID_FORMS, form_warnings
 
@@ -249,7 +250,10 @@ CURVES = [
     (("completions/mean_length",), "completion length"),
     (("grad_norm",), "gradient norm"),
     (("pacs/critic_auc",), "critic AUC of ψ within mixed groups"),
-    (tuple(f"{METRIC_PREFIX}{f}" for f in PAID_FORMS[1:]), "paid answers not plain (share, by form)"),
+    (
+        tuple(f"{METRIC_PREFIX}{f}" for f in PAID_FORMS if f not in TRUSTED_FORMS),
+        "paid answers neither boxed nor in prose (share, by form)",
+    ),
     (("loss",), "loss"),
 ]
 
