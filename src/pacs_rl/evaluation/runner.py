@@ -172,8 +172,8 @@ class EvalConfig(DataSettings):
     grader: str = setting(
         "auto",
         "Answer grader: auto (paper on the paper's benchmarks, so tables compare with the paper's; sound on "
-        "any other data), sound (one committed final answer, a number where the gold is one, never the question "
-        "given back), paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), paper or "
+        "any other data), sound (the final answer read as a reader reads it, a number where the gold is one, "
+        "never the question given back, never a cut-off answer), paper (math-verify as the PACS authors call it), strict (a \\boxed{} answer), paper or "
         "strict with +rules (restatement, multiple_boxed, echo).",
         check=_grader,
     )

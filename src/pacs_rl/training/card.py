@@ -69,8 +69,9 @@ LOSS_PAPERS: dict[str, tuple[str, str, str]] = {
 }
 
 GRADERS = {
-    "sound": "one committed final answer (the last \\boxed{}, else the last 'the answer is'), a number where the "
-    "gold answer is one, never the question given back",
+    "sound": "the final answer read as a reader reads it (the last commitment, correction or conclusion, else a "
+    "plain last line), a number where the gold answer is one, never the question given back, never an answer cut "
+    "at the token limit",
     "paper": "math-verify as the PACS authors call it (it also pays restated questions and unevaluated expressions)",
     "strict": "a \\boxed{} answer, checked by math-verify",
 }

@@ -149,9 +149,9 @@ class RunSettings(DataSettings):
     )
     grader: str = setting(
         TRAINING_GRADER,
-        "Grader of the math reward and the held-out accuracy: sound (one committed final answer, a number "
-        "where the gold is one, never the question given back: a policy cannot be paid for an answer it did not "
-        "work out), paper (math-verify as the PACS authors call it; pays restated questions and unevaluated "
+        "Grader of the math reward and the held-out accuracy: sound (the final answer read as a reader reads "
+        "it, a number where the gold is one, never the question given back, a final form on MATH-style golds, "
+        "never an answer cut at the token limit), paper (math-verify as the PACS authors call it; pays restated questions and unevaluated "
         "expressions), strict (a \\boxed{} answer), paper or strict with +rules (restatement, multiple_boxed, "
         "echo). auto is the old name of the default.",
         check=_grader,

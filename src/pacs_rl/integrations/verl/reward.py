@@ -7,8 +7,9 @@
     reward.reward_manager.module.path=pkg://pacs_rl.integrations.verl.reward_manager
 
 PACS reads the reward as a label, so it must be exactly 1.0 or 0.0 (wrong, missing, unparsable or timed out):
-no format bonus. It pays what ``pacs-rl train`` pays by default, the ``sound`` grader (one committed final answer,
-a number where the gold is one, never the question given back; docs/EVALUATION.md); the question comes from the
+no format bonus. It pays what ``pacs-rl train`` pays by default, the ``sound`` grader (the final answer read as a
+reader reads it, a number where the gold is one, never the question given back, never a cut-off response;
+docs/EVALUATION.md); the question comes from the
 row's ``extra_info.question`` (``python -m pacs_rl.integrations.verl`` writes it). Another grader:
 ``+reward.custom_reward_function.reward_kwargs.grader=paper`` (the paper's math-verify call).
 
