@@ -85,7 +85,7 @@ def evaluate_dev(model: str, folder: Path, source: str, threads: int) -> float |
     """``pacs-rl eval`` of ``model`` on ``source`` as the run's held-out protocol measures (greedy, 96 tokens, the
     training grader), into ``folder``; its accuracy. Resumes (a finished evaluation is read back)."""
     if dev_accuracy(folder) is None:
-        cmd = ["pacs-rl", "eval", "--model", model, "--benchmarks", source, "--n", "1", "--temperature", "0",
+        cmd = [sys.executable, "-m", "pacs_rl", "eval", "--model", model, "--benchmarks", source, "--n", "1", "--temperature", "0",
                "--top-p", "1.0", "--max-new-tokens", "96", "--grader", "sound", "--output-dir", str(folder),
                "--set", f"num_threads={threads}"]  # fmt: skip
         folder.mkdir(parents=True, exist_ok=True)
@@ -121,12 +121,20 @@ def _json(path: Path) -> dict:
         return {}
 
 
+def _commit() -> str:
+    """The checkout's commit; on a copy of the tree without its history (a lent machine), $TRAIN_SEEDS_COMMIT."""
+    found = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    return found.stdout.strip() or os.environ.get("TRAIN_SEEDS_COMMIT", "unknown")
+
+
 def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
     """One `pacs-rl train` process into ``folder`` (resumed from its checkpoints), its peak memory kept."""
     folder.mkdir(parents=True, exist_ok=True)
     resume = any(folder.glob("checkpoint-*/trainer_state.json"))
     cmd = [
-        "pacs-rl",
+        sys.executable,
+        "-m",
+        "pacs_rl",
         "train",
         "--seed",
         str(seed),
@@ -137,7 +145,7 @@ def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
     ]
     cmd += [x for s in sets for x in ("--set", s)] + (["--resume"] if resume else [])
     started = time.time()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    commit = _commit()
     with (folder / "train.log").open("a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
         _pid, status, usage = os.wait4(proc.pid, 0)
@@ -148,7 +156,7 @@ def run_one(folder: Path, seed: int, sets: list[str], threads: int) -> None:
     process = {
         "wall_seconds": round(time.time() - started, 1),
         "peak_rss_gib": round(usage.ru_maxrss / 2**20, 3),
-        "commit": commit.stdout.strip(),
+        "commit": commit,
     }
     if not resume:  # a resumed run's process saw part of the work only
         (folder / "process.json").write_text(json.dumps(process) + "\n")
@@ -237,6 +245,15 @@ def markdown(record: dict) -> str:
     return "\n".join(lines)
 
 
+def device_name(sets: list[str]) -> str:
+    """What the runs trained on: the GPU's name where a setting asks for it (``use_cpu=false``), else "cpu"."""
+    if "use_cpu=false" not in sets:
+        return "cpu"
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu (use_cpu=false, no CUDA)"
+
+
 def run(args) -> None:
     arms = [parse_arm(a) for a in args.arm] or [("default", [])]
     work = Path(args.work) / args.name
@@ -270,15 +287,16 @@ def record(args, arms, work: Path) -> None:
             found = read_run(work / f"{arm}-s{seed}")
             if found is not None:
                 runs.append({"arm": arm, "seed": seed, "sets": [*args.set, *sets], **found})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO)
+    commit = _commit()
     from pacs_rl.sampling.transformers_backend import cpu_capability
 
     out = {
         "what": f"pacs-rl train over seeds: {args.name}",
         "command": " ".join(["python benchmarks/train_seeds.py", *sys.argv[1:]]),
         "date": date.today().isoformat(),
-        "commit": commit.stdout.strip(),
+        "commit": commit,
         "cpu_capability": cpu_capability(),
+        "device": device_name([*args.set, *(x for _, sets in arms for x in sets)]),
         "cores": os.cpu_count(),
         "workers": args.workers,
         "threads": args.threads,
