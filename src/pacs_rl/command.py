@@ -44,11 +44,24 @@ def note(message: str) -> None:
     typer.echo(f"note: {message}", err=True)
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler on whatever ``sys.stderr`` is when a note is written, not the stream of when it was made (a caller
+    that swaps stderr for a while, a test's capture, would otherwise leave the handler on a closed stream)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def show_library_notes() -> None:
     """Print the library's notes (a capped training set, skipped data rows) as ``note: ...`` lines on stderr."""
     logger = logging.getLogger("pacs_rl")
     if not any(getattr(h, "_pacs_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("note: %(message)s"))
         handler._pacs_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
