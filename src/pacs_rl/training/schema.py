@@ -494,6 +494,7 @@ CPU_DEFAULTS: dict[str, Any] = {
     "per_device_train_batch_size": 8,  # one group per forward/backward: half the activation memory
     "gradient_accumulation_steps": 2,  # 2 groups of 8 = 16 sequences per optimizer step
     "mini_batches_per_rollout": 2,  # 4 prompts x 8 completions per rollout, 2 optimizer steps on it
+    "dynamic_sampling": True,  # only groups with both labels: without, most rollouts held no signal (pilot)
     "max_steps": 24,
     "learning_rate": 2.0e-5,
     "lr_scheduler_type": "constant",
