@@ -198,14 +198,29 @@ def summarize(runs: list[dict], dev_before: float | None = None) -> dict:
             "skipped_no_signal_mean": round(statistics.mean(r.get("skipped_no_signal", 0) for r in rows), 2),
             "mixed_groups_first_3_mean": _mean([r.get("mixed_groups_first_3") for r in rows]),
         }
-        dev = [r["dev_after"] for r in rows if r.get("dev_after") is not None]
-        if dev_before is not None and dev:
-            mean, lo, hi = interval([d - dev_before for d in dev])
+        # a development-split gain against the base model's accuracy there on the run's own device (a merged
+        # record's runs keep theirs: greedy decoding on another device can differ)
+        dev = [
+            (r["dev_after"], r.get("dev_before", dev_before)) for r in rows if r.get("dev_after") is not None
+        ]
+        dev = [(after, before) for after, before in dev if before is not None]
+        if dev:
+            gains_dev = [after - before for after, before in dev]
+            mean, lo, hi = interval(gains_dev)
+            bases = sorted({before for _, before in dev})
             out[arm].update(
-                dev_seeds=len(dev), dev_before=dev_before, dev_gain_mean=round(mean, 4),
-                dev_gain_ci95=[round(lo, 4), round(hi, 4)], dev_gain_min=round(min(dev) - dev_before, 4),
+                dev_seeds=len(dev), dev_before=bases[0] if len(bases) == 1 else bases, dev_gain_mean=round(mean, 4),
+                dev_gain_ci95=[round(lo, 4), round(hi, 4)], dev_gain_min=round(min(gains_dev), 4),
             )  # fmt: skip
     return out
+
+
+def _seconds(value) -> str:
+    return ", ".join(f"{v} ({k})" for k, v in value.items()) if isinstance(value, dict) else str(value)
+
+
+def _percents(value: float | list[float]) -> str:
+    return " / ".join(f"{100 * v:.1f}%" for v in (value if isinstance(value, list) else [value]))
 
 
 def _median(values: list) -> float | None:
@@ -229,7 +244,7 @@ def markdown(record: dict) -> str:
         lines.append(
             f"| {arm} | {s['seeds']} | {100 * s['before_mean']:.1f}% | {100 * s['after_mean']:.1f}% | "
             f"{100 * s['gain_mean']:+.1f} pp [{100 * lo:+.1f}, {100 * hi:+.1f}] | {100 * s['gain_min']:+.1f}.."
-            f"{100 * s['gain_max']:+.1f} pp | {s['collapses_under_20pct']} | {s['train_seconds_median']} | "
+            f"{100 * s['gain_max']:+.1f} pp | {s['collapses_under_20pct']} | {_seconds(s['train_seconds_median'])} | "
             f"{s['peak_rss_gib_max']} |"
         )
     dev = [(arm, s) for arm, s in record["summary"].items() if "dev_gain_mean" in s]
@@ -239,9 +254,15 @@ def markdown(record: dict) -> str:
         for arm, s in dev:
             lo, hi = s["dev_gain_ci95"]
             lines.append(
-                f"| {arm} | {s['dev_seeds']} | {100 * s['dev_before']:.1f}% | {100 * s['dev_gain_mean']:+.1f} pp "
+                f"| {arm} | {s['dev_seeds']} | {_percents(s['dev_before'])} | {100 * s['dev_gain_mean']:+.1f} pp "
                 f"[{100 * lo:+.1f}, {100 * hi:+.1f}] | {100 * s['dev_gain_min']:+.1f} pp |"
             )
+    for pair in record.get("paired", []):
+        lo, hi = pair["ci95"]
+        lines.append(
+            f"\n{pair['arms']}, held-out after, paired over seeds {pair['seeds']}: {100 * pair['mean']:+.1f} pp "
+            f"[{100 * lo:+.1f}, {100 * hi:+.1f}]"
+        )
     return "\n".join(lines)
 
 
@@ -309,6 +330,55 @@ def record(args, arms, work: Path) -> None:
     path.write_text(json.dumps(out, indent=1) + "\n")
 
 
+def paired(runs: list[dict], a: str, b: str) -> dict:
+    """Held-out accuracy after training, arm ``b`` minus arm ``a`` on the seeds both ran: mean, 95% interval."""
+    after = {(r["arm"], r["seed"]): r["after"] for r in runs}
+    seeds = sorted(seed for arm, seed in after if arm == a and (b, seed) in after)
+    diffs = [after[b, seed] - after[a, seed] for seed in seeds]
+    if not diffs:
+        raise SystemExit(f"--pair {a}:{b}: no seed ran both arms")
+    mean, lo, hi = interval(diffs)
+    return {"arms": f"{b} - {a}", "seeds": seeds, "differences": [round(d, 4) for d in diffs],
+            "mean": round(mean, 4), "ci95": [round(lo, 4), round(hi, 4)]}  # fmt: skip
+
+
+def merge(args) -> None:
+    """One record of several (the same arms and protocol, seeds run on different machines): every run keeps the
+    device, commit and development-split base of its own record; the summary is computed over all of them."""
+    records = [_json(Path(path)) for path in args.records]
+    runs = []
+    for path, rec in zip(args.records, records, strict=True):
+        if not rec.get("runs"):
+            raise SystemExit(f"{path}: no runs in this record (a train_seeds.py record with a 'runs' list?)")
+        for run in rec["runs"]:
+            runs.append({**run, "device": rec.get("device", "cpu"), "dev_before": rec.get("dev_before"),
+                         "record_command": rec.get("command")})  # fmt: skip
+    runs.sort(key=lambda r: (r["seed"], r["arm"]))
+    out = {
+        "what": f"pacs-rl train over seeds, merged from {len(records)} records",
+        "commands": [rec.get("command") for rec in records],
+        "merge_command": " ".join(["python benchmarks/train_seeds.py", *sys.argv[1:]]),
+        "date": max(rec.get("date", "") for rec in records),
+        "hosts": [
+            {k: rec.get(k) for k in ("device", "cpu_capability", "cores", "workers", "threads", "commit")}
+            for rec in records
+        ],
+        "dev": records[0].get("dev"),
+        "summary": summarize(runs),
+        "runs": runs,
+    }
+    for arm, figures in out["summary"].items():  # seconds are the device's: a median per device
+        figures["train_seconds_median"] = {
+            device: _median(
+                [r.get("train_seconds") for r in runs if r["arm"] == arm and r["device"] == device]
+            )
+            for device in dict.fromkeys(r["device"] for r in runs if r["arm"] == arm)
+        }
+    out["paired"] = [paired(runs, *spec.split(":")) for spec in args.pair]
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(markdown(out))
+
+
 def summary(args) -> None:
     path = Path(args.out or REPO / "docs" / "benchmarks" / f"seeds_{args.name}.json")
     rec = _json(path)
@@ -333,12 +403,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument(
         "--dev", default=None, help="a development split: every run (and the base model) evaluated on it"
     )
+    m = sub.add_parser("merge", help="one record of several: RECORD... --out FILE")
+    m.add_argument("records", nargs="+")
+    m.add_argument("--out", required=True)
+    m.add_argument(
+        "--pair", action="append", default=[], help="A:B, the paired difference B - A (repeatable)"
+    )
     s = sub.add_parser("summary")
     s.add_argument("--name", required=True)
     s.add_argument("--out", default=None)
     s.add_argument("--markdown", action="store_true")
     args = p.parse_args(argv)
-    (run if args.command == "run" else summary)(args)
+    {"run": run, "merge": merge, "summary": summary}[args.command](args)
     return 0
 
 

@@ -162,7 +162,8 @@ def test_the_dry_run_says_what_a_round_costs_and_a_bad_cap_is_refused():
     assert code == 0, out
     assert "dynamic sampling: each rollout batch keeps only groups whose rewards are not all equal" in out
     assert "up to 2 further rounds of 4 prompts" in out and "at most 3x the sampling and grading" in out
-    assert "dynamic sampling" not in dry()[1]
+    assert "up to 3 further rounds" in dry()[1]  # the CPU default samples dynamically, at most 4 rounds
+    assert "dynamic sampling" not in dry("dynamic_sampling=false")[1]
     code, out = dry("dynamic_sampling=true", "dynamic_sampling_max_rounds=0")
     assert code != 0 and "dynamic_sampling_max_rounds=0; give a whole number >= 1" in out
 

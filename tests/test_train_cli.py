@@ -75,6 +75,7 @@ def test_tiny_end_to_end_run_and_resume(tmp_path, tiny_model_dir):
         "eval_size=4",
         "eval_batch_size=4",
         "learning_rate=1e-3",
+        "dynamic_sampling=false",  # one round per rollout: the counts below (tests/test_dynamic_sampling.py has more)
     ]
     settings, cfg = resolve(None, {}, sets)
     out = tmp_path / "run"
