@@ -24,6 +24,7 @@ import argparse
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -313,7 +314,7 @@ def record(args, arms, work: Path) -> None:
 
     out = {
         "what": f"pacs-rl train over seeds: {args.name}",
-        "command": " ".join(["python benchmarks/train_seeds.py", *sys.argv[1:]]),
+        "command": "python benchmarks/train_seeds.py " + shlex.join(sys.argv[1:]),
         "date": date.today().isoformat(),
         "commit": commit,
         "cpu_capability": cpu_capability(),
@@ -357,12 +358,16 @@ def merge(args) -> None:
     out = {
         "what": f"pacs-rl train over seeds, merged from {len(records)} records",
         "commands": [rec.get("command") for rec in records],
-        "merge_command": " ".join(["python benchmarks/train_seeds.py", *sys.argv[1:]]),
+        "merge_command": "python benchmarks/train_seeds.py " + shlex.join(sys.argv[1:]),
         "date": max(rec.get("date", "") for rec in records),
         "hosts": [
             {k: rec.get(k) for k in ("device", "cpu_capability", "cores", "workers", "threads", "commit")}
             for rec in records
         ],
+        # the CPU level of the records trained on a CPU (a GPU record's host CPU is not what trained)
+        "cpu_capability": " / ".join(
+            dict.fromkeys(rec.get("cpu_capability") for rec in records if rec.get("device", "cpu") == "cpu")
+        ),
         "dev": records[0].get("dev"),
         "summary": summarize(runs),
         "runs": runs,
