@@ -68,7 +68,7 @@ def test_the_device_follows_the_hardware_unless_the_user_says_otherwise():
 
 
 def test_a_bf16_cpu_stays_fp32_until_bf16_learns_as_well_and_says_why():
-    """bf16 learned less than fp32 in the paired check so far: a CPU that computes bf16 trains in fp32 unless told,
+    """bf16 has not passed the paired check: a CPU that computes bf16 trains in fp32 unless told,
     and says why; `bf16: true` brings the CPU's bf16 settings (the user's own values win)."""
     assert device_module.CPU_BF16_DEFAULT is False
     cpu = choose_device({}, NO_CUDA, cpu_bf16=True)

@@ -488,7 +488,7 @@ class CriticFields:
 # keeps them equal). Why each value: docs/TRAINING.md, "The first run".
 CPU_DEFAULTS: dict[str, Any] = {
     "use_cpu": True,
-    "bf16": None,  # unset: fp32 on a CPU (bf16 learned less there so far: device.CPU_BF16_DEFAULT), bf16 on GPUs
+    "bf16": None,  # unset: fp32 on a CPU (bf16 not shown to learn as well: device.CPU_BF16_DEFAULT), bf16 on GPUs
     "loss_type": "pacs",
     "num_generations": 8,
     "per_device_train_batch_size": 8,  # one group per forward/backward: half the activation memory
