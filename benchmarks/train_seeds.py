@@ -195,7 +195,7 @@ def summarize(runs: list[dict], dev_before: float | None = None) -> dict:
             "gain_max": round(max(gains), 4),
             "collapses_under_20pct": sum(a < 0.2 for a in after),
             "train_seconds_median": _median([r.get("train_seconds") for r in rows]),
-            "peak_rss_gib_max": max((r.get("peak_rss_gib") or 0 for r in rows), default=None),
+            "peak_rss_gib_max": max((r["peak_rss_gib"] for r in rows if r.get("peak_rss_gib")), default=None),
             "skipped_no_signal_mean": round(statistics.mean(r.get("skipped_no_signal", 0) for r in rows), 2),
             "mixed_groups_first_3_mean": _mean([r.get("mixed_groups_first_3") for r in rows]),
         }
