@@ -6,6 +6,11 @@ and the first run over seeds are both this script's records.
     python benchmarks/train_seeds.py run --name pilot --arm pacs:loss_type=pacs --arm grpo:loss_type=grpo \
         --seeds 0-7 --set eval_dataset='arithmetic?n=200&seed=777&split=train&ops=+-&digits=2,1'
     python benchmarks/train_seeds.py summary --name pilot [--markdown]
+    python benchmarks/train_seeds.py merge CPU.json GPU.json --out docs/benchmarks/seeds_pilot.json --pair pacs:pacs_ds
+
+On a GPU add ``--set use_cpu=false --set bf16=false`` (fp32, as on the CPU); ``merge`` makes one record of
+several (seeds trained on different machines), each run keeping its device, and ``--pair A:B`` adds the paired
+difference B - A over the seeds both arms ran.
 
 Each (arm, seed) is one `pacs-rl train --seed K --set ...` process into ``runs/seeds/<name>/<arm>-s<K>``
 (``--work``), ``--workers`` at a time with ``num_threads=--threads`` each (one thread: a run repeats itself bit
