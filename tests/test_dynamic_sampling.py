@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 
 import pytest
 import torch
 
-from pacs_rl.run_folder import last_complete_checkpoint
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.dynamic_sampling import (
     PromptStream,
@@ -24,7 +22,7 @@ from pacs_rl.training.dynamic_sampling import (
 )
 from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
-from train_helpers import G, parity_reward, tiny_run_kwargs
+from train_helpers import G, keep_first_checkpoint, parity_reward, tiny_run_kwargs, train_until_killed
 
 PAD = 0
 
@@ -286,29 +284,19 @@ def test_at_the_cap_the_batch_keeps_its_size_and_the_run_goes_on(
 def test_interrupted_run_resumes_to_identical_weights_and_prompts(tmp_path, tiny_tokenizer):
     """6 steps in one go vs. killed after step 4 and resumed from the step-1 checkpoint (mid-rollout): the
     further prompts drawn after the resume are those of the uninterrupted run."""
-    from transformers import TrainerCallback
-
     from pacs_rl.models import tiny_random_model
 
     extra = dict(max_steps=6, save_strategy="steps", save_steps=1, fast_sampler=True)
     full = _trainer(tmp_path / "full", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
     full.train()
 
-    class Kill(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw):
-            if state.global_step == 4:
-                raise KeyboardInterrupt
-
     run_dir = tmp_path / "killed"
-    first = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
-    first.add_callback(Kill())
-    with pytest.raises(KeyboardInterrupt):
-        first.train()
-    for step in (2, 3, 4):
-        shutil.rmtree(run_dir / f"checkpoint-{step}", ignore_errors=True)
-    assert last_complete_checkpoint(run_dir) == str(run_dir / "checkpoint-1")
+    train_until_killed(
+        _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra), 4
+    )
+    checkpoint = keep_first_checkpoint(run_dir, 4)
     resumed = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=1), tiny_tokenizer, **extra)
-    resumed.train(resume_from_checkpoint=last_complete_checkpoint(run_dir))
+    resumed.train(resume_from_checkpoint=checkpoint)
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
     assert resumed._prompt_stream.drawn == full._prompt_stream.drawn > 0

@@ -23,7 +23,7 @@ from pacs_rl.training.ppo import (
     ppo_advantages,
 )
 from pacs_rl.training.run import config_and_trainer_classes
-from train_helpers import parity_reward, tiny_run_kwargs
+from train_helpers import parity_reward, tiny_run_kwargs, train_until_killed
 
 
 def _dataset(n=32):
@@ -330,24 +330,15 @@ def test_policy_trains_after_warmup_and_metrics_are_logged(tmp_path, tiny_model,
 def test_interrupted_run_resumes_policy_and_critic_exactly(tmp_path, tiny_tokenizer):
     """2 steps in one go vs. killed right after the step-1 checkpoint (mid-rollout, inside the critic
     warm-up) and resumed: policy, critic, critic optimizer and scheduler states are identical."""
-    from transformers import TrainerCallback
-
     from pacs_rl.models import tiny_random_model
 
     extra = dict(max_steps=2, critic_warmup_steps=1, save_strategy="steps", save_steps=1)
     full = _trainer(tmp_path / "full", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
     full.train()
 
-    class KillAfterSave(TrainerCallback):
-        def on_save(self, args, state, control, **kw):
-            if state.global_step == 1:
-                raise KeyboardInterrupt
-
     run_dir = tmp_path / "killed"
     first = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
-    first.add_callback(KillAfterSave())
-    with pytest.raises(KeyboardInterrupt):
-        first.train()
+    train_until_killed(first, 1, event="save")  # right after the step-1 checkpoint
     ckpt = run_dir / "checkpoint-1"
     assert (ckpt / CRITIC_DIR / "optimizer.pt").is_file()
     saved = build_critic(str(ckpt / CRITIC_DIR))  # a saved critic reloads with its (trained) head

@@ -12,7 +12,14 @@ from pacs_rl.run_folder import METRICS_FILE, last_complete_checkpoint
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
 from pacs_rl.training.trainer import group_mixed_fraction, sequence_tensors, shuffle_groups
-from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
+from train_helpers import (
+    G,
+    grouped_batch,
+    keep_first_checkpoint,
+    parity_reward,
+    tiny_run_kwargs,
+    train_until_killed,
+)
 
 
 def _dataset(n=32):
@@ -238,8 +245,6 @@ def test_frozen_reference_resets_and_clears_optimizer(tmp_path, tiny_model, tiny
 @pytest.mark.parametrize("reference", ["old", "frozen"])
 def test_interrupted_run_resumes_to_identical_weights(tmp_path, tiny_tokenizer, reference):
     """4 steps in one go vs. killed after step 3 and resumed from the step-1 checkpoint (mid-rollout)."""
-    from transformers import TrainerCallback
-
     from pacs_rl.models import tiny_random_model
 
     extra = dict(max_steps=4, save_strategy="steps", save_steps=1, reference=reference)
@@ -249,24 +254,14 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path, tiny_tokenizer, 
     full = _trainer(tmp_path / "full", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
     full.train()
 
-    class Kill(TrainerCallback):
-        def on_step_end(self, args, state, control, **kw):
-            if state.global_step == 3:
-                raise KeyboardInterrupt
-
     run_dir = tmp_path / "killed"
-    first = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
-    first.add_callback(Kill())
-    with pytest.raises(KeyboardInterrupt):
-        first.train()
-    for step in (2, 3):  # pretend the kill came earlier: only the step-1 checkpoint survived
-        import shutil
-
-        shutil.rmtree(run_dir / f"checkpoint-{step}", ignore_errors=True)
-    assert last_complete_checkpoint(run_dir) == str(run_dir / "checkpoint-1")
+    train_until_killed(
+        _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra), 3
+    )
+    checkpoint = keep_first_checkpoint(run_dir, 3)  # pretend the kill came earlier: only step 1's survived
 
     resumed = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=1), tiny_tokenizer, **extra)
-    resumed.train(resume_from_checkpoint=last_complete_checkpoint(run_dir))
+    resumed.train(resume_from_checkpoint=checkpoint)
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
     steps = [r["step"] for r in read_metrics(run_dir / METRICS_FILE) if "loss" in r]

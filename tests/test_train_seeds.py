@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from train_helpers import load_script
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("train_seeds", REPO / "benchmarks" / "train_seeds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/train_seeds.py")
 
 
 def _record(path: Path, device: str, dev_before: float, runs: list[tuple[str, int, float, float]]) -> Path:

@@ -24,6 +24,34 @@ def load_script(relative: str) -> ModuleType:
     return module
 
 
+def train_until_killed(trainer, step: int, event: str = "step_end") -> None:
+    """Train ``trainer`` until the ``on_<event>`` callback of global step ``step`` raises KeyboardInterrupt, as a
+    kill at that moment would stop it (``event``: ``step_end``, or ``save`` for right after that step's checkpoint)."""
+    import pytest
+    from transformers import TrainerCallback
+
+    def kill(self, args, state, control, **kw):
+        if state.global_step == step:
+            raise KeyboardInterrupt
+
+    trainer.add_callback(type("Kill", (TrainerCallback,), {f"on_{event}": kill})())
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+
+
+def keep_first_checkpoint(run_dir: Path, last_step: int) -> str:
+    """Remove ``run_dir``'s checkpoints 2..``last_step`` (as if the kill had come after step 1) and return the one left,
+    checked to be the run's last complete checkpoint."""
+    import shutil
+
+    from pacs_rl.run_folder import last_complete_checkpoint
+
+    for step in range(2, last_step + 1):
+        shutil.rmtree(run_dir / f"checkpoint-{step}", ignore_errors=True)
+    assert last_complete_checkpoint(run_dir) == str(run_dir / "checkpoint-1")
+    return str(run_dir / "checkpoint-1")
+
+
 def parity_reward(completions, **kwargs):
     """1 when the completion holds an odd number of odd digits: a deterministic 0/1 label."""
     return [float(sum(c[0]["content"].count(d) for d in "13579") % 2) for c in completions]
