@@ -35,11 +35,12 @@ from pacs_rl.compare.paired import job as run_job
 from pacs_rl.compare.paired import record as records
 from pacs_rl.compare.paired.figures import critic_table, plot_comparison, plot_critic
 
-# the fourth record (protocol version 3), made by its first run
+# the fourth record (protocol version 3): the CPU default at its own budget (24 steps), every run trained and evaluated
+# by the code of commit PINNED (its runs are made from a worktree of that commit, so that main can move meanwhile)
 RECORD = Path("docs/benchmarks/pacs_vs_grpo.json")
-# its run folders: a folder of its own (the third record's run folders are in runs/pacs_vs_grpo, and a driver refuses
-# a folder of another protocol's runs)
-WORK = Path("runs/pacs_vs_grpo_v3")
+PINNED = "c579fe0"
+# its run folders: a folder of its own (a driver refuses a folder of another protocol's runs)
+WORK = Path("runs/pacs_vs_grpo_v4")
 # the closed records, by what each measured (docs/RESULTS.md: a section each), and where their run folders were
 CLOSED = {
     "noise_steps": Path("docs/benchmarks/pacs_vs_grpo_noise_steps.json"),  # the third
@@ -47,10 +48,10 @@ CLOSED = {
     "restatement_leak": Path("docs/benchmarks/pacs_vs_grpo_restatement_leak.json"),  # the first
 }
 CLOSED_WORK = {"noise_steps": Path("runs/pacs_vs_grpo")}  # the others' samples were not kept
-# how the record is made: its arms (pacs, grpo, pacs_clip) on every seed, greedy at 24 and 48 steps, pass@64 on
-# every second seed from seed 0, until PACS − GRPO is within ±5 pp or 40 pairs (the protocol and the driver's rule)
-RUN = ["paired", "--record", str(RECORD), "--output-dir", str(WORK), "--workers", "2",
-       "--threads", "1", "--n", "64", "--passk-every", "2"]  # fmt: skip
+# how the record is made: pacs and grpo on every seed, pacs_clip too on seeds 0-9, 24 steps, greedy only (pass@64 only
+# on seeds run on a GPU), until PACS − GRPO is within ±5 pp with at least ten pairs, or 40 pairs
+RUN = ["paired", "--record", str(RECORD), "--output-dir", str(WORK), "--methods", "pacs,grpo,pacs_clip",
+       "--max-steps", "24", "--full-seeds", "10", "--workers", "2", "--threads", "1"]  # fmt: skip
 
 
 def record_path(name: str) -> Path:

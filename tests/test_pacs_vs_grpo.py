@@ -92,16 +92,17 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     assert "| grpo | 1 | 5.0 [–] | 10.0 [–] |" in one_pair  # one pair: its difference, no interval
     assert driver.complete_seeds(record, ["pacs", "grpo"]) == [0, 1]
     assert not driver.target_reached(record)  # two pairs never stop it
+    n = driver.MIN_PAIRS
     tight = {
         "protocol": driver.protocol(),
         "runs": [
-            _run(m, s, 0.5 + (0.001 * s if m == "pacs" else 0)) for s in range(4) for m in ("pacs", "grpo")
+            _run(m, s, 0.5 + (0.001 * (s % 4) if m == "pacs" else 0)) for s in range(n) for m in ("pacs", "grpo")
         ],
     }
     assert driver.target_reached(tight)
     wide = {
         "protocol": driver.protocol(),
-        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(4) for m in ("pacs", "grpo")],
+        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(n) for m in ("pacs", "grpo")],
     }
     assert not driver.target_reached(wide)
 
@@ -596,26 +597,31 @@ def test_no_run_starts_on_a_nearly_full_disk(tmp_path, monkeypatch, capsys):
 
 
 def test_the_other_methods_run_once_the_primary_pair_is_answered(tmp_path):
-    """PACS and GRPO first; once PACS − GRPO is within the target, the record's other methods on the seeds of the
-    pairs, and then the driver stops."""
+    """PACS and GRPO first; once PACS − GRPO is within the target with at least MIN_PAIRS pairs, the record's other
+    methods on the seeds of the pairs, and then the driver stops. A narrow interval over fewer pairs answers
+    nothing (checked from the third pair on, such a rule covers less than its 95%)."""
+    n = paired.MIN_PAIRS
     record = {
         "protocol": paired.protocol(methods=["pacs", "grpo", "pacs_clip"], passk=False),
         "runs": [
-            _run(m, s, 0.5 + (0.001 * s if m == "pacs" else 0)) for s in range(4) for m in ("pacs", "grpo")
+            _run(m, s, 0.5 + (0.001 * (s % 4) if m == "pacs" else 0)) for s in range(n) for m in ("pacs", "grpo")
         ],
         "base": {"greedy": {"accuracy": 0.1}},
     }
     assert paired.target_reached(record)
-    assert paired.other_jobs(record, ["pacs", "grpo", "pacs_clip"]) == [("pacs_clip", s) for s in range(4)]
+    early = {**record, "runs": [r for r in record["runs"] if r["seed"] < n - 1]}
+    assert not paired.target_reached(early)  # as narrow, one pair short
+    assert "answered" not in paired.verdict(early) and "answered" in paired.verdict(record)
+    assert paired.other_jobs(record, ["pacs", "grpo", "pacs_clip"]) == [("pacs_clip", s) for s in range(n)]
     opts = paired.Options(record=tmp_path / "r.json", work=tmp_path, full_seeds=0)
     driver = paired._Driver(opts, record)
     assert driver.stopping() is False and driver.answered
-    assert list(driver.jobs) == [("pacs_clip", s) for s in range(4)]
-    record["runs"] += [_run("pacs_clip", s, 0.4) for s in range(4)]
+    assert list(driver.jobs) == [("pacs_clip", s) for s in range(n)]
+    record["runs"] += [_run("pacs_clip", s, 0.4) for s in range(n)]
     assert driver.stopping() is True
     wide = {
         **record,
-        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(4) for m in ("pacs", "grpo")],
+        "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(n) for m in ("pacs", "grpo")],
     }
     assert paired._Driver(opts, wide).stopping() is False  # not answered: the pair goes on
 
@@ -746,18 +752,25 @@ def test_runs_that_would_overflow_the_gpu_run_fewer_at_a_time(driver):
     assert driver.gpu_slots(3, CudaInfo(True, memory_gib=2.0))[0] == 1  # at least one
 
 
-def test_a_record_of_two_devices_says_where_its_runs_ran_and_the_main_devices_interval(driver):
+def test_a_record_of_two_devices_gives_each_devices_pairs_and_the_pooled_interval(driver):
+    """A pair is trained on one machine: the tables give PACS − GRPO over every device's pairs alone beside the pooled
+    figure, and the cost per pair per device (a GPU's medians mixed with a CPU's would describe neither)."""
     record = {"protocol": paired.protocol(passk=False), "base": None,
-              "runs": [_run(m, s, 0.5 + 0.1 * (m == "pacs") * (s % 2)) for s in range(4) for m in ("pacs", "grpo")]}  # fmt: skip
+              "runs": [_run(m, s, 0.5 + 0.1 * (m == "pacs") * (s % 2)) for s in range(5) for m in ("pacs", "grpo")]}  # fmt: skip
     assert driver.by_device(record) is None  # one device: nothing to say
-    for r in record["runs"][6:]:  # seed 3 on a GPU
+    for r in record["runs"][6:]:  # seeds 3 and 4 on a GPU
         r["host"] = {"device": "NVIDIA H100 80GB HBM3"}
     line = driver.by_device(record)
-    diffs = [0.0, 0.1, 0.0]  # seeds 0-2, the CPU pairs
-    gap = driver.paired_interval(diffs)
-    assert line.startswith("Runs by device: cpu 6; NVIDIA H100 80GB HBM3 2 (seed 3).")
-    assert f"over the cpu pairs alone: {100 * gap['mean']:+.1f} [{100 * gap['ci95'][0]:+.1f}," in line
-    assert line.endswith("3 pairs.") and line in driver.markdown_tables(record)
+    assert line.startswith("Runs by device: cpu 6 (seeds 0–2); NVIDIA H100 80GB HBM3 4 (seeds 3–4).")
+    for label, diffs in [("pooled", [0.0, 0.1, 0.0, 0.1, 0.0]), ("cpu alone", [0.0, 0.1, 0.0]),
+                         ("NVIDIA H100 80GB HBM3 alone", [0.1, 0.0])]:  # fmt: skip
+        gap = driver.paired_interval(diffs)
+        expected = f"{label} {100 * gap['mean']:+.1f} [{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}]"
+        assert f"{expected} over {len(diffs)} pairs" in line
+    assert line in driver.markdown_tables(record)
+    cost = driver.cost_line(record).splitlines()
+    assert len(cost) == 2 and cost[0].startswith("cost per pair on cpu")
+    assert cost[1].startswith("cost per pair on NVIDIA H100 80GB HBM3")
 
 
 def test_the_protocol_is_declared_once_and_every_record_reads_as_recorded():

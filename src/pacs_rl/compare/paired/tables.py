@@ -3,7 +3,7 @@ a driver prints per finished run, and the cost per pair."""
 
 from __future__ import annotations
 
-from pacs_rl.compare.paired.record import MAX_PAIRS, PRIMARY, TARGET, cost, summarize
+from pacs_rl.compare.paired.record import MAX_PAIRS, MIN_PAIRS, PRIMARY, TARGET, cost, summarize
 
 
 def _fmt(value, spec: str = ".3f") -> str:
@@ -11,7 +11,26 @@ def _fmt(value, spec: str = ".3f") -> str:
 
 
 def cost_line(record: dict) -> str:
-    """The cost per pair of PACS and PRIMARY, each kind of evaluation the record has, in one line."""
+    """The cost per pair of PACS and PRIMARY, each kind of evaluation the record has, in one line; a line per device
+    where the record's runs ran on more than one (a GPU's medians would otherwise mix with a CPU's)."""
+    devices = _runs_by_device(record)
+    if len(devices) < 2:
+        return _cost_line(record)
+    return "\n".join(
+        _cost_line({**record, "runs": runs}).replace("cost per pair", f"cost per pair on {device}", 1)
+        for device, runs in devices.items()
+    )
+
+
+def _runs_by_device(record: dict) -> dict[str, list[dict]]:
+    """The record's runs by the device each ran on (``host.device``; cpu where a run names none), most runs first."""
+    out: dict[str, list[dict]] = {}
+    for r in record["runs"]:
+        out.setdefault(r.get("host", {}).get("device", "cpu"), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: -len(kv[1])))
+
+
+def _cost_line(record: dict) -> str:
     c = cost(record)
     if not c["pair"]:
         return "cost per pair: not enough runs trained in one go"
@@ -45,8 +64,8 @@ def verdict(record: dict, target: float = TARGET, max_pairs: int | None = MAX_PA
     lo, hi = gap["ci95"]
     text = (f"PACS - {PRIMARY} (greedy, last step): {100 * gap['mean']:+.1f} pp [{100 * lo:+.1f}, {100 * hi:+.1f}] "
             f"over {gap['pairs']} pairs, ± {100 * gap['half_width']:.1f} pp (paired SD {100 * gap['sd']:.1f} pp)")  # fmt: skip
-    if gap["pairs"] >= 3 and gap["half_width"] <= target:
-        return text + f": within ±{100 * target:g} pp, answered"
+    if gap["pairs"] >= MIN_PAIRS and gap["half_width"] <= target:
+        return text + f": within ±{100 * target:g} pp with at least {MIN_PAIRS} pairs, answered"
     need = gap.get("pairs_needed")
     if max_pairs is not None and gap["pairs"] >= max_pairs:
         return text + (f": the record stopped at {max_pairs} pairs; at this spread ±{100 * target:g} pp would need "
@@ -95,10 +114,11 @@ def markdown_tables(record: dict) -> str:
     """The record as two markdown tables: each method's mean (and per-run SD over seeds), and PACS − method paired
     by seed with its 95% interval and the pairs a ±5 pp interval would need. Accuracies in percent."""
     summary = summarize(record)
-    at = [f"greedy_accuracy@{s}" for s in record["protocol"].get("greedy_at", [])]
+    steps = record["protocol"]["train"].get("max_steps", 24)
+    # a checkpoint at the last step is the final model: one column, not two
+    at = [f"greedy_accuracy@{s}" for s in record["protocol"].get("greedy_at", []) if s != steps]
     ks = [k for k in (1, 8, 64) if k in record["protocol"]["ks"]]
     cols = [*at, "greedy_accuracy", *[f"pass@{k}" for k in ks]]
-    steps = record["protocol"]["train"].get("max_steps", 24)
     names = {**{c: f"greedy @{c.rsplit('@', 1)[1]}" for c in at}, "greedy_accuracy": f"greedy @{steps}"}
     head = [names.get(c, c) for c in cols]
 
@@ -136,28 +156,37 @@ def markdown_tables(record: dict) -> str:
 
 def by_device(record: dict) -> str | None:
     """Where a record's runs ran, when on more than one device, and PACS − PRIMARY (greedy at the last step) over
-    the pairs of the device most runs ran on alone, beside the pooled figure; None for a record of one device."""
-    seeds: dict[str, list[int]] = {}
-    for r in record["runs"]:
-        seeds.setdefault(r.get("host", {}).get("device", "cpu"), []).append(r["seed"])
-    if len(seeds) < 2:
+    each device's pairs alone beside the pooled figure (a pair is trained on one machine); None for a record of one
+    device."""
+    devices = _runs_by_device(record)
+    if len(devices) < 2:
         return None
-    main = max(seeds, key=lambda d: len(seeds[d]))
-    parts = [
-        f"{where} {len(seen)}" + ("" if where == main else f" (seed{'s' if len(set(seen)) > 1 else ''} "
-                                  f"{', '.join(map(str, sorted(set(seen))))})")
-        for where, seen in sorted(seeds.items(), key=lambda kv: -len(kv[1]))
-    ]  # fmt: skip
+    parts = []
+    for where, runs in devices.items():
+        seen = sorted({r["seed"] for r in runs})
+        parts.append(f"{where} {len(runs)} (seed{'s' if len(seen) > 1 else ''} {_seed_ranges(seen)})")
     line = f"Runs by device: {'; '.join(parts)}."
-    alone = [r for r in record["runs"] if r.get("host", {}).get("device", "cpu") == main]
-    gap = (
-        summarize({**record, "runs": alone})
-        .get(PRIMARY, {})
-        .get("pacs_minus_this", {})
-        .get("greedy_accuracy", {})
-    )
-    if gap.get("ci95"):
-        lo, hi = gap["ci95"]
-        line += (f" PACS − {PRIMARY} (greedy @{record['protocol']['train'].get('max_steps', 24)}) over the {main} "
-                 f"pairs alone: {100 * gap['mean']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}], {gap['pairs']} pairs.")  # fmt: skip
+    steps = record["protocol"]["train"].get("max_steps", 24)
+    figures = []
+    for where, runs in [("pooled", record["runs"]), *[(f"{d} alone", r) for d, r in devices.items()]]:
+        gap = summarize({**record, "runs": runs}).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+        if gap.get("ci95"):
+            lo, hi = gap["ci95"]
+            figures.append(f"{where} {100 * gap['mean']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] over {gap['pairs']} "
+                           "pairs")  # fmt: skip
+        elif gap.get("pairs"):
+            figures.append(f"{where} {100 * gap['mean']:+.1f} over {gap['pairs']} pair (no interval)")
+    if figures:
+        line += f" PACS − {PRIMARY} (greedy @{steps}): {'; '.join(figures)}."
     return line
+
+
+def _seed_ranges(seeds: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0–2, 5, 7–8"."""
+    out, start = [], None
+    for i, s in enumerate(seeds):
+        start = s if start is None else start
+        if i + 1 == len(seeds) or seeds[i + 1] != s + 1:
+            out.append(str(s) if s == start else f"{start}–{s}")
+            start = None
+    return ", ".join(out)
