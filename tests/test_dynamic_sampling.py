@@ -163,7 +163,7 @@ def test_the_dry_run_says_what_a_round_costs_and_a_bad_cap_is_refused():
     assert "up to 3 further rounds" in dry()[1]  # the CPU default samples dynamically, at most 4 rounds
     assert "dynamic sampling" not in dry("dynamic_sampling=false")[1]
     code, out = dry("dynamic_sampling=true", "dynamic_sampling_max_rounds=0")
-    assert code != 0 and "dynamic_sampling_max_rounds=0; give a whole number >= 1" in out
+    assert code != 0 and "dynamic_sampling_max_rounds=0: give a whole number >= 1" in out
 
 
 def test_the_run_summary_line():

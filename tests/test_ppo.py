@@ -90,10 +90,11 @@ def test_config_defaults_and_errors(tmp_path):
     with pytest.raises(ValueError, match="gae_lambda only apply to loss_type='ppo'"):
         config_and_trainer_classes("grpo", {"gae_lambda": 0.9, "learning_rate": 1e-6})
     cases = [
-        (dict(gae_gamma=1.5), "gae_gamma=1.5 must be in"),
-        (dict(gae_lambda=-0.1), "gae_lambda=-0.1 must be in"),
-        (dict(value_clip_eps=0.0), "value_clip_eps=0.0 must be > 0"),
-        (dict(critic_learning_rate=0.0), "critic_learning_rate=0.0"),
+        (dict(gae_gamma=1.5), r"gae_gamma=1.5: give a number in \[0, 1\]"),
+        (dict(gae_lambda=-0.1), r"gae_lambda=-0.1: give a number in \[0, 1\]"),
+        (dict(value_clip_eps=0.0), "value_clip_eps=0.0: give a number > 0"),
+        (dict(critic_learning_rate=0.0), "critic_learning_rate=0.0: give a number > 0"),
+        (dict(critic_learning_rate=float("inf")), "critic_learning_rate=inf: give a number > 0"),
         (dict(critic_warmup_steps=-1), "critic_warmup_steps=-1"),
         (dict(loss_type="grpo"), "PPOConfig is for loss_type='ppo'"),
         (dict(reference="frozen"), "applies to PACS's reward proxy only"),

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from pacs_rl.algorithms.passk import mean_pass_at_k
 from pacs_rl.compare.methods import method_label
 from pacs_rl.compare.plan import (
     TRAIN_DONE_FILE,
@@ -30,7 +31,6 @@ from pacs_rl.compare.plan import (
     sweep_table,
 )
 from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
-from pacs_rl.evaluation.passk import mean_pass_at_k
 from pacs_rl.evaluation.report import rank_marks
 from pacs_rl.evaluation.samples import count_correct, read_samples
 from pacs_rl.run_folder import EVAL_METRICS_FILE, EVAL_SAMPLES_FILE, METRICS_FILE

@@ -310,7 +310,7 @@ def _ks(sf: SamplesFile, fewest: int) -> list[int]:
 def _pass_at_k(sf: SamplesFile, rows: list[dict[str, Any]], now: list[float]) -> dict[str, Any] | None:
     """pass@k of an eval folder's samples as recorded and under the new grader, for the ks every problem has
     enough samples for (the run's own ks, from metrics.json, else powers of two)."""
-    from pacs_rl.evaluation.passk import mean_pass_at_k  # numpy: `pacs-rl --help` imports this module
+    from pacs_rl.algorithms.passk import mean_pass_at_k  # numpy: `pacs-rl --help` imports this module
 
     by_problem: dict[str, list[tuple[float, float]]] = {}
     for r, score in zip(rows, now, strict=True):

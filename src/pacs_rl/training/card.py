@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.algorithms.options import PACS_OPTIONS
 from pacs_rl.data.procedural import parse_query
 from pacs_rl.data.prompts import INSTRUCTION, user_turn
 from pacs_rl.models import BUNDLED_MODELS, TINY_MODEL
@@ -80,8 +81,8 @@ GRADERS = {
 KEY_SETTINGS = (
     "loss_type", "max_steps", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
     "gradient_accumulation_steps", "mini_batches_per_rollout", "generation_batch_size", "max_completion_length",
-    "temperature", "top_p", "max_grad_norm", "weight_decay", "beta", "pacs_beta", "pacs_score", "pacs_weighted",
-    "reference", "bf16", "seed",
+    "temperature", "top_p", "max_grad_norm", "weight_decay", "beta", *(o.name for o in PACS_OPTIONS), "reference",
+    "bf16", "seed",
 )  # fmt: skip
 
 
