@@ -43,6 +43,7 @@ from pacs_rl.run_folder import (
     SAMPLES_DIR,
     SETTINGS_FILE,
     TRAINING_SAMPLES_FILES,
+    first_jsonl_row,
 )
 
 # where a training run names its grader, first found wins: file -> paths of keys in it
@@ -638,7 +639,7 @@ def dry_run_lines(
     lookup = Questions(questions)
     for sf, g in planned:
         recorded = sf.recorded_grader or "not named"
-        has_question = isinstance(_first_row(sf.path).get("problem"), str)
+        has_question = isinstance(first_jsonl_row(sf.path).get("problem"), str)
         where = "in the rows" if has_question else f"from {lookup.source(sf)}"
         lines.append(
             f"  {sf.path}: {sf.what}, {count_lines(sf.path)} rows; recorded grader {recorded} -> {g}; questions {where}"
@@ -646,18 +647,6 @@ def dry_run_lines(
     if json_path is not None:
         lines.append(f"  would write {json_path}")
     return lines
-
-
-def _first_row(path: Path) -> dict[str, Any]:
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    return {}
-                return row if isinstance(row, dict) else {}
-    return {}
 
 
 def default_json_path(paths: list[str | Path]) -> Path:
