@@ -145,7 +145,7 @@ def test_every_loss_option_declares_its_domain_and_every_command_takes_it_from_t
         LossOption("pacs_x", "x", list, [], "A type the commands cannot read from text.")
     verl = {f.name: f for f in LOSS_FIELDS}
     assert list(verl) == [o.name for o in PACS_OPTIONS]
-    assert PACS_OPTION_FIELDS == {o.keyword: o.name for o in PACS_OPTIONS}
+    assert {o.keyword: o.name for o in PACS_OPTIONS} == PACS_OPTION_FIELDS
     for option in PACS_OPTIONS:
         for f in (CONFIG_FIELDS[option.name], verl[option.name]):
             assert (f.type, f.default, f.metadata["help"]) == (option.type, option.default, option.help)
@@ -187,4 +187,5 @@ def test_a_finite_value_is_meant_and_a_learning_rate_of_0_is_refused():
     for key, (value, refusal) in cases.items():
         problems = config_problems({"loss_type": "ppo", key: value}, installed=False)
         assert any(p.startswith(refusal) for p in problems), (key, problems)
-    assert config_problems({"loss_type": "ppo", "learning_rate": 1e-6, "max_grad_norm": None}, installed=False) == []
+    fine = {"loss_type": "ppo", "learning_rate": 1e-6, "max_grad_norm": None}
+    assert config_problems(fine, installed=False) == []
