@@ -1,4 +1,5 @@
-"""The algorithm core of pacs-rl: pure PyTorch (and numpy), no import from the rest of the package.
+"""The algorithm core of pacs-rl: pure PyTorch (and numpy); of the rest of the package it imports only
+`pacs_rl.lazy`, for its face.
 
 PACS (reward proxy, group scores, class-balance weights, BCE loss) and the baselines it is compared
 against (GRPO, Dr. GRPO, RLOO, CW-GRPO, PPO pieces), all as functions over (B, T) tensors; the options of the
