@@ -42,6 +42,7 @@ SETTINGS_MODULES = (
     "training/checks.py",  # (after) reading, typing and checking settings before torch
     "training/config.py",  # PACSConfig: the PACS fields over GRPOConfig, the checks that need TRL
     "integrations/verl/options.py",  # (issue 49) the verl plug-in's PACS fields, declared once
+    "algorithms/options.py",  # (issue 56) the losses' options, declared once as plain data
 )
 # The settings parts of modules with another job too (counted by their top-level definitions): PPO's config
 # class; the command line's argument rewriting and data options (the rest of command.py is its error plumbing).

@@ -60,9 +60,10 @@ def child(spec: dict) -> dict:
     from transformers import TrainerCallback
 
     from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
+    from pacs_rl.run_folder import METRICS_FILE, read_jsonl
     from pacs_rl.training import run
     from pacs_rl.training.data import build_dataset, load_run_data
-    from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+    from pacs_rl.training.output import MetricsJsonlCallback
     from pacs_rl.training.schema import CPU_DEFAULTS, RunSettings
 
     out = Path(spec["out"])
@@ -92,7 +93,7 @@ def child(spec: dict) -> dict:
     moved = [(after[k].detach() - v).abs().max().item() for k, v in before.items()]
     keep = ("loss", "grad_norm", "pacs/psi_abs_max", "groups/mixed_frac_minibatch", "optimizer/skipped_no_signal",
             "completions/mean_length")  # fmt: skip
-    rows = [{k: r[k] for k in keep if k in r} for r in read_metrics(out / METRICS_FILE) if "loss" in r]
+    rows = [{k: r[k] for k in keep if k in r} for r in read_jsonl(out / METRICS_FILE) if "loss" in r]
     return {
         "cpu_seconds": [t[0] for t in times],
         "wall_seconds": [t[1] for t in times],

@@ -73,9 +73,9 @@ REPLAY = Path("docs/benchmarks/pacs_vs_grpo_replay.json")
 
 def loss_rows(metrics: Path, steps: int | None = None) -> list[dict]:
     """The optimizer steps' rows of a metrics.jsonl (read while a run appends to it: a cut last line is skipped)."""
-    from pacs_rl.training.output import read_metrics
+    from pacs_rl.run_folder import read_jsonl
 
-    return [r for r in read_metrics(metrics) if "step" in r and "loss" in r][:steps]
+    return [r for r in read_jsonl(metrics) if "step" in r and "loss" in r][:steps]
 
 
 def replay_runs(record: dict, specs: list[str], work: Path | None = None) -> list[tuple[str, int]]:

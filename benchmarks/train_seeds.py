@@ -102,12 +102,12 @@ def evaluate_dev(model: str, folder: Path, source: str, threads: int) -> float |
 
 def read_run(folder: Path) -> dict | None:
     """The figures of a finished run folder; None when it has not finished."""
-    from pacs_rl.training.output import read_metrics
+    from pacs_rl.run_folder import read_jsonl
 
     held = _json(folder / "heldout.json")
     if "after" not in held:
         return None
-    metrics = read_metrics(folder / "metrics.jsonl") if (folder / "metrics.jsonl").is_file() else []
+    metrics = read_jsonl(folder / "metrics.jsonl")
     runtime = next((r["train_runtime"] for r in reversed(metrics) if "train_runtime" in r), None)
     return {
         "before": held["before"]["accuracy"],

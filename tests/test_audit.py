@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from pacs_rl.algorithms.passk import pass_at_k
 from pacs_rl.cli import app
 from pacs_rl.evaluation.audit import audit, default_grader, find_samples, shorten, training_grader
-from pacs_rl.evaluation.passk import pass_at_k
 
 SUM = "What is 47 + 8?"
 PRODUCT = "What is 3 * 4?"

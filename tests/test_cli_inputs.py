@@ -100,7 +100,12 @@ CASES = [
     (["train", "--set", "temperature=-1"], "temperature=-1: give a number > 0"),
     (["train", "--set", "top_p=1.5"], "top_p=1.5: give a number in (0, 1]"),
     (["train", "--set", "top_p=0"], "top_p=0: give a number in (0, 1]"),
-    (["train", "--learning-rate", "-1"], "learning_rate=-1.0: give a number >= 0"),
+    (["train", "--learning-rate", "-1"], "learning_rate=-1.0: give a number > 0"),
+    (["train", "--learning-rate", "0"], "learning_rate=0.0: give a number > 0 (0 trains nothing)"),
+    (
+        ["train", "--set", "max_grad_norm=.inf"],
+        "max_grad_norm=inf: give a number >= 0 (0 or null: no clipping)",
+    ),
     (["train", "--set", "max_completion_length=0"], "max_completion_length=0: give a whole number >= 1"),
     (["train", "--set", "lora_r=0"], "lora_r=0: give a whole number >= 1"),
     (["train", "--set", "lora_dropout=1.5"], "lora_dropout=1.5: give a number in [0, 1)"),

@@ -30,8 +30,8 @@ def _counts(eval_dir: Path) -> tuple[int, list[int]]:
 
 
 def test_smoke_interrupt_resume_and_report(tmp_path):
+    from pacs_rl.algorithms.passk import pass_at_k
     from pacs_rl.compare.execute import eval_run, run_comparison, train_run
-    from pacs_rl.evaluation.passk import pass_at_k
 
     settings = resolve_settings(preset="smoke")
     out = tmp_path / "cmp"

@@ -149,8 +149,9 @@ def test_every_rollout_path_tells_the_grader_which_completions_were_cut_off(
     from datasets import Dataset
 
     from pacs_rl.models import tiny_random_model
+    from pacs_rl.run_folder import METRICS_FILE, read_jsonl
     from pacs_rl.training import PACSConfig, PACSTrainer
-    from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+    from pacs_rl.training.output import MetricsJsonlCallback
 
     limit, eos = 12, tiny_tokenizer.eos_token_id
     model, loop = looping(tiny_random_model(tiny_tokenizer), tiny_tokenizer, LOOP.strip(), eos=True)
@@ -178,7 +179,7 @@ def test_every_rollout_path_tells_the_grader_which_completions_were_cut_off(
     verdicts = sound.last_result.verdicts
     assert [v.reason == "truncated" for v in verdicts] == flags
     assert not any(v.score for v, cut in zip(verdicts, flags, strict=True) if cut)
-    (logged,) = [r for r in read_metrics(tmp_path / METRICS_FILE) if "answers/cut_off_frac" in r]
+    (logged,) = [r for r in read_jsonl(tmp_path / METRICS_FILE) if "answers/cut_off_frac" in r]
     assert logged["answers/cut_off_frac"] == pytest.approx(sum(flags) / len(flags))
     rows = [json.loads(x) for x in (tmp_path / "samples" / "rollouts.jsonl").read_text().splitlines()]
     assert [r["truncated"] for r in rows] == flags and trainer.answer_monitor.totals()["paid_cut_off"] == 0

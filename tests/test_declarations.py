@@ -127,3 +127,65 @@ def test_the_check_builders_name_the_setting_and_the_domain():
     assert at_least(1)("lora_r", 0) == "lora_r=0: give a whole number >= 1"
     assert at_least(1, null=True)("limit", None) is None
     assert one_of(("a", "b"))("mode", "c") == "mode='c'; use one of ['a', 'b']."
+
+
+def test_every_loss_option_declares_its_domain_and_every_command_takes_it_from_there():
+    """A loss option is declared once, as plain data beside the loss (algorithms/options.py): a number declares its
+    bounds (a declaration without them is refused), a text its choices; `pacs-rl train`'s config fields and the verl
+    plug-in's fields are generated from it, with its type, default, help, check and keyword."""
+    from pacs_rl.algorithms.options import PACS_OPTIONS, LossOption
+    from pacs_rl.integrations.verl.options import LOSS_FIELDS
+    from pacs_rl.training.schema import CONFIG_FIELDS, PACS_OPTION_FIELDS
+
+    for option in PACS_OPTIONS:
+        assert option.type is bool or option.choices or (option.low, option.high) != (None, None), option.name
+    with pytest.raises(ValueError, match="a number option declares its domain"):
+        LossOption("pacs_x", "x", float, 0.0, "A number without its domain.")
+    with pytest.raises(TypeError, match="bool, int, float or str"):
+        LossOption("pacs_x", "x", list, [], "A type the commands cannot read from text.")
+    verl = {f.name: f for f in LOSS_FIELDS}
+    assert list(verl) == [o.name for o in PACS_OPTIONS]
+    assert {o.keyword: o.name for o in PACS_OPTIONS} == PACS_OPTION_FIELDS
+    for option in PACS_OPTIONS:
+        for f in (CONFIG_FIELDS[option.name], verl[option.name]):
+            assert (f.type, f.default, f.metadata["help"]) == (option.type, option.default, option.help)
+            assert declared(f).loss_option == option.keyword and declared(f).check is not None
+
+
+def test_a_loss_options_check_is_its_type_then_its_domain():
+    from pacs_rl.algorithms.options import LossOption
+    from pacs_rl.settings import option_check, typed
+
+    beta = option_check(LossOption("b", "b", float, 1.0, "", low=0, open_low=True))
+    assert beta("b", 1) is None and beta("b", 0.5) is None  # an int is a float's value too
+    assert beta("b", 0) == "b=0: give a number > 0"
+    assert beta("b", float("inf")) == "b=inf: give a number > 0"
+    assert beta("b", "x") == "b='x': expected float" and beta("b", True) == "b=True: expected float"
+    count = option_check(LossOption("c", "c", int, 1, "", low=1, high=8))
+    assert count("c", 2.0) == "c=2.0: expected int" and count("c", 9) == "c=9: give a whole number in [1, 8]"
+    mode = option_check(LossOption("m", "m", str, "a", "", choices=("a", "b")))
+    assert mode("m", "c") == "m='c'; choose one of ['a', 'b']." and mode("m", 1) == "m=1: expected str"
+    switch = option_check(LossOption("s", "s", bool, True, ""))
+    assert switch("s", False) is None and switch("s", 1) == "s=1: expected bool"
+    assert typed(str)("t", None) == "t=None: expected str"
+
+
+def test_a_finite_value_is_meant_and_a_learning_rate_of_0_is_refused():
+    """The rates, clips and discounts of `pacs-rl train` take finite values only, and learning_rate 0 (which trains
+    nothing) is refused, naming why."""
+    from pacs_rl.training.checks import config_problems
+
+    inf = float("inf")
+    cases = {
+        "learning_rate": (0, "learning_rate=0: give a number > 0 (0 trains nothing)"),
+        "max_grad_norm": (inf, "max_grad_norm=inf: give a number >= 0 (0 or null: no clipping)"),
+        "critic_learning_rate": (inf, "critic_learning_rate=inf: give a number > 0"),
+        "critic_max_grad_norm": (inf, "critic_max_grad_norm=inf: give a number >= 0"),
+        "value_clip_eps": (inf, "value_clip_eps=inf: give a number > 0"),
+        "gae_gamma": (1.5, "gae_gamma=1.5: give a number in [0, 1]"),
+    }
+    for key, (value, refusal) in cases.items():
+        problems = config_problems({"loss_type": "ppo", key: value}, installed=False)
+        assert any(p.startswith(refusal) for p in problems), (key, problems)
+    fine = {"loss_type": "ppo", "learning_rate": 1e-6, "max_grad_norm": None}
+    assert config_problems(fine, installed=False) == []

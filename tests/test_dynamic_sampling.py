@@ -12,6 +12,7 @@ import re
 import pytest
 import torch
 
+from pacs_rl.run_folder import METRICS_FILE, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.dynamic_sampling import (
     PromptStream,
@@ -20,7 +21,7 @@ from pacs_rl.training.dynamic_sampling import (
     take_groups,
     unequal_groups,
 )
-from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from train_helpers import G, keep_first_checkpoint, parity_reward, tiny_run_kwargs, train_until_killed
 
@@ -163,7 +164,7 @@ def test_the_dry_run_says_what_a_round_costs_and_a_bad_cap_is_refused():
     assert "up to 3 further rounds" in dry()[1]  # the CPU default samples dynamically, at most 4 rounds
     assert "dynamic sampling" not in dry("dynamic_sampling=false")[1]
     code, out = dry("dynamic_sampling=true", "dynamic_sampling_max_rounds=0")
-    assert code != 0 and "dynamic_sampling_max_rounds=0; give a whole number >= 1" in out
+    assert code != 0 and "dynamic_sampling_max_rounds=0: give a whole number >= 1" in out
 
 
 def test_the_run_summary_line():
@@ -211,7 +212,7 @@ def _trainer(out, model, tokenizer, reward=every_third, cls=Recording, config=PA
 
 
 def _rollout_rows(out) -> list[dict]:
-    return [r for r in read_metrics(out / METRICS_FILE) if "dynamic_sampling/rounds" in r]
+    return [r for r in read_jsonl(out / METRICS_FILE) if "dynamic_sampling/rounds" in r]
 
 
 @pytest.mark.parametrize("fast_sampler", [True, False], ids=["fast_sampler", "trl_generate"])

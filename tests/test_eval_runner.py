@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from pacs_rl.algorithms.passk import pass_at_k
 from pacs_rl.data import arithmetic_problems
-from pacs_rl.evaluation.passk import pass_at_k
 from pacs_rl.evaluation.runner import EvalConfig, ResumeMismatch, plan_chunks, read_samples, run_eval
 from pacs_rl.evaluation.samples import count_correct
 

@@ -131,15 +131,17 @@ def test_lower_layers_never_import_the_upper_ones():
 
 
 def test_the_lazy_package_faces_load_nothing_heavy_and_hand_on_every_name():
-    """pacs_rl.training, .evaluation, .rewards (and .compare) are lazy faces (pacs_rl.lazy.lazy_face): importing one
-    loads no torch, TRL or math-verify (checked in a fresh process), and every name of its table resolves to the
-    object its module defines."""
+    """pacs_rl.training, .evaluation, .rewards, .algorithms (and .compare) are lazy faces (pacs_rl.lazy.lazy_face):
+    importing one, or the torch-free modules of the algorithms (the losses' options, read by every command before
+    torch loads; pass@k), loads no torch, TRL or math-verify (checked in a fresh process), and every name of its table
+    resolves to the object its module defines."""
     import importlib
     import subprocess
     import sys
 
-    faces = ["pacs_rl.training", "pacs_rl.evaluation", "pacs_rl.rewards", "pacs_rl.compare"]
-    script = "import sys\n" + "".join(f"import {f}\n" for f in faces)
+    faces = ["pacs_rl.training", "pacs_rl.evaluation", "pacs_rl.rewards", "pacs_rl.algorithms", "pacs_rl.compare"]
+    light = ["pacs_rl.algorithms.options", "pacs_rl.algorithms.passk", "pacs_rl.training.schema"]
+    script = "import sys\n" + "".join(f"import {f}\n" for f in [*faces, *light])
     script += "print([m for m in ('torch', 'trl', 'math_verify', 'sympy') if m in sys.modules])\n"
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env={"PYTHONPATH": str(SRC)}

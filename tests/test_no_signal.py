@@ -10,9 +10,10 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
+from pacs_rl.run_folder import METRICS_FILE, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.cli import skipped_steps_line
-from pacs_rl.training.output import METRICS_FILE, MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from pacs_rl.training.trainer import holds_signal, no_signal_skip_note
 from train_helpers import G, tiny_run_kwargs
@@ -82,7 +83,7 @@ def _train(trainer) -> tuple[Snapshots, list[dict]]:
     snaps = Snapshots(trainer)
     trainer.add_callback(snaps)
     trainer.train()
-    rows = [r for r in read_metrics(trainer.args.output_dir + "/" + METRICS_FILE) if "loss" in r]
+    rows = [r for r in read_jsonl(trainer.args.output_dir + "/" + METRICS_FILE) if "loss" in r]
     return snaps, rows
 
 

@@ -300,6 +300,17 @@ def test_method_variants_and_a_record_that_keeps_its_own_methods(driver, tmp_pat
     for bad in ("nosuch", "pacs[reference=frozen", "pacs[reference]"):
         with pytest.raises(CompareError, match="--methods"):
             driver.parse_method(bad)
+    # a variant's settings are typed and checked as `pacs-rl train` checks them (a PACS option: by its declaration)
+    assert driver.parse_method("pacs[pacs_beta=1,pacs_weighted=false]")["pacs_weighted"] is False
+    for bad, refusal in [
+        ("pacs[pacs_beta=0]", "--methods 'pacs[pacs_beta=0]': pacs_beta=0: give a number > 0"),
+        ("pacs[pacs_score=mean]", "pacs_score='mean'; choose one of ['rloo', 'grpo', 'dr_grpo']"),
+        ("pacs[pacs_weighted=maybe]", "pacs_weighted='maybe': expected a bool"),
+        ("pacs[nosuchkey=1]", "unknown setting 'nosuchkey' in --methods 'pacs[nosuchkey=1]'"),
+        ("pacs[gae_gamma=0.5]", "gae_gamma only apply to loss_type='ppo'"),
+    ]:
+        with pytest.raises(CompareError, match=re.escape(refusal)):
+            driver.parse_method(bad)
     path = tmp_path / "critic.json"
     variants = ["pacs[reference=frozen]", "pacs[reference=frozen,ref_reset_steps=8]"]
     record = driver.load_record(path, {"max_steps": 4}, variants, passk=False)
@@ -491,6 +502,8 @@ def test_methods_split_outside_brackets():
         (["paired", "--stop-after", "0"], "--stop-after 0.0: give a number > 0"),
         (["paired", "--passk-every", "2"], "--passk-every 2: pass@k on every N-th seed needs --n 64"),
         (["paired", "--methods", "pacs,foo"], "--methods 'foo'"),
+        (["paired", "--methods", "pacs[pacs_beta=0]", "--dry-run"], "pacs_beta=0: give a number > 0"),
+        (["paired", "--methods", "pacs[pacs_bta=1]", "--dry-run"], "Did you mean: pacs_beta?"),
         (["--preset", "pacs-vs-grpo", "--workers", "0"], "--workers 0"),  # the older spelling, checked alike
     ],
 )

@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from pacs_rl.evaluation.passk import mean_pass_at_k, pass_at_k
+from pacs_rl.algorithms.passk import mean_pass_at_k, pass_at_k
 
 
 def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pacs_rl.run_folder import METRICS_FILE
+from pacs_rl.run_folder import METRICS_FILE, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.logprobs import completion_logits_shared_prompt, completion_logps, plan_pieces
-from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.trainer import sequence_tensors
 from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 
@@ -133,7 +133,7 @@ def test_training_with_a_budget_logs_like_without(tmp_path, tiny_tokenizer):
         tmp_path, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, update_token_budget=8
     )
     trainer.train()
-    rows = [r for r in read_metrics(tmp_path / METRICS_FILE) if "loss" in r]
+    rows = [r for r in read_jsonl(tmp_path / METRICS_FILE) if "loss" in r]
     assert len(rows) == 2 and all(r["entropy"] > 0 and r["grad_norm"] > 0 for r in rows)
     assert (
         rows[0]["pacs/psi_abs_max"] == 0.0

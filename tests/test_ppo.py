@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from pacs_rl.algorithms import masked_whiten
-from pacs_rl.run_folder import CRITIC_DIR, METRICS_FILE
-from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
+from pacs_rl.run_folder import CRITIC_DIR, METRICS_FILE, read_jsonl
+from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.ppo import (
     PPOConfig,
     PPOTrainer,
@@ -90,10 +90,11 @@ def test_config_defaults_and_errors(tmp_path):
     with pytest.raises(ValueError, match="gae_lambda only apply to loss_type='ppo'"):
         config_and_trainer_classes("grpo", {"gae_lambda": 0.9, "learning_rate": 1e-6})
     cases = [
-        (dict(gae_gamma=1.5), "gae_gamma=1.5 must be in"),
-        (dict(gae_lambda=-0.1), "gae_lambda=-0.1 must be in"),
-        (dict(value_clip_eps=0.0), "value_clip_eps=0.0 must be > 0"),
-        (dict(critic_learning_rate=0.0), "critic_learning_rate=0.0"),
+        (dict(gae_gamma=1.5), r"gae_gamma=1.5: give a number in \[0, 1\]"),
+        (dict(gae_lambda=-0.1), r"gae_lambda=-0.1: give a number in \[0, 1\]"),
+        (dict(value_clip_eps=0.0), "value_clip_eps=0.0: give a number > 0"),
+        (dict(critic_learning_rate=0.0), "critic_learning_rate=0.0: give a number > 0"),
+        (dict(critic_learning_rate=float("inf")), "critic_learning_rate=inf: give a number > 0"),
         (dict(critic_warmup_steps=-1), "critic_warmup_steps=-1"),
         (dict(loss_type="grpo"), "PPOConfig is for loss_type='ppo'"),
         (dict(reference="frozen"), "applies to PACS's reward proxy only"),
@@ -274,7 +275,7 @@ def test_critic_learns_a_constant_reward_during_warmup(tmp_path, tiny_tokenizer)
         lr_scheduler_type="constant",
     )
     trainer.train()
-    rows = [r for r in read_metrics(tmp_path / METRICS_FILE) if "ppo/value_loss" in r]
+    rows = [r for r in read_jsonl(tmp_path / METRICS_FILE) if "ppo/value_loss" in r]
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     first, last = rows[0], rows[-1]
     assert first["ppo/value_mean"] == 0.0 and first["ppo/value_loss"] == pytest.approx(0.5 * 0.7**2)
@@ -300,7 +301,7 @@ def test_policy_trains_after_warmup_and_metrics_are_logged(tmp_path, tiny_model,
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
     trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, max_steps=2, critic_warmup_steps=1)
     trainer.train()
-    rows = [r for r in read_metrics(tmp_path / METRICS_FILE) if "ppo/value_loss" in r]
+    rows = [r for r in read_jsonl(tmp_path / METRICS_FILE) if "ppo/value_loss" in r]
     assert [r["ppo/critic_warmup"] for r in rows] == [1.0, 0.0]
     assert rows[0]["grad_norm"] == 0.0 and rows[1]["grad_norm"] > 0.0
     for key in (
@@ -359,7 +360,7 @@ def test_interrupted_run_resumes_policy_and_critic_exactly(tmp_path, tiny_tokeni
     for k in opt_a["state"]:
         assert same(opt_a["state"][k], opt_b["state"][k]), f"critic optimizer state {k} differs"
     assert full.critic_lr_scheduler.state_dict() == resumed.critic_lr_scheduler.state_dict()
-    steps = [r["step"] for r in read_metrics(run_dir / METRICS_FILE) if "loss" in r]
+    steps = [r["step"] for r in read_jsonl(run_dir / METRICS_FILE) if "loss" in r]
     assert steps == [1, 2]
 
     shutil.rmtree(ckpt / CRITIC_DIR)  # a checkpoint without a critic is refused, not silently reset

@@ -260,3 +260,23 @@ def test_a_run_stopped_before_its_first_checkpoint_starts_again_or_refuses_other
         in same.output
     )
     assert (out / "run_complete.json").is_file()
+
+
+def test_the_run_folders_jsonl_reader_skips_what_does_not_parse(tmp_path):
+    """One reader for a run's JSONL files (metrics.jsonl, the samples files): a line cut by a kill, a blank line and
+    a value that is no row are skipped, a missing file has no rows, and the kept lines come as written (a file is
+    rewritten with some of them on resume), a line separator inside a string not taken for the end of a line."""
+    from pacs_rl.run_folder import first_jsonl_row, jsonl_lines, read_jsonl
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "loss": 0.5}\n\n[1, 2]\n{"step": 2, "note": "a\u2028b"}\n{"step": 3, "lo',
+        encoding="utf-8",
+    )
+    assert read_jsonl(path) == [{"step": 1, "loss": 0.5}, {"step": 2, "note": "a\u2028b"}]
+    assert [line for line, _ in jsonl_lines(path)] == [
+        '{"step": 1, "loss": 0.5}',
+        '{"step": 2, "note": "a\u2028b"}',
+    ]
+    assert first_jsonl_row(path) == {"step": 1, "loss": 0.5}
+    assert read_jsonl(tmp_path / "missing.jsonl") == [] and first_jsonl_row(tmp_path / "missing.jsonl") == {}

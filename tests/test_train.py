@@ -8,9 +8,9 @@ import json
 import pytest
 import torch
 
-from pacs_rl.run_folder import METRICS_FILE, last_complete_checkpoint
+from pacs_rl.run_folder import METRICS_FILE, last_complete_checkpoint, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
-from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.trainer import group_mixed_fraction, sequence_tensors, shuffle_groups
 from train_helpers import (
     G,
@@ -163,7 +163,7 @@ def test_micro_batches_hold_whole_groups_and_raw_rewards(tmp_path, tiny_model, t
 def test_reference_old_proxy_is_zero_on_first_minibatch_only(tmp_path, tiny_model, tiny_tokenizer):
     trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, max_steps=2)
     trainer.train()
-    rows = read_metrics(tmp_path / METRICS_FILE)
+    rows = read_jsonl(tmp_path / METRICS_FILE)
     assert [r["step"] for r in rows if "pacs/psi_abs_max" in r] == [1, 2]
     first, second = (r for r in rows if "pacs/psi_abs_max" in r)
     assert first["pacs/psi_abs_max"] < 1e-4  # π = π_old: r̂ = 0, ψ = 0, loss = log 2
@@ -206,7 +206,7 @@ def test_baselines_share_the_path(tmp_path, tiny_model, tiny_tokenizer, loss_typ
     before = {k: v.clone() for k, v in tiny_model.state_dict().items()}
     trainer = _trainer(tmp_path, tiny_model, tiny_tokenizer, loss_type=loss_type, max_steps=2)
     trainer.train()
-    rows = read_metrics(tmp_path / METRICS_FILE)
+    rows = read_jsonl(tmp_path / METRICS_FILE)
     assert any(k.startswith(f"{loss_type}/clip_ratio") for r in rows for k in r), (
         f"no clip ratio logged: {sorted(rows[0])}"
     )
@@ -264,7 +264,7 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path, tiny_tokenizer, 
     resumed.train(resume_from_checkpoint=checkpoint)
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
-    steps = [r["step"] for r in read_metrics(run_dir / METRICS_FILE) if "loss" in r]
+    steps = [r["step"] for r in read_jsonl(run_dir / METRICS_FILE) if "loss" in r]
     assert steps == [1, 2, 3, 4]  # rows of redone steps replaced, not duplicated
     json.loads((run_dir / METRICS_FILE).read_text().splitlines()[-1])
 
@@ -322,7 +322,7 @@ def test_old_logprobs_from_the_fp32_sampler_equal_a_forward(tmp_path, tiny_token
     torch.testing.assert_close(old * mask, fresh * mask, rtol=1e-5, atol=1e-5)
 
     trainer.train()
-    [row] = [r for r in read_metrics(tmp_path / METRICS_FILE) if "pacs/psi_abs_max" in r]
+    [row] = [r for r in read_jsonl(tmp_path / METRICS_FILE) if "pacs/psi_abs_max" in r]
     assert row["pacs/psi_abs_max"] == 0.0  # first mini-batch: π = π_old, its r̂ from the same forward
 
     with pytest.warns(UserWarning, match="old_logprobs_from_sampler=True needs fp32"):

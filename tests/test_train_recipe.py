@@ -11,9 +11,9 @@ import torch
 from transformers import TrainerCallback
 
 from pacs_rl.algorithms import compute_policy_loss
-from pacs_rl.run_folder import METRICS_FILE
+from pacs_rl.run_folder import METRICS_FILE, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
-from pacs_rl.training.output import MetricsJsonlCallback, read_metrics
+from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from pacs_rl.training.trainer import sequence_tensors, sharding_problems
 from train_helpers import G, parity_reward, tiny_run_kwargs
@@ -64,7 +64,7 @@ def test_no_clip_moves_the_weights_by_the_whole_gradient(tmp_path, tiny_model, t
     )  # fmt: skip
     assert trainer.args.max_grad_norm == (max_grad_norm or 0.0)
     trainer.train()
-    grad_norm = read_metrics(tmp_path / METRICS_FILE)[0]["grad_norm"]
+    grad_norm = read_jsonl(tmp_path / METRICS_FILE)[0]["grad_norm"]
     after = {k: v.detach() for k, v in trainer.model.named_parameters()}
     moved = _delta_norm(after, before)
     assert grad_norm > 1e-3  # logged without a clip too
@@ -96,7 +96,7 @@ def test_a_non_finite_step_is_skipped_and_counted(tmp_path, tiny_model, tiny_tok
     inner = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
     assert {int(s["step"]) for s in inner.state.values()} == {1}  # Adam saw one step, not two
     assert trainer.num_skipped_steps == 1
-    rows = read_metrics(tmp_path / METRICS_FILE)
+    rows = read_jsonl(tmp_path / METRICS_FILE)
     assert [r["optimizer/skipped_nonfinite"] for r in rows if "loss" in r] == [1.0, 0.0]
     assert rows[0]["grad_norm"] is None  # nan, written as null
 
@@ -204,7 +204,7 @@ def test_kl_for_a_baseline_uses_trls_reference_model(tmp_path, tiny_model_dir, t
     assert loss.item() == pytest.approx(with_kl.item(), abs=1e-6)
     assert metrics["kl_mean"] > 0 and with_kl.item() > without.item()
     trainer.train()
-    assert any("grpo/kl_mean" in r for r in read_metrics(tmp_path / METRICS_FILE))
+    assert any("grpo/kl_mean" in r for r in read_jsonl(tmp_path / METRICS_FILE))
 
 
 @pytest.mark.parametrize(
@@ -321,7 +321,7 @@ def test_ppo_runs_the_authors_baseline_settings(tmp_path, tiny_model, tiny_token
     assert (inputs["ppo_advantages"][unscored] == 0).all() and (inputs["ppo_returns"][unscored] == 0).all()
     assert (inputs["ppo_advantages"][~unscored] != 0).any()
     trainer.train()
-    rows = [r for r in read_metrics(tmp_path / METRICS_FILE) if "ppo/clip_ratio_dual" in r]
+    rows = [r for r in read_jsonl(tmp_path / METRICS_FILE) if "ppo/clip_ratio_dual" in r]
     assert rows and all(math.isfinite(r["ppo/value_loss"]) for r in rows)
 
 

@@ -317,14 +317,6 @@ def test_the_setting_table_names_every_config_field_with_its_type():
     assert {k: t for k, (t, _) in GRPO_FIELDS.items() if k in own} == own
 
 
-def test_the_torch_free_names_are_the_libraries():
-    """The names training/schema.py spells without importing torch are the ones pacs_rl.algorithms defines."""
-    from pacs_rl.algorithms import LOSS_AGG_MODES, SCORE_METHODS
-    from pacs_rl.training import schema
-
-    assert schema.SCORE_METHODS == SCORE_METHODS and schema.LOSS_AGG_MODES == LOSS_AGG_MODES
-
-
 def test_the_enumerated_values_trl_fields_spells_are_the_libraries():
     """The values of transformers' and TRL's enumerated fields, spelled in training/trl_fields.py so that a value is
     checked before they load, are the installed enums and choices; the vLLM modes are the ones TRL's help names."""

@@ -77,10 +77,11 @@ def test_non_pacs_runs_are_not_checked():
         (
             "actor_rollout_ref.actor.policy_loss.pacs_beta",
             -1.0,
-            "policy_loss.pacs_beta=-1.0: β must be a positive",
+            "policy_loss.pacs_beta=-1.0: give a number > 0",
         ),
         ("actor_rollout_ref.actor.policy_loss.pacs_beta", float("inf"), "pacs_beta=inf"),
-        ("actor_rollout_ref.actor.policy_loss.pacs_beta", "abc", "pacs_beta='abc'"),
+        ("actor_rollout_ref.actor.policy_loss.pacs_beta", "abc", "pacs_beta='abc': expected float"),
+        ("actor_rollout_ref.actor.policy_loss.pacs_weighted", "yes", "pacs_weighted='yes': expected bool"),
         ("algorithm.rollout_correction.rollout_is", "token", "rollout_is=null"),
     ],
 )
@@ -371,9 +372,9 @@ def test_verls_config_class_is_generated_from_the_declaration():
         assert (fields[f.name].default, fields[f.name].metadata) == (f.default, f.metadata)
     config = generated(pacs_beta=0.5, pacs_score="dr_grpo")
     assert (config.pacs_beta, config.pacs_score, config.pacs_weighted) == (0.5, "dr_grpo", True)
-    with pytest.raises(ValueError, match=r"actor.policy_loss.pacs_beta=0: β must be a positive number"):
+    with pytest.raises(ValueError, match=r"actor.policy_loss.pacs_beta=0: give a number > 0"):
         generated(pacs_beta=0)
-    with pytest.raises(ValueError, match=r"actor.policy_loss.pacs_score='ppo': choose one of"):
+    with pytest.raises(ValueError, match=r"actor.policy_loss.pacs_score='ppo'; choose one of"):
         generated(pacs_score="ppo")
 
 

@@ -4,7 +4,7 @@ files (here only), a run's state for a rerun into it, and the held-out protocol 
 takes it.
 
     RUN/settings.json        the run's settings, its data, how held-out accuracy was measured ("heldout")
-    RUN/metrics.jsonl        one row per logged step; RUN/training_curves.png their plot
+    RUN/metrics.jsonl        one row per logged step (`read_jsonl`); RUN/training_curves.png their plot
     RUN/heldout.json         held-out accuracy before and after training
     RUN/answer_forms.json    the forms of the paid answers (rollouts, held-out)
     RUN/samples/             rollouts.jsonl, heldout_before.jsonl, heldout_after.jsonl: completions and verdicts
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,36 @@ def read_json(path: str | Path) -> dict[str, Any]:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def jsonl_lines(path: str | Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(line, row) of each line of a JSONL file of the folder (metrics.jsonl, a samples file) that holds a JSON
+    object, read as it goes; a line that does not (one cut by a kill mid-write, a blank one) is skipped, and a
+    missing or unreadable file has none. The line comes as written (without its newline), for a file rewritten
+    with some of its rows."""
+    try:
+        with Path(path).open(encoding="utf-8") as f:
+            for line in f:
+                line = line.rstrip("\n")
+                try:
+                    row = json.loads(line)
+                except ValueError:  # json.JSONDecodeError, and a blank line
+                    continue
+                if isinstance(row, dict):
+                    yield line, row
+    except OSError:
+        return
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file of the folder (`jsonl_lines`: a line that does not parse is skipped; a missing file
+    has none): a run's metrics.jsonl, its samples files."""
+    return [row for _, row in jsonl_lines(path)]
+
+
+def first_jsonl_row(path: str | Path) -> dict[str, Any]:
+    """The first row of a JSONL file of the folder (`jsonl_lines`), read alone; {} when it has none."""
+    return next((row for _, row in jsonl_lines(path)), {})
 
 
 def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:

@@ -25,12 +25,13 @@ import importlib.util
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pacs_rl.algorithms.options import LossOption
 from pacs_rl.data.prompts import INSTRUCTION
 
 
@@ -160,6 +161,52 @@ def interval(
         return above and (high is None or (v < high if open_high else v <= high))
 
     return bounded(ok, f": give {what} {span}{note}")
+
+
+def typed(kind: type, check: Check | None = None) -> Check:
+    """A value of type ``kind`` (bool, int, float or str; a float takes an int too, and a number is never a bool),
+    then ``check``: for a setting whose value arrives typed already (from Python, from verl's config) rather than
+    as text `coerce` types."""
+    plain = {float: number, int: whole}.get(kind, lambda v: isinstance(v, kind))
+
+    def check_typed(name: str, value: Any) -> str | list[str] | None:
+        if not plain(value):
+            return f"{name}={value!r}: expected {kind.__name__}"
+        return check(name, value) if check is not None else None
+
+    return check_typed
+
+
+def option_check(option: LossOption) -> Check:
+    """The check of a loss option declared as plain data (`pacs_rl.algorithms.options.LossOption`): its type, then
+    its choices, or its bounds (a finite number; an int option a whole one)."""
+    if option.choices:
+        return typed(option.type, one_of(option.choices, "choose"))
+    if option.type in (int, float):
+        bounds = {"open_low": option.open_low, "open_high": option.open_high, "note": option.note}
+        return typed(
+            option.type, interval(option.low, option.high, whole_number=option.type is int, **bounds)
+        )
+    return typed(option.type)
+
+
+def option_setting(option: LossOption) -> Any:
+    """The `setting` of a loss option declared as plain data: its default, help, check (`option_check`), choices
+    and the loss's keyword (``loss_option``) the trainer fills from it."""
+    choices = list(option.choices) or None
+    return setting(
+        option.default, option.help, check=option_check(option), choices=choices, loss_option=option.keyword
+    )
+
+
+def option_class(
+    name: str, options: Iterable[LossOption], module: str, doc: str, **dataclass_args: Any
+) -> type:
+    """A dataclass ``module.name`` of one field per loss option (`option_setting`: its type, default, help and
+    check), the declarations of the commands that take the options generated from the options' own."""
+    fields = [(o.name, o.type, option_setting(o)) for o in options]
+    namespace = {"__module__": module, "__doc__": doc}
+    return make_dataclass(name, fields, namespace=namespace, **dataclass_args)
 
 
 def problems_found(values: Any, checks: Iterable[tuple[str, Check | None]], prefix: str = "") -> list[str]:
@@ -632,6 +679,9 @@ __all__ = [
     "number",
     "one_line",
     "one_of",
+    "option_check",
+    "option_class",
+    "option_setting",
     "output_dir_problem",
     "problems_found",
     "read_assignments",
@@ -643,6 +693,7 @@ __all__ = [
     "rule",
     "setting",
     "tracker_names",
+    "typed",
     "unknown_name",
     "whole",
 ]

@@ -1,67 +1,56 @@
-"""The algorithm core of pacs-rl: pure PyTorch, no import from the rest of the package.
+"""The algorithm core of pacs-rl: pure PyTorch (and numpy); of the rest of the package it imports only
+`pacs_rl.lazy`, for its face.
 
 PACS (reward proxy, group scores, class-balance weights, BCE loss) and the baselines it is compared
-against (GRPO, Dr. GRPO, RLOO, CW-GRPO, PPO pieces), all as functions over (B, T) tensors. See
+against (GRPO, Dr. GRPO, RLOO, CW-GRPO, PPO pieces), all as functions over (B, T) tensors; the options of the
+losses declared as plain data (:mod:`.options`); the pass@k estimator (:mod:`.passk`, eq. 10). See
 docs/ALGORITHMS.md for the equations and conventions.
+
+Names load on first use, and the first one loads every loss (each fills the registry as it loads), so that
+the modules without torch (:mod:`.options`, read by the commands before torch loads, and :mod:`.passk`) can be
+imported on their own: ``from pacs_rl.algorithms.options import PACS_OPTIONS``.
 """
 
-from .baselines import (
-    LOSS_AGG_MODES,
-    aggregate_token_loss,
-    clipped_surrogate,
-    compute_gae,
-    covariance_weights,
-    cw_grpo_loss,
-    dr_grpo_loss,
-    grpo_loss,
-    k3_kl,
-    outcome_token_rewards,
-    ppo_policy_loss,
-    ppo_value_loss,
-    rloo_loss,
-)
-from .masked import finite_groups, masked_mean, masked_sum, masked_var, masked_whiten
-from .pacs import SCORE_METHODS, class_balance_weights, group_auc, group_scores, pacs_loss, reward_proxy
-from .registry import (
-    CRITIC_LOSSES,
-    LOSS_LABELS,
-    POLICY_LOSSES,
-    compute_policy_loss,
-    loss_names,
-    policy_loss_options,
-    register_policy_loss,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CRITIC_LOSSES",
-    "LOSS_AGG_MODES",
-    "LOSS_LABELS",
-    "POLICY_LOSSES",
-    "SCORE_METHODS",
-    "aggregate_token_loss",
-    "class_balance_weights",
-    "clipped_surrogate",
-    "compute_gae",
-    "compute_policy_loss",
-    "covariance_weights",
-    "cw_grpo_loss",
-    "dr_grpo_loss",
-    "finite_groups",
-    "group_auc",
-    "group_scores",
-    "grpo_loss",
-    "k3_kl",
-    "loss_names",
-    "masked_mean",
-    "masked_sum",
-    "masked_var",
-    "masked_whiten",
-    "outcome_token_rewards",
-    "pacs_loss",
-    "policy_loss_options",
-    "ppo_policy_loss",
-    "ppo_value_loss",
-    "register_policy_loss",
-    "reward_proxy",
-    "rloo_loss",
-]
+from pacs_rl.lazy import lazy_face
+
+_EXPORTS = {
+    "LOSS_AGG_MODES": "options",
+    "PACS_OPTIONS": "options",
+    "SCORE_METHODS": "options",
+    "LossOption": "options",
+    "aggregate_token_loss": "baselines",
+    "clipped_surrogate": "baselines",
+    "compute_gae": "baselines",
+    "covariance_weights": "baselines",
+    "cw_grpo_loss": "baselines",
+    "dr_grpo_loss": "baselines",
+    "grpo_loss": "baselines",
+    "k3_kl": "baselines",
+    "outcome_token_rewards": "baselines",
+    "ppo_policy_loss": "baselines",
+    "ppo_value_loss": "baselines",
+    "rloo_loss": "baselines",
+    "finite_groups": "masked",
+    "masked_mean": "masked",
+    "masked_sum": "masked",
+    "masked_var": "masked",
+    "masked_whiten": "masked",
+    "class_balance_weights": "pacs",
+    "group_auc": "pacs",
+    "group_scores": "pacs",
+    "pacs_loss": "pacs",
+    "reward_proxy": "pacs",
+    "mean_pass_at_k": "passk",
+    "pass_at_k": "passk",
+    "CRITIC_LOSSES": "registry",
+    "LOSS_LABELS": "registry",
+    "POLICY_LOSSES": "registry",
+    "compute_policy_loss": "registry",
+    "loss_names": "registry",
+    "policy_loss_options": "registry",
+    "register_policy_loss": "registry",
+}
+
+__getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS, load_first=("baselines", "pacs"))

@@ -36,11 +36,11 @@ from .masked import (
     masked_sum,
     masked_var,
 )
+from .options import LOSS_AGG_MODES
 from .pacs import group_scores
 from .registry import register_policy_loss
 
 __all__ = [
-    "LOSS_AGG_MODES",
     "aggregate_token_loss",
     "clipped_surrogate",
     "compute_gae",
@@ -59,9 +59,6 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------
 # building blocks
 # ----------------------------------------------------------------------------------------------------
-
-
-LOSS_AGG_MODES = ("seq-mean-token-mean", "seq-mean-token-sum-norm", "token-mean")
 
 
 def aggregate_token_loss(token_loss: Tensor, mask: Tensor, mode: str, norm: int | None = None) -> Tensor:

@@ -15,18 +15,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .masked import check_finite, check_groups, check_rewards, check_token_tensors, masked_sum
+from .options import SCORE_METHODS
 from .registry import register_policy_loss
 
 __all__ = [
-    "SCORE_METHODS",
     "class_balance_weights",
     "group_auc",
     "group_scores",
     "pacs_loss",
     "reward_proxy",
 ]
-
-SCORE_METHODS = ("rloo", "grpo", "dr_grpo")  # how ψ is formed from a group's r̂ (and a baseline's advantage)
 
 
 def reward_proxy(logp: Tensor, ref_logp: Tensor, mask: Tensor, beta: float = 1.0) -> Tensor:

@@ -14,9 +14,12 @@ compare` folder was clipped at 1.0 (the CPU default's clip), as ``pacs_clip`` is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pacs_rl.settings import SettingsError
+from pacs_rl.training.checks import config_problems, read_settings, split_typed
 from pacs_rl.training.schema import loss_type_names
 
 
@@ -68,6 +71,22 @@ def method_names() -> list[str]:
 def method_overrides(method: str) -> dict[str, Any]:
     """The config overrides of ``method`` (a copy; a registered loss outside the table: its loss_type alone)."""
     return dict(METHODS[method].overrides) if method in METHODS else {"loss_type": method}
+
+
+def variant_overrides(method: str, values: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The config overrides of a variant of ``method`` (``pacs[pacs_beta=0.5]``: ``values`` {"pacs_beta": 0.5} over
+    the method's own), each setting read and checked as `pacs-rl train` reads and checks it (training/checks.py): its
+    name known (close matches named), its value typed and checked by its declaration (training/schema.py; a PACS
+    option's is beside the loss, algorithms/options.py). Raises SettingsError naming ``where`` and the setting."""
+    overrides = {**method_overrides(method), **read_settings(values, where)}
+    try:
+        _, config = split_typed(overrides)  # a run key's own check runs here
+    except SettingsError as e:
+        raise SettingsError(f"{where}: {e}") from None
+    problems = config_problems(config, installed=False)
+    if problems:
+        raise SettingsError(f"{where}: {'; '.join(problems)}")
+    return overrides
 
 
 def method_label(method: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from pacs_rl.algorithms.passk import mean_pass_at_k
 from pacs_rl.compare.methods import method_label
 from pacs_rl.compare.plan import (
     TRAIN_DONE_FILE,
@@ -30,10 +31,9 @@ from pacs_rl.compare.plan import (
     sweep_table,
 )
 from pacs_rl.compare.stats import mean_se, sign_flip_test, wilcoxon_p
-from pacs_rl.evaluation.passk import mean_pass_at_k
 from pacs_rl.evaluation.report import rank_marks
 from pacs_rl.evaluation.samples import count_correct, read_samples
-from pacs_rl.run_folder import EVAL_METRICS_FILE, EVAL_SAMPLES_FILE, METRICS_FILE
+from pacs_rl.run_folder import EVAL_METRICS_FILE, EVAL_SAMPLES_FILE, METRICS_FILE, read_jsonl
 
 # metrics.jsonl keys for the Figure-4 panels: (title, candidate keys in order of preference)
 DYNAMICS = [
@@ -185,15 +185,6 @@ def plot_passk_curves(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def read_run_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The rows of a training run's metrics.jsonl; [] when there is none."""
-    # pacs_rl.training.output imports transformers: loaded only when a report reads training logs.
-    from pacs_rl.training.output import read_metrics
-
-    path = run_dir / METRICS_FILE
-    return read_metrics(path) if path.is_file() else []
 
 
 def _series(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[str | None, dict[int, float]]:
@@ -378,7 +369,7 @@ def run_warnings(out: Path, plan: list[RunSpec], labels: dict[str, str], data: d
     problem."""
     lines = []
     for s in plan:
-        rows = read_run_metrics(out / s.folder)
+        rows = read_jsonl(out / s.folder / METRICS_FILE)
         rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None]
         mixed = [float(r["groups/mixed_frac"]) for r in rows if r.get("groups/mixed_frac") is not None]
         name = f"{labels[s.variant]} seed {s.seed}"
@@ -558,7 +549,7 @@ def training_logs(
     """Per row label, the metrics.jsonl rows of each of its training runs that logged any."""
     logs: dict[str, list[list[dict[str, Any]]]] = {}
     for s in plan:
-        rows = read_run_metrics(out / s.folder)
+        rows = read_jsonl(out / s.folder / METRICS_FILE)
         if rows:
             logs.setdefault(labels[s.variant], []).append(rows)
     return logs

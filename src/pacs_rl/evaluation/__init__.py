@@ -25,8 +25,8 @@ _EXPORTS = {
     "rank_marks": "pacs_rl.evaluation.report",
     "results_table": "pacs_rl.evaluation.report",
     "write_report": "pacs_rl.evaluation.report",
-    "pass_at_k": "pacs_rl.evaluation.passk",
-    "mean_pass_at_k": "pacs_rl.evaluation.passk",
+    "pass_at_k": "pacs_rl.algorithms.passk",
+    "mean_pass_at_k": "pacs_rl.algorithms.passk",
 }
 
 __getattr__, __dir__, __all__ = lazy_face(__name__, _EXPORTS)

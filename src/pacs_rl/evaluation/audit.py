@@ -43,6 +43,7 @@ from pacs_rl.run_folder import (
     SAMPLES_DIR,
     SETTINGS_FILE,
     TRAINING_SAMPLES_FILES,
+    first_jsonl_row,
 )
 
 # where a training run names its grader, first found wins: file -> paths of keys in it
@@ -310,7 +311,7 @@ def _ks(sf: SamplesFile, fewest: int) -> list[int]:
 def _pass_at_k(sf: SamplesFile, rows: list[dict[str, Any]], now: list[float]) -> dict[str, Any] | None:
     """pass@k of an eval folder's samples as recorded and under the new grader, for the ks every problem has
     enough samples for (the run's own ks, from metrics.json, else powers of two)."""
-    from pacs_rl.evaluation.passk import mean_pass_at_k  # numpy: `pacs-rl --help` imports this module
+    from pacs_rl.algorithms.passk import mean_pass_at_k  # numpy: `pacs-rl --help` imports this module
 
     by_problem: dict[str, list[tuple[float, float]]] = {}
     for r, score in zip(rows, now, strict=True):
@@ -638,7 +639,7 @@ def dry_run_lines(
     lookup = Questions(questions)
     for sf, g in planned:
         recorded = sf.recorded_grader or "not named"
-        has_question = isinstance(_first_row(sf.path).get("problem"), str)
+        has_question = isinstance(first_jsonl_row(sf.path).get("problem"), str)
         where = "in the rows" if has_question else f"from {lookup.source(sf)}"
         lines.append(
             f"  {sf.path}: {sf.what}, {count_lines(sf.path)} rows; recorded grader {recorded} -> {g}; questions {where}"
@@ -646,18 +647,6 @@ def dry_run_lines(
     if json_path is not None:
         lines.append(f"  would write {json_path}")
     return lines
-
-
-def _first_row(path: Path) -> dict[str, Any]:
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    return {}
-                return row if isinstance(row, dict) else {}
-    return {}
 
 
 def default_json_path(paths: list[str | Path]) -> Path:

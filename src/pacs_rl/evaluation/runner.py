@@ -334,7 +334,7 @@ def compute_metrics(
 ) -> tuple[dict[str, float], list[int]]:
     """pass@k (eq. 10) over ``problem_ids`` from their first ``n`` samples. Returns pass@k by k (as
     str keys, for JSON) and the number of correct samples per problem."""
-    from pacs_rl.evaluation.passk import mean_pass_at_k  # numpy: kept out of the command's start
+    from pacs_rl.algorithms.passk import mean_pass_at_k  # numpy: kept out of the command's start
 
     counts = count_correct(rows, n)
     missing = [pid for pid in problem_ids if pid not in counts or counts[pid].samples != n]

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pacs_rl.algorithms.options import PACS_OPTIONS
 from pacs_rl.data.procedural import parse_query
 from pacs_rl.data.prompts import INSTRUCTION, user_turn
 from pacs_rl.models import BUNDLED_MODELS, TINY_MODEL
@@ -31,6 +32,7 @@ from pacs_rl.run_folder import (
     SETTINGS_FILE,
     TRAINING_SAMPLES_FILES,
     ProtocolUnknown,
+    first_jsonl_row,
     read_json,
     recorded_protocol,
 )
@@ -80,23 +82,9 @@ GRADERS = {
 KEY_SETTINGS = (
     "loss_type", "max_steps", "learning_rate", "lr_scheduler_type", "num_generations", "per_device_train_batch_size",
     "gradient_accumulation_steps", "mini_batches_per_rollout", "generation_batch_size", "max_completion_length",
-    "temperature", "top_p", "max_grad_norm", "weight_decay", "beta", "pacs_beta", "pacs_score", "pacs_weighted",
-    "reference", "bf16", "seed",
+    "temperature", "top_p", "max_grad_norm", "weight_decay", "beta", *(o.name for o in PACS_OPTIONS), "reference",
+    "bf16", "seed",
 )  # fmt: skip
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return rows
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 def base_model_text(model: str) -> tuple[str, str | None]:
@@ -164,9 +152,9 @@ def _heldout_text(protocol: dict[str, Any]) -> str:
 def _question(out: Path, run: dict[str, Any]) -> str:
     """A question of the run's own task for the quick start: the first held-out problem, else a training one."""
     for name in TRAINING_SAMPLES_FILES:
-        for row in _rows(out / SAMPLES_DIR / name)[:1]:
-            if row.get("problem"):
-                return str(row["problem"])
+        first = first_jsonl_row(out / SAMPLES_DIR / name)
+        if first.get("problem"):
+            return str(first["problem"])
     return "What is 47 + 8?" if arithmetic_task(run) else "What is the sum of the first 10 positive integers?"
 
 

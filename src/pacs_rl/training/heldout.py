@@ -37,8 +37,8 @@ from accelerate import PartialState
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 
+from pacs_rl.algorithms.passk import pass_at_k
 from pacs_rl.data import encode_prompts
-from pacs_rl.evaluation.passk import pass_at_k
 from pacs_rl.progress import advancing
 from pacs_rl.rewards import make_math_reward_func, math_reward_func
 from pacs_rl.rewards.cutoff import is_cut_off

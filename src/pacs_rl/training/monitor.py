@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from pacs_rl.rewards.answers import TRUSTED_FORMS
-from pacs_rl.run_folder import FORMS_FILE, ROLLOUTS_FILE, SAMPLES_DIR
+from pacs_rl.run_folder import FORMS_FILE, ROLLOUTS_FILE, SAMPLES_DIR, jsonl_lines
 
 # the forms of a paid answer, most trusted first (pacs_rl.rewards.answers.FORMS but "none", which is never paid)
 PAID_FORMS = ("plain", "no_box", "truncated", "several", "expression", "restated")
@@ -106,11 +106,7 @@ class AnswerMonitor:
         if not self.write or path is None or not path.is_file():
             return
         kept = []
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+        for line, row in jsonl_lines(path):
             if row.get("step", step + 1) <= step:
                 kept.append(line)
                 self._count(row)

@@ -1,7 +1,8 @@
 """What a training run writes and shows: its metrics file, its progress bars, the stop at a step's end, the
 library chatter it filters out, and its training-curves plot.
 
-- ``metrics.jsonl`` (`MetricsJsonlCallback`, `read_metrics`): one JSON row per logged optimizer step;
+- ``metrics.jsonl`` (`MetricsJsonlCallback`; read with `pacs_rl.run_folder.read_jsonl`): one JSON row per logged
+  optimizer step;
 - the progress bar (`progress_bar`, `RichProgressCallback`): one bar for training, one per held-out pass, and the
   reward-hacking monitor's notes (pacs_rl.training.monitor.form_warnings) above it;
 - `StopAtStepEnd`: Ctrl-C stops at the end of the step in progress, with a checkpoint;
@@ -34,7 +35,7 @@ from transformers.utils import logging as hf_logging
 
 from pacs_rl.progress import progress_bar
 from pacs_rl.rewards.answers import TRUSTED_FORMS
-from pacs_rl.run_folder import METRICS_FILE
+from pacs_rl.run_folder import METRICS_FILE, jsonl_lines, read_jsonl
 from pacs_rl.training.monitor import METRIC_PREFIX, PAID_FORMS, form_warnings
 
 _MISSING = "There were missing keys in the checkpoint model loaded:"
@@ -55,7 +56,7 @@ class MetricsJsonlCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         path = self.path(args)
         if state.is_world_process_zero and path.is_file():
-            kept = [line for line in path.read_text().splitlines() if _row_step(line) <= state.global_step]
+            kept = [line for line, row in jsonl_lines(path) if row.get("step", math.inf) <= state.global_step]
             path.write_text("".join(line + "\n" for line in kept))
         return control
 
@@ -78,30 +79,12 @@ class MetricsJsonlCallback(TrainerCallback):
         return control
 
 
-def _row_step(line: str) -> float:
-    try:
-        return json.loads(line).get("step", math.inf)
-    except json.JSONDecodeError:  # a line cut by a kill: drop it
-        return math.inf
-
-
 def _jsonable(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
     if hasattr(v, "item"):
         return v.item()
     return v
-
-
-def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """Rows of a metrics.jsonl, skipping lines that do not parse (a run killed mid-write)."""
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
 
 
 class RichProgressCallback(TrainerCallback):
@@ -265,7 +248,7 @@ def plot_curves(metrics_path: str | Path, png_path: str | Path, title: str = "")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(metrics_path)
+    rows = read_jsonl(metrics_path)
     curves = [
         (keys, label) for keys, label in CURVES if any(r.get(k) is not None for r in rows for k in keys)
     ]

@@ -54,6 +54,7 @@ from pacs_rl.run_folder import (
     heldout_protocol,
     last_complete_checkpoint,
     read_json,
+    read_jsonl,
 )
 from pacs_rl.settings import SettingsError
 from pacs_rl.training.batch import batch_note
@@ -69,7 +70,6 @@ from pacs_rl.training.output import (
     StopAtStepEnd,
     expect_tied_missing_keys,
     plot_curves,
-    read_metrics,
 )
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
 from pacs_rl.training.schema import RunSettings
@@ -627,7 +627,7 @@ def _result(settings: RunSettings, config: PACSConfig, out: Path, **values: Any)
     forms = json.loads((out / FORMS_FILE).read_text()) if (out / FORMS_FILE).is_file() else {}
     clipped = [
         row["completions/clipped_ratio"]
-        for row in (read_metrics(out / METRICS_FILE) if (out / METRICS_FILE).is_file() else [])
+        for row in read_jsonl(out / METRICS_FILE)
         if row.get("completions/clipped_ratio") is not None
     ]
     values.setdefault("first_step", values["global_step"])  # a finished run: nothing trained by this call

@@ -5,7 +5,9 @@ check that needs neither torch nor TRL. Everything else is read from these decla
 - `RunSettings`: what a run trains on and reports (the data and prompt settings are
   `pacs_rl.settings.DataSettings`, shared with `pacs-rl eval` and `compare`);
 - `PACSFields`: the fields PACS adds to TRL's `GRPOConfig` (and the TRL defaults it changes); `PACSConfig` is
-  these fields over `GRPOConfig` (training/config.py), so the config class cannot drift from them;
+  these fields over `GRPOConfig` (training/config.py), so the config class cannot drift from them. The PACS loss's
+  options (pacs_beta, ...) are declared beside the loss, `pacs_rl.algorithms.options.PACS_OPTIONS`, and their fields
+  generated from there (`PACSOptionFields`, which PACSFields extends);
 - `CriticFields`: the critic's fields, which `PPOConfig` adds;
 - TRL's own fields, with their types and how the trainer treats each, are one table in `trl_fields.py`.
 
@@ -15,7 +17,7 @@ and the config class; ``loss_option`` names the loss's keyword the trainer fills
 TRL's ``--name value``) and `--list-keys` are derived from the declarations. `CPU_DEFAULTS` is the config of the
 CPU default run (configs/cpu_default.yaml, checked against it).
 
-Adding a PACS option: a field in `PACSFields` with ``loss_option`` set, and the keyword in the loss
+Adding a PACS option: a `LossOption` in `PACS_OPTIONS` (pacs_rl/algorithms/options.py) and the keyword in the loss
 (pacs_rl/algorithms/pacs.py). Nothing else names it (tests/test_adding_an_option.py).
 """
 
@@ -28,14 +30,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pacs_rl.algorithms.options import LOSS_AGG_MODES, PACS_OPTIONS
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader, reward_spec_problem, split_reward_specs
 from pacs_rl.run_folder import resolved_grader
-from pacs_rl.settings import DataSettings, SettingsError, declared, declared_problems, interval, setting
+from pacs_rl.settings import (
+    DataSettings,
+    SettingsError,
+    declared,
+    declared_problems,
+    interval,
+    option_class,
+    setting,
+    typed,
+)
 from pacs_rl.settings import at_least as _at_least  # the names the declarations below are written with
-from pacs_rl.settings import bounded as _bounded
-from pacs_rl.settings import number as _number
 from pacs_rl.settings import one_of as _one_of
-from pacs_rl.settings import rule as _rule
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
 # The names pacs_rl.algorithms registers, spelled here so that a name is checked without importing torch (the
@@ -43,8 +52,6 @@ from pacs_rl.training.trl_fields import GRPO_FIELDS
 LOSS_TYPES = ("pacs", "grpo", "dr_grpo", "rloo", "cw_grpo", "ppo")
 CRITIC_LOSS_TYPES = ("ppo",)  # served by PPOConfig, whose own fields (CriticFields) apply to it alone
 POLICY_LOSS_TYPES = tuple(t for t in LOSS_TYPES if t not in CRITIC_LOSS_TYPES)
-SCORE_METHODS = ("rloo", "grpo", "dr_grpo")  # pacs_rl.algorithms.SCORE_METHODS
-LOSS_AGG_MODES = ("seq-mean-token-mean", "seq-mean-token-sum-norm", "token-mean")  # algorithms.LOSS_AGG_MODES
 REFERENCES = ("old", "frozen")
 LOGPROB_IMPLS = ("auto", "trl", "logits")
 MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -125,13 +132,13 @@ class RunSettings(DataSettings):
     eval_temperature: float = setting(
         0.0,
         "Held-out sampling temperature (0 = greedy).",
-        check=_rule(lambda v: _number(v) and v >= 0, ": give a number >= 0 (0 = greedy)"),
+        check=typed(float, interval(0, note=" (0 = greedy)")),
     )
     eval_top_p: float = setting(
         1.0,
         "Held-out nucleus sampling (top-p) with eval_temperature > 0, for the before/after accuracy and "
         "the eval_steps evaluation (the paper: 0.95); greedy ignores it.",
-        check=_rule(lambda v: _number(v) and 0 < v <= 1, ": give a number in (0, 1] (1 = no nucleus cut)"),
+        check=typed(float, interval(0, 1, open_low=True, note=" (1 = no nucleus cut)")),
     )
     eval_max_new_tokens: int | None = setting(
         None,
@@ -161,7 +168,8 @@ class RunSettings(DataSettings):
         "Dtype the weights load in: auto (float32; bfloat16/float16 under DeepSpeed or FSDP training in "
         "bf16/fp16, which keep fp32 master weights) | float32 | bfloat16 | float16. bf16 autocast is the "
         "config's `bf16`.",
-        check=_rule(lambda v: v in MODEL_DTYPES, f": choose one of {list(MODEL_DTYPES)}"),
+        check=_one_of(MODEL_DTYPES, "choose"),
+        choices=list(MODEL_DTYPES),
     )
     use_lora: bool = setting(False, "Train a LoRA adapter (peft) instead of all weights.")
     lora_r: int = setting(16, "LoRA rank.", check=_at_least(1))
@@ -215,8 +223,22 @@ class RunSettings(DataSettings):
 
 
 # ---------------------------------------------------------------------------------------------------- config
+# The options of the PACS loss, one field each, generated from their declaration beside the loss
+# (pacs_rl/algorithms/options.py: name, type, default, check, help and the loss's keyword).
+PACSOptionFields = option_class(
+    "PACSOptionFields",
+    PACS_OPTIONS,
+    __name__,
+    "The options of the PACS loss as config fields (pacs_rl.algorithms.options.PACS_OPTIONS), each filling the "
+    "loss's keyword of its declaration.",
+    init=False,
+    repr=False,
+    eq=False,
+)
+
+
 @dataclass(init=False, repr=False, eq=False)  # a declaration: PACSConfig builds the methods
-class PACSFields:
+class PACSFields(PACSOptionFields):
     """The fields `PACSConfig` adds to TRL's `GRPOConfig`, and the GRPOConfig defaults it changes. TRL's KL
     coefficient `beta` stays 0 for PACS (the paper uses no KL term; PACS's β is `pacs_beta`); for the group
     baselines it is their KL coefficient, with TRL's reference model."""
@@ -235,33 +257,12 @@ class PACSFields:
         None,
         "Extra keyword options passed to the loss (pacs_rl.algorithms.policy_loss_options(loss_type) lists "
         "them), e.g. {'loss_agg_mode': 'seq-mean-token-sum-norm', 'clip_ratio_c': 3.0} for the PACS authors' "
-        "GRPO. The PACS options have their own fields (pacs_beta, pacs_score, pacs_weighted); the clipped losses "
-        "get clip_eps / clip_eps_high from `epsilon` / `epsilon_high` and max_completion_length from the field of "
+        f"GRPO. The PACS options have their own fields ({', '.join(o.name for o in PACS_OPTIONS)}); the clipped "
+        "losses get clip_eps / clip_eps_high from `epsilon` / `epsilon_high` and max_completion_length from the field of "
         "that name unless set here. A baseline's KL term is TRL's `beta` (not an option here).",
     )
 
-    # ---- PACS -------------------------------------------------------------------------------------------
-    pacs_beta: float = setting(
-        1.0,
-        "β of the PACS reward proxy r̂ = β·Σ_t (log π_θ − log π_ref) (paper eq. 8). Distinct from TRL's "
-        "KL coefficient `beta`, which stays 0.",
-        check=interval(0, open_low=True, note=" (β scales the reward proxy; 0 or less zeroes or flips it)"),
-        loss_option="beta",
-    )
-    pacs_score: str = setting(
-        "rloo",
-        "How ψ is formed from the r̂ of a group: 'rloo' (default, eq. 7: r̂_i minus the mean of the others), "
-        "'grpo' (standardised within the group), 'dr_grpo' (minus the group mean).",
-        check=_one_of(SCORE_METHODS),
-        choices=list(SCORE_METHODS),
-        loss_option="score",
-    )
-    pacs_weighted: bool = setting(
-        True,
-        "Class-imbalance weights (paper §3.4.2): in a group with both labels, a completion of label y "
-        "gets weight G / (2·count(y)); single-label groups keep weight 1. False sets every weight to 1.",
-        loss_option="weighted",
-    )
+    # ---- PACS (its loss's options are PACSOptionFields', above) -----------------------------------------
     reference: str = setting(
         "old",
         "π_ref of the reward proxy. 'old' (default, the authors' code): the policy that generated the "
@@ -275,7 +276,7 @@ class PACSFields:
         0,
         "With reference='frozen': copy the current policy into the reference every this many optimizer "
         "steps (0 = never). Must be a multiple of mini_batches_per_rollout so a reset falls between rollouts.",
-        check=_bounded(lambda v: v >= 0, "; it must be >= 0 (0 = never reset)."),
+        check=_at_least(0, " (0 = never reset)"),
     )
     reset_optimizer: bool = setting(
         False,
@@ -287,7 +288,7 @@ class PACSFields:
         "Optimizer steps taken on each rollout batch (4 in the paper). Sets TRL's steps_per_generation = "
         "mini_batches_per_rollout × gradient_accumulation_steps. Default: 4, or derived from "
         "steps_per_generation / generation_batch_size when you set one of those instead.",
-        check=_bounded(lambda v: v >= 1, "; it must be >= 1."),
+        check=_at_least(1, ", or null (4, or derived from steps_per_generation)", null=True),
     )
     skip_no_signal_steps: bool = setting(
         True,
@@ -349,9 +350,7 @@ class PACSFields:
         "With dynamic_sampling: the most rollout batches sampled for one, the first included (verl's "
         "max_num_gen_batches, which also counts the first; there 0 means no limit, here a cap is required). "
         "Each round costs one rollout's sampling and grading.",
-        check=_bounded(
-            lambda v: v >= 1 and v == int(v), "; give a whole number >= 1 (1: no further sampling)."
-        ),
+        check=_at_least(1, " (1: no further sampling)"),
     )
 
     logprob_impl: str = setting(
@@ -381,7 +380,7 @@ class PACSFields:
         "budget instead of the micro-batch, and the padding to the batch's longest completion left out. "
         "One process, the 'logits' log-prob path, no DeepSpeed/FSDP/activation checkpointing (otherwise "
         "ignored with a warning). None: one forward and backward per micro-batch (TRL's way).",
-        check=_bounded(lambda v: v >= 1, "; use a positive number of tokens, or None."),
+        check=_at_least(1, " tokens, or null (one forward and backward per micro-batch)", null=True),
     )
 
     # ---- defaults that differ from GRPOConfig -----------------------------------------------------------
@@ -391,7 +390,7 @@ class PACSFields:
         "PACS authors' actor (configs/paper_*.yaml); the norm is still computed and logged as grad_norm. "
         "Whatever the clip, a step whose gradient norm is not finite is skipped (the weights and optimizer "
         "state stay as they were) and counted in optimizer/skipped_nonfinite.",
-        check=_bounded(lambda v: v >= 0, "; give a norm > 0, or 0 / None for no clipping."),
+        check=interval(0, note=" (0 or null: no clipping)"),
     )
     vllm_importance_sampling_correction: bool | None = setting(
         None,
@@ -436,13 +435,13 @@ class CriticFields:
     critic_learning_rate: float = setting(
         1e-5,
         "Learning rate of the critic's AdamW (1e-5 in the paper, Appendix B.2; actor 1e-6).",
-        check=_bounded(lambda v: v > 0, " must be > 0 (1e-5 in the paper)."),
+        check=interval(0, open_low=True, note=" (1e-5 in the paper)"),
     )
     critic_max_grad_norm: float | None = setting(
         None,
         "Gradient-norm clip of the critic; default: the policy's max_grad_norm. 0 disables it (the norm is "
         "still logged). A critic step whose gradient norm is not finite is skipped and counted, as verl does.",
-        check=_bounded(lambda v: v >= 0, " must be >= 0 (0 disables)."),
+        check=interval(0, note=" (0 disables the clip; null: the policy's max_grad_norm)"),
     )
     critic_loss_agg_mode: str = setting(
         "token-mean",
@@ -457,25 +456,25 @@ class CriticFields:
         "For the first this many optimizer steps only the critic trains: the policy gets no gradient and "
         "its optimizer skips it (weights and Adam state untouched). The steps count towards max_steps and the "
         "policy's learning-rate schedule.",
-        check=_bounded(lambda v: v >= 0, " must be >= 0."),
+        check=_at_least(0),
     )
     gae_gamma: float = setting(
         1.0,
         "Discount γ of GAE over response tokens. 1.0 (default, verl's too): the outcome reward is not "
         "discounted, so every token's return is the reward itself.",
-        check=_bounded(lambda v: 0 <= v <= 1, " must be in [0, 1]; 1.0 is the default for outcome rewards."),
+        check=interval(0, 1, note=" (1.0 is the default for outcome rewards)"),
     )
     gae_lambda: float = setting(
         1.0,
         "λ of GAE. 1.0 (default): A_t = R − V(s_t), unbiased Monte-Carlo advantages with the critic as "
         "baseline; smaller values trade bias from the critic for lower variance.",
-        check=_bounded(lambda v: 0 <= v <= 1, " must be in [0, 1]; 1.0 is the default for outcome rewards."),
+        check=interval(0, 1, note=" (1.0 is the default for outcome rewards)"),
     )
     value_clip_eps: float = setting(
         0.5,
         "Clip range of the value loss: V may move at most this far from the rollout-time value before its "
         "error stops counting down (0.5 as in verl's cliprange_value). Use a large value to disable.",
-        check=_bounded(lambda v: v > 0, " must be > 0 (e.g. 0.5; a large value disables the clip)."),
+        check=interval(0, open_low=True, note=" (e.g. 0.5; a large value disables the clip)"),
     )
     whiten_advantages: bool = setting(
         True,

@@ -129,7 +129,7 @@ GRPO_FIELDS: dict[str, tuple[str, FieldRule]] = {
     "per_device_train_batch_size": ("int", _h("sequences per micro-batch per process; a multiple of num_generations", _COUNT)),
     "num_train_epochs": ("float", _TRAINER.checked(_POSITIVE)),
     "max_steps": ("int", _h("optimizer steps (TRL counts mini-batches, verl counts rollout batches)", _MAX_STEPS)),
-    "learning_rate": ("float", _OPTIM.checked(_NON_NEGATIVE)),
+    "learning_rate": ("float", _OPTIM.checked(interval(0, open_low=True, note=" (0 trains nothing)"))),
     "lr_scheduler_type": ("SchedulerType | str", _OPTIM.checked(one_of(SCHEDULER_TYPES))),
     "lr_scheduler_kwargs": ("dict | str | None", _OPTIM),
     "warmup_steps": ("float", _OPTIM.checked(interval(0, note=" (below 1: a fraction of the steps)"))),

@@ -35,6 +35,7 @@ from pacs_rl.run_folder import (  # noqa: E402
     FINISHED_FILE,
     HELDOUT_SEED,
     METRICS_FILE,
+    read_jsonl,
 )
 from pacs_rl.training.checks import split_settings  # noqa: E402
 from pacs_rl.training.schema import default_settings  # noqa: E402
@@ -147,9 +148,7 @@ def dynamics(metrics_file: Path, loss_type: str = "pacs", max_grad_norm: float |
     """Per-step curves (CURVES; the loss's ratio clip fraction, ``<loss_type>/clip_ratio_region``, where it logs one;
     whether the gradient clip acted; the dynamic-sampling figures when the run sampled so) and first/last summaries
     from a run's metrics.jsonl (a line cut mid-write is skipped, as everywhere the file is read)."""
-    from pacs_rl.training.output import read_metrics
-
-    rows = [r for r in read_metrics(metrics_file) if "step" in r and "loss" in r]
+    rows = [r for r in read_jsonl(metrics_file) if "step" in r and "loss" in r]
     curves = {name: _curve(rows, key) for key, name in CURVES.items()}
     ratio = f"{loss_type}/clip_ratio_region"  # the baselines' share of tokens whose ratio the clip held
     if any(ratio in r for r in rows):

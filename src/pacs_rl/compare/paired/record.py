@@ -23,9 +23,18 @@ from typing import Any
 import yaml
 
 from pacs_rl.compare import stats
-from pacs_rl.compare.methods import METHODS
+from pacs_rl.compare.methods import METHODS, variant_overrides
 from pacs_rl.compare.plan import CompareError
-from pacs_rl.settings import at_least, declared_problems, interval, one_of, rule, setting, whole
+from pacs_rl.settings import (
+    SettingsError,
+    at_least,
+    declared_problems,
+    interval,
+    one_of,
+    rule,
+    setting,
+    whole,
+)
 from pacs_rl.training.schema import PACSFields, default_settings
 
 WHAT = (
@@ -174,19 +183,23 @@ def paired_interval(diffs: list[float], target: float | None = TARGET) -> dict:
 
 def parse_method(spec: str) -> dict:
     """The config overrides of a method: a name of METHODS, or a variant ``name[key=value,...]`` of one
-    (``pacs[reference=frozen,ref_reset_steps=8]``; values read as YAML)."""
+    (``pacs[reference=frozen,ref_reset_steps=8]``; values read as YAML, then typed and checked as `pacs-rl train`
+    checks them: `pacs_rl.compare.methods.variant_overrides`)."""
     name, _, rest = spec.partition("[")
     if name not in METHODS or (rest and not rest.endswith("]")):
         raise CompareError(
             f"--methods {spec!r}: give one of {', '.join(METHODS)}, or a variant like pacs[pacs_beta=0.5]"
         )
-    overrides = dict(METHODS[name].overrides)
+    values = {}
     for item in filter(None, rest[:-1].split(",")):
         key, eq, value = item.partition("=")
         if not eq:
             raise CompareError(f"--methods {spec!r}: {item!r} is not key=value")
-        overrides[key.strip()] = yaml.safe_load(value)
-    return overrides
+        values[key.strip()] = yaml.safe_load(value)
+    try:
+        return variant_overrides(name, values, f"--methods {spec!r}")
+    except SettingsError as e:
+        raise CompareError(str(e)) from None
 
 
 def protocol(

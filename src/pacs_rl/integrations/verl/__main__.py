@@ -17,6 +17,7 @@ from verl.trainer import main_ppo
 
 from . import core
 from .guard import VerlConfigError, check_verl_config, data_parallel_size
+from .options import loss_settings
 
 
 def main() -> None:
@@ -33,11 +34,11 @@ def main() -> None:
         if os.environ.get("PACS_VERL_CHECK_ONLY", "") not in ("", "0"):
             actor = config.actor_rollout_ref.actor
             loss = actor.policy_loss
+            pacs = " ".join(f"{name}={value}" for name, value in loss_settings(loss).items())
             print(
                 "pacs-rl verl config OK: "
-                f"adv_estimator={config.algorithm.adv_estimator} loss_mode={loss.loss_mode} "
-                f"beta={loss.get('pacs_beta', 1.0)} score={loss.get('pacs_score', 'rloo')} "
-                f"weighted={loss.get('pacs_weighted', True)} n={config.actor_rollout_ref.rollout.n} "
+                f"adv_estimator={config.algorithm.adv_estimator} loss_mode={loss.loss_mode} {pacs} "
+                f"n={config.actor_rollout_ref.rollout.n} "
                 f"dp={data_parallel_size(config)} mini={actor.ppo_mini_batch_size} "
                 f"micro_per_gpu={actor.ppo_micro_batch_size_per_gpu}"
             )

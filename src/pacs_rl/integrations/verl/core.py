@@ -42,7 +42,7 @@ from verl.workers.config import PolicyLossConfig
 from pacs_rl.algorithms import pacs_loss
 
 from .labels import MAX_GROUPS, decode_labels, encode_labels
-from .options import LOSS_FIELDS, PACS_NAME, policy_loss_config_class
+from .options import PACS_NAME, loss_keywords, policy_loss_config_class
 
 __all__ = [
     "PACSPolicyLossConfig",
@@ -59,21 +59,16 @@ logger = logging.getLogger(__name__)
 PACSPolicyLossConfig = policy_loss_config_class(PolicyLossConfig, __name__)
 
 
-def _pacs_options(config: Any) -> tuple[float, str, bool, int]:
-    """(β, score, weighted, G) from verl's ActorConfig (or a DictConfig of the same shape)."""
+def _pacs_options(config: Any) -> tuple[dict[str, Any], int]:
+    """(the PACS loss's keywords, G) from verl's ActorConfig (or a DictConfig of the same shape)."""
     policy_loss = config.get("policy_loss", None) if config is not None else None
-    policy_loss = policy_loss if policy_loss is not None else {}
-    defaults = {f.name: f.default for f in LOSS_FIELDS}
-    beta = float(policy_loss.get("pacs_beta", defaults["pacs_beta"]))
-    score = str(policy_loss.get("pacs_score", defaults["pacs_score"]))
-    weighted = bool(policy_loss.get("pacs_weighted", defaults["pacs_weighted"]))
     group_size = config.get("rollout_n", None) if config is not None else None
     if group_size is None:
         raise ValueError(
             "the 'pacs' policy loss needs the group size: verl passes it as actor.rollout_n "
             "(from actor_rollout_ref.rollout.n); it is missing from the actor config."
         )
-    return beta, score, weighted, int(group_size)
+    return loss_keywords(policy_loss), int(group_size)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -189,7 +184,7 @@ def compute_pacs_policy_loss(
             "PACS has no importance-sampling term, yet verl passed rollout_is_weights; "
             "set algorithm.rollout_correction.rollout_is=null."
         )
-    beta, score, weighted, group_size = _pacs_options(config)
+    options, group_size = _pacs_options(config)
     rewards, group_ids = decode_labels(advantages, response_mask)
     order = _whole_group_order(group_ids, group_size)
     if order.numel() == 0:  # a micro-batch of padding only: no loss, as verl's agg_loss gives
@@ -200,9 +195,7 @@ def compute_pacs_policy_loss(
         response_mask[order],
         rewards[order],
         group_size,
-        beta=beta,
-        score=score,
-        weighted=weighted,
+        **options,
     )
     # verl's normalisation (core_algos.agg_loss, seq-mean modes): Σ_i ℓ_i · dp / global_batch_size.
     global_batch_size, dp_size = _global_batch(config, order.numel())

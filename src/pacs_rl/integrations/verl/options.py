@@ -1,57 +1,58 @@
-"""The PACS settings of verl's ``actor_rollout_ref.actor.policy_loss``, declared once (`pacs_rl.settings.setting`:
-type, default, help, check). The guard checks them before Ray starts (guard.py), and verl's own config class for
-them, ``PACSPolicyLossConfig`` (core.py), is generated from them by :func:`policy_loss_config_class`: a setting
-added here is a field of both. No verl import.
+"""The PACS settings of verl's ``actor_rollout_ref.actor.policy_loss``, generated from their declaration beside the
+loss (`pacs_rl.algorithms.options.PACS_OPTIONS`: name, type, default, check, help), as `pacs-rl train`'s are. The
+guard checks them before Ray starts (guard.py), the loss reads them (`loss_keywords`), and verl's own config class for
+them, ``PACSPolicyLossConfig`` (core.py), is generated from them by :func:`policy_loss_config_class`: an option added
+beside the loss is a field of each. No verl import.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
-from dataclasses import dataclass
 from typing import Any
 
-from pacs_rl.algorithms import SCORE_METHODS
-from pacs_rl.settings import declared_problems, number, rule, setting
+from pacs_rl.algorithms.options import PACS_OPTIONS
+from pacs_rl.settings import declared_problems, option_class
 
 PACS_NAME = "pacs"  # the name registered in verl's advantage-estimator and policy-loss registries
 POLICY_LOSS = "actor_rollout_ref.actor.policy_loss"
 
-
-@dataclass
-class PACSLossSettings:
-    """The fields PACS adds to verl's ``actor.policy_loss`` (set with ``+actor_rollout_ref.actor.policy_loss.NAME=``
-    on hydra's command line, or in the config file; docs/VERL.md)."""
-
-    pacs_beta: float = setting(
-        1.0,
-        "β of the reward proxy r̂ = β·Σ_t (log π_θ − log π_old) (paper eq. 8; the paper: 1.0).",
-        check=rule(
-            lambda v: number(v) and math.isfinite(v) and v > 0, ": β must be a positive number (paper: 1.0)."
-        ),
-    )
-    pacs_score: str = setting(
-        "rloo",
-        "ψ over the group: rloo (eq. 7), grpo (eq. 11) or dr_grpo (eq. 12).",
-        check=rule(lambda v: v in SCORE_METHODS, f": choose one of {list(SCORE_METHODS)}."),
-        choices=SCORE_METHODS,
-    )
-    pacs_weighted: bool = setting(
-        True, "Class-imbalance weights of §3.4.2; false is the paper's 'w/o weight'."
-    )
-
-
+PACSLossSettings = option_class(
+    "PACSLossSettings",
+    PACS_OPTIONS,
+    __name__,
+    "The fields PACS adds to verl's ``actor.policy_loss`` (set with ``+actor_rollout_ref.actor.policy_loss.NAME=`` "
+    "on hydra's command line, or in the config file; docs/VERL.md), one per PACS option.",
+)
 LOSS_FIELDS = dataclasses.fields(PACSLossSettings)
 
 
-def loss_setting_problems(policy_loss: Any, prefix: str = f"{POLICY_LOSS}.") -> list[str]:
-    """What the declared checks find in verl's ``policy_loss`` section (a DictConfig, a mapping or verl's config
-    object; a setting it lacks, or holds as None, takes its default), each naming the setting as ``prefix`` + its
-    name."""
-    get = policy_loss.get if hasattr(policy_loss, "get") else (lambda n, d=None: getattr(policy_loss, n, d))
+def _section_get(policy_loss: Any):
+    """``get(name, default)`` of verl's ``policy_loss`` section: a DictConfig, a mapping or verl's config object."""
+    if policy_loss is None:
+        return lambda name, default=None: default
+    return policy_loss.get if hasattr(policy_loss, "get") else (lambda n, d=None: getattr(policy_loss, n, d))
+
+
+def loss_settings(policy_loss: Any) -> dict[str, Any]:
+    """Each PACS setting of verl's ``policy_loss`` section by its name, its declared default where the section lacks
+    it or holds None."""
+    get = _section_get(policy_loss)
     given = {f.name: get(f.name, None) for f in LOSS_FIELDS}
-    return declared_problems({k: v for k, v in given.items() if v is not None}, LOSS_FIELDS, prefix)
+    return {f.name: f.default if given[f.name] is None else given[f.name] for f in LOSS_FIELDS}
+
+
+def loss_setting_problems(policy_loss: Any, prefix: str = f"{POLICY_LOSS}.") -> list[str]:
+    """What the declared checks find in verl's ``policy_loss`` section (`loss_settings`), each naming the setting
+    as ``prefix`` + its name."""
+    return declared_problems(loss_settings(policy_loss), LOSS_FIELDS, prefix)
+
+
+def loss_keywords(policy_loss: Any) -> dict[str, Any]:
+    """The keywords `pacs_rl.algorithms.pacs_loss` takes, from verl's ``policy_loss`` section (`loss_settings`, each
+    value as its declared type; the guard has checked them)."""
+    values = loss_settings(policy_loss)
+    return {o.keyword: o.type(values[o.name]) for o in PACS_OPTIONS}
 
 
 def policy_loss_config_class(base: type, module: str) -> type:
