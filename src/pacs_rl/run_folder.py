@@ -113,9 +113,10 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     return best
 
 
-def output_folder_problem(out: str | Path, resume: bool) -> str | None:
+def output_folder_problem(out: str | Path, resume: bool, num_processes: int | None = None) -> str | None:
     """Why a run cannot write into ``out`` (a file, a folder of checkpoints without --resume, --resume without
-    a complete checkpoint); None when it can."""
+    a complete checkpoint, or, given ``num_processes``, a checkpoint written by another number of processes);
+    None when it can."""
     problem = output_dir_problem(out)
     if problem:
         return problem
@@ -124,8 +125,16 @@ def output_folder_problem(out: str | Path, resume: bool) -> str | None:
         if out.is_dir() and any(out.glob(f"{CHECKPOINT_PREFIX}*")):
             return f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
         return None
-    if last_complete_checkpoint(out) is None:
+    checkpoint = last_complete_checkpoint(out)
+    if checkpoint is None:
         return f"--resume: no complete checkpoint-* folder in {out}"
+    saved = len(list(Path(checkpoint).glob(PACS_STATE_FILE.format(rank="*"))))
+    if num_processes is not None and saved and saved != num_processes:
+        return (
+            f"--resume: {checkpoint} was written by {saved} processes and this run has {num_processes}. Each process "
+            f"saved its own rollout batch and random state, which cannot be re-sharded exactly: resume on {saved} "
+            f"processes (accelerate launch --num_processes {saved} ...), or start a new run in another --output-dir"
+        )
     return None
 
 
