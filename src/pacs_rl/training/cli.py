@@ -28,6 +28,7 @@ from pacs_rl.models import ModelError
 from pacs_rl.run_folder import CARD_FILE, folder_state, last_complete_checkpoint
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import checks
+from pacs_rl.training.card import NO_STEP, took_no_step, write_model_card
 from pacs_rl.training.monitor import cut_off_line, summary_line
 from pacs_rl.training.schema import CONFIG_FIELDS, RUN_FIELDS, default_settings, known_keys
 
@@ -97,7 +98,10 @@ def summary_lines(result) -> list[str]:
         lines.append(
             f"training: {result.global_step} steps{where}, {result.train_seconds / 60:.1f} min this session"
         )
-    lines += [line for line in [skipped_steps_line(getattr(result, "skipped_steps", None) or {})] if line]
+    skipped = getattr(result, "skipped_steps", None) or {}
+    lines += [line for line in [skipped_steps_line(skipped)] if line]
+    if took_no_step(result.global_step, skipped):
+        lines.append(NO_STEP.format(steps=result.global_step).replace("`", ""))
     lines.append(f"output folder: {result.output_dir}")
     lines.append(f"metrics: {result.metrics_file}")
     if result.curves_png:
@@ -389,8 +393,6 @@ def _print_result(result) -> None:
     """The summary of a run; a folder that was already finished gets its model card and says so."""
     typer.echo("")
     if result.already_complete:
-        from pacs_rl.training.card import write_model_card  # only for this case: kept out of the start
-
         write_model_card(result.output_dir)  # a folder from before the run's own card gets it
         typer.echo(
             f"{result.output_dir} is finished (step {result.global_step} of {result.max_steps or result.global_step}): "

@@ -56,6 +56,8 @@ from pacs_rl.run_folder import (
     last_complete_checkpoint,
     output_folder_problem,
     read_json,
+    share_weights,
+    unshare_weights,
 )
 from pacs_rl.settings import SettingsError
 from pacs_rl.training.batch import batch_note
@@ -484,6 +486,8 @@ class _Session:
     def finish(self, trainer, train_seconds: float) -> int:
         """The final weights, held-out accuracy after, the answer forms, the curves and the card; the last step."""
         config, out, state = self.config, self.out, self.state
+        if state.is_main_process:  # weights final/ shares with a checkpoint: new files, not through the link
+            unshare_weights(out / FINAL_DIR)
         if self.finish_from_weights:
             if state.is_main_process:
                 shutil.copytree(self.checkpoint, out / FINAL_DIR, dirs_exist_ok=True, ignore=_not_model_files)
@@ -502,6 +506,11 @@ class _Session:
             int(_trainer_state(self.checkpoint)["global_step"]) if complete else trainer.state.global_step
         )
         if state.is_main_process:
+            last = last_complete_checkpoint(
+                out
+            )  # the last step's checkpoint holds final/'s weights: stored once
+            if last and int(_trainer_state(last)["global_step"]) == global_step:
+                share_weights(out / FINAL_DIR, last)
             if self.settings.plot:
                 title = f"{config.loss_type} on {self.settings.dataset}"
                 plot_curves(out / METRICS_FILE, out / CURVES_FILE, title=title)
