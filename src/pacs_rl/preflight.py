@@ -155,11 +155,15 @@ class Preflight:
             )
             return None
         try:
-            return json.loads(path.read_text())
+            loaded = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             where = f" at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
             self.add(f"{setting}={value!r}: not valid JSON ({getattr(e, 'msg', e)}{where})")
             return None
+        if not isinstance(loaded, dict):
+            self.add(f"{setting}={value!r}: expected a JSON object, got a {type(loaded).__name__}")
+            return None
+        return loaded
 
 
 __all__ = ["Preflight", "hub_data_problem", "reward_weights_problem"]

@@ -199,9 +199,8 @@ class Checked:
     settings: RunSettings  # not checked by its class when refusals hold its problems
     cfg: dict[str, Any]
     data: tuple[list[Problem], list[Problem]] | None  # (training, held-out) when every source is read here
-    train: (
-        list[Problem] | None
-    )  # the training problems when read here (a held-out set from the Hub: not read)
+    # the training problems when read here (not where the held-out set comes from the Hub)
+    train: list[Problem] | None
     hub: list[str]  # the data sources read from the Hub when the run starts
     # whether what the training machine must hold was checked on this one (its libraries, its Hub cache); a dry
     # run that asks for CUDA leaves them to the plan, which knows whether it is for this machine
