@@ -1,10 +1,17 @@
-"""How long `pacs-rl` takes to answer a mistake: each command below runs as a fresh process, as a user starts
-it, and its wall time from start to exit is recorded (best, median and worst of --repeat runs), with its exit
-status and the error line it printed. Writes docs/benchmarks/cli_error_latency.json.
+"""How long `pacs-rl` takes to answer a mistake, and how long its dry runs take: each command below runs as a fresh
+process, as a user starts it, and its wall time from start to exit is recorded (best, median and worst of --repeat
+runs), with its exit status and the error line it printed (a dry run: its last line). Writes
+docs/benchmarks/cli_error_latency.json.
 
     python benchmarks/cli_error_latency.py                  # 5 runs of each command
     python benchmarks/cli_error_latency.py --repeat 1 --out /tmp/x.json
     python benchmarks/cli_error_latency.py --vs-root /tmp/old      # paired against another checkout
+    python benchmarks/cli_error_latency.py --only "dry run"        # the commands whose name holds the text
+
+Three kinds of command (``kind`` in the record): a mistake the command answers before torch loads ("error"), a
+dry run that refuses such a mistake ("dry run refusal": the checks the run makes before torch, `pacs_rl.preflight`,
+made first), and a dry run whose input passes them and prints its plan ("dry run plan": it then loads the trainer's
+library to build the config, as the run does).
 
 With --vs-root each command also runs from that checkout (its src/ first on PYTHONPATH), in turn with this
 one, and the record keeps the other's message and the median of the paired time ratios (this / that): whether a
@@ -13,8 +20,9 @@ modules (as an installed package runs) where the environment says not to (PYTHON
 run of each command has compiled them.
 
 The commands run in a scratch folder holding the files they name (a YAML file with a syntax error, a file where
-a folder is expected, a JSONL file with two usable rows). Offline (HF_HUB_OFFLINE=1), so that no figure depends
-on the network. The machine's load average is recorded beside the figures: on a shared machine it is part of them.
+a folder is expected, a JSONL file with two usable rows), offline (HF_HUB_OFFLINE=1) with empty Hugging Face
+caches, so that no figure depends on the network or on what this machine has downloaded. The machine's load
+average is recorded beside the figures: on a shared machine it is part of them.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,7 +53,40 @@ COMMANDS = [
     ("eval: benchmark file missing", ["eval", "--model", "tiny", "-b", "missing.jsonl"]),
     ("compare: unknown method", ["compare", "--methods", "nosuch"]),
     ("train --help", ["train", "--help"]),
+    # dry runs that refuse: the run's checks before torch, made first
+    ("dry run: training file missing", ["train", "--dataset", "missing.jsonl", "--dry-run"]),
+    (
+        "dry run: held-out set not in the offline cache",
+        ["train", "--set", "eval_dataset=math500", "--dry-run"],
+    ),
+    (
+        "dry run: Hub model not in the offline cache",
+        ["train", "--model", "nobody/no-such-model", "--dry-run"],
+    ),
+    (
+        "dry run: reward module that does not import",
+        ["train", "--set", "reward_funcs=no_such_module:f", "--dry-run"],
+    ),
+    (
+        "dry run: eval benchmark not in the offline cache",
+        ["eval", "--model", "tiny", "-b", "math500", "--dry-run"],
+    ),
+    (
+        "dry run: compare training file missing",
+        ["compare", "--preset", "smoke", "-d", "missing.jsonl", "--dry-run"],
+    ),
+    # dry runs that pass and print the plan
+    ("dry run plan: train, the tiny model", ["train", "--model", "tiny", "--dry-run"]),
+    ("dry run plan: eval", ["eval", "--model", "tiny", "-b", "arithmetic?n=10", "--dry-run"]),
+    ("dry run plan: compare", ["compare", "--preset", "smoke", "--dry-run"]),
 ]
+
+
+def kind(what: str) -> str:
+    """The kind of a command of COMMANDS, by its name."""
+    if what.startswith("dry run plan"):
+        return "dry run plan"
+    return "dry run refusal" if what.startswith("dry run") else "error"
 
 
 def scratch_files(folder: Path) -> None:
@@ -54,15 +96,24 @@ def scratch_files(folder: Path) -> None:
     (folder / "two.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
-def time_command(args: list[str], folder: Path, env: dict[str, str]) -> tuple[float, int, str]:
-    """(wall seconds, exit status, the last line it printed on stderr) of one fresh `python -m pacs_rl ARGS`."""
+def time_command(args: list[str], folder: Path, env: dict[str, str]) -> tuple[float, int, str, float]:
+    """(wall seconds, exit status, what it answered, CPU seconds) of one fresh `python -m pacs_rl ARGS`: what it
+    answered is the last line it printed on stderr, or a dry run's first refusal or last line; the CPU seconds
+    (user + system) are what the process used, which the machine's load changes less than the wall time."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pacs_rl", *args], cwd=folder, env=env, capture_output=True, text=True
     )
     seconds = time.perf_counter() - t0
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    return seconds, done.returncode, lines[-1] if lines else done.stdout.splitlines()[0]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime - used.ru_utime + after.ru_stime - used.ru_stime
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("note: ")]
+    out = [line for line in done.stdout.splitlines() if line.strip()]
+    if "--dry-run" in args and done.returncode in (0, 1):
+        refused = [line.strip().removeprefix("- ") for line in out if line.startswith("  - ")]
+        return seconds, done.returncode, refused[0] if refused else out[-1], cpu
+    return seconds, done.returncode, lines[-1] if lines else out[0], cpu
 
 
 def _commit(root: Path) -> str:
@@ -78,8 +129,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks" / "cli_error_latency.json")
     parser.add_argument("--vs-root", type=Path, help="Another checkout to time against, run for run.")
     parser.add_argument("--bytecode", action="store_true", help="Cache compiled modules, as an install does.")
+    parser.add_argument("--only", help="Only the commands whose name holds this text.")
     args = parser.parse_args()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "PACS_RL_"))}
+    env |= {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
     if args.bytecode:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
     other = None
@@ -92,9 +145,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         scratch_files(folder)
-        env["PACS_RL_CACHE"] = str(folder / "cache")
+        env |= {"PACS_RL_CACHE": str(folder / "cache"), "HF_HOME": str(folder / "hf")}  # empty caches
+        if other:
+            other |= {k: v for k, v in env.items() if k != "PYTHONPATH"}
         load_before = os.getloadavg()
-        for what, command in COMMANDS:
+        for what, command in [c for c in COMMANDS if args.only is None or args.only in c[0]]:
             if args.bytecode:  # a first run compiles and caches the modules
                 time_command(command, folder, env), other and time_command(command, folder, other)
             runs, theirs = [], []
@@ -102,19 +157,24 @@ def main() -> None:
                 runs.append(time_command(command, folder, env))
                 if other:
                     theirs.append(time_command(command, folder, other))
-            seconds = [s for s, _, _ in runs]
+            seconds = [run[0] for run in runs]
             row = {
                 "what": what,
+                "kind": kind(what),
                 "command": "pacs-rl " + " ".join(command),
                 "exit_status": runs[0][1],
                 "message": runs[0][2],
                 "seconds_best": round(min(seconds), 3),
                 "seconds_median": round(statistics.median(seconds), 3),
                 "seconds_worst": round(max(seconds), 3),
+                "cpu_seconds_median": round(statistics.median(run[3] for run in runs), 3),
             }
             if other:
                 row["vs_message"] = theirs[0][2]
                 row["vs_same_answer"] = (theirs[0][1], theirs[0][2]) == (runs[0][1], runs[0][2])
+                row["vs_exit_status"] = theirs[0][1]
+                row["vs_seconds_median"] = round(statistics.median(run[0] for run in theirs), 3)
+                row["vs_cpu_seconds_median"] = round(statistics.median(run[3] for run in theirs), 3)
                 ratios = [a[0] / b[0] for a, b in zip(runs, theirs, strict=True)]
                 row["vs_ratio_median"] = round(statistics.median(ratios), 3)
             rows.append(row)
@@ -123,7 +183,11 @@ def main() -> None:
                 if other
                 else ""
             )
-            print(f"{row['seconds_median']:6.2f} s  exit {row['exit_status']}  {row['command']}{vs}")
+            print(
+                f"{row['seconds_median']:6.2f} s ({row['cpu_seconds_median']:.2f} CPU s)  exit {row['exit_status']}  "
+                f"{row['command']}{vs}",
+                flush=True,
+            )
         load_after = os.getloadavg()
     import pacs_rl
     from pacs_rl.sampling.transformers_backend import cpu_capability  # torch: after the timed commands
@@ -133,6 +197,7 @@ def main() -> None:
         "date": time.strftime("%Y-%m-%d"),
         "command": f"python benchmarks/cli_error_latency.py --repeat {args.repeat}"
         + (" --bytecode" if args.bytecode else "")
+        + (f" --only {args.only!r}" if args.only else "")
         + (" --vs-root <checkout of the other commit>" if other else ""),
         "bytecode_cached": args.bytecode or not os.environ.get("PYTHONDONTWRITEBYTECODE"),
         **({"vs_root_commit": _commit(args.vs_root)} if other else {}),

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -226,7 +227,7 @@ def summarize(record: dict) -> dict:
     }
     summary = {"seeds": both, "heldout_after_mean": mean, "bf16_minus_fp32": paired_interval(diffs, 0.10)}
     if both:
-        summary["train_seconds_median"] = {p: times[p][len(times[p]) // 2] for p in PRECISIONS if times[p]}
+        summary["train_seconds_median"] = {p: statistics.median(times[p]) for p in PRECISIONS if times[p]}
     return summary
 
 

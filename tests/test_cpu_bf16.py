@@ -33,7 +33,11 @@ def test_summary_pairs_only_seeds_with_both_precisions(probe):
     assert summary["seeds"] == [0, 1]
     assert summary["bf16_minus_fp32"]["mean"] == pytest.approx(-0.025)
     assert summary["heldout_after_mean"] == pytest.approx({"fp32": 0.15, "bf16": 0.125})
-    assert summary["train_seconds_median"] == {"fp32": 620, "bf16": 310}
+    assert summary["train_seconds_median"] == {
+        "fp32": 610,
+        "bf16": 305,
+    }  # the median of an even count: the mean
+    # of the middle two
     table = probe.markdown(record)
     assert "| 1 | 20.0% | 10.0% | -10.0 pp | 620 / 310 |" in table
     assert "over 2 pairs: -2.5 pp" in table
@@ -63,3 +67,26 @@ def test_the_note_quotes_the_record(probe):
         f"{100 * gap['mean']:.1f} pp, 95% interval [{100 * gap['ci95'][0]:.1f}, +{100 * gap['ci95'][1]:.1f}] pp"
         in text.replace("−", "-")
     )
+
+
+def test_one_bf16_speed_figure_is_quoted_everywhere_with_its_date():
+    """The figure is the paired seeds' median training times (fp32 / bf16), computed from the record; every place
+    that quotes a bf16 speed-up quotes it, with its date, and no other."""
+    from pacs_rl.device import CPU_BF16_NOT_DEFAULT
+
+    record = json.loads(RECORD.read_text())
+    median = record["pairs_summary"]["train_seconds_median"]
+    figure, date = f"{median['fp32'] / median['bf16']:.2f}×", record["pairs_host"]["date"]
+    assert figure == "1.24×"
+    places = {
+        name: (REPO / name).read_text()
+        for name in ("README.md", "docs/TRAINING.md", "docs/benchmarks/first_run.md", "docs/benchmarks/cpu_bf16.md",
+                     "docs/benchmarks/README.md", "CHANGELOG.md")
+    }  # fmt: skip
+    places["pacs-rl info"] = CPU_BF16_NOT_DEFAULT
+    for name, text in places.items():
+        assert figure in text and date in text, name
+        for stale in ("0.78×", "0.78 ×", "1.43× faster", "~1.3x", "633 s", "493 s"):
+            assert stale not in text, (name, stale)
+    note = NOTE.read_text()
+    assert f"{median['bf16']:.0f} s against fp32's {median['fp32']:.0f} s" in note

@@ -24,14 +24,14 @@ import tomllib
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
+from pacs_rl.evaluation.cli import eval_config, resolve_task
 from train_helpers import resolve
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = sorted((REPO / "docs").glob("*.md"))  # the user docs; docs/benchmarks/ holds records, not instructions
-NOT_INSTALLED = (
-    "which is not installed",
-    "is not installed",
-)  # a dry run's refusal of an engine this machine lacks
+# a dry run's refusals of what this machine lacks and the training machine has: an engine, a Hub model downloaded
+# (offline, the run reads only the local cache)
+NOT_INSTALLED = ("which is not installed", "is not installed", "is not in the local cache while offline")
 # Commands of tools outside this project, run as the docs show them on a GPU machine
 EXTERNAL = ("vllm serve",)
 
@@ -183,10 +183,10 @@ def docs_folder(tmp_path_factory, finished_run, tiny_model_dir) -> Path:
     (tmp_path / "my.yaml").write_text("model: tiny\nuse_cpu: false\nbf16: true\n")  # a config for GPUs
     data = tmp_path / "benchmark-data"  # the named benchmarks, read locally ($PACS_RL_DATA_DIR)
     data.mkdir()
-    fields = {"math500": "problem", "aime24": "problem", "aime25": "problem", "amc23": "question"}
-    for name, field in fields.items():
+    for name in ("math500", "aime24", "aime25", "amc23"):  # a local copy has problem and answer fields
         bench = [
-            {"id": f"{name}-{i}", field: r["problem"], "answer": r["answer"]} for i, r in enumerate(rows[:8])
+            {"id": f"{name}-{i}", "problem": r["problem"], "answer": r["answer"]}
+            for i, r in enumerate(rows[:8])
         ]
         (data / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bench))
     (tmp_path / "mypkg").mkdir()
@@ -213,6 +213,13 @@ def docs_folder(tmp_path_factory, finished_run, tiny_model_dir) -> Path:
     assert made.exit_code == 0, made.output
     for name in ("base", "pacs", "grpo"):
         shutil.copytree(tmp_path / "runs" / "smol-arith", tmp_path / "runs" / name)
+    # runs/smol-arith is the folder EVALUATION.md's first evaluation writes (drawn here with the tiny model, for
+    # speed): it records that command's settings, so that the docs' rerun of the command resumes it
+    task = resolve_task(["smollm2-135m"], {"benchmarks": ["arithmetic?n=100&seed=0&ops=+-&digits=2,1"], "n": "8",
+                                           "temperature": None, "top_p": None, "max_new_tokens": 128, "grader": None,
+                                           "output_dir": "runs/smol-arith"})  # fmt: skip
+    locked = eval_config(task, {})[0].locked()
+    (tmp_path / "runs" / "smol-arith" / "run.json").write_text(json.dumps({"settings": locked}))
     return tmp_path
 
 
@@ -240,7 +247,8 @@ def test_docs_command_checks_clean(doc, command, workdir, monkeypatch):
     out = result.output
     refusals = [line for line in out.splitlines() if line.startswith("  - ")]
     assert "Traceback" not in out and "error:" not in out, f"{doc}: {command}\n{out}"
-    # exit 0, or 1 where the only refusals are engines this machine has not installed (vLLM, DeepSpeed, wandb)
+    # exit 0, or 1 where the only refusals are engines this machine has not installed (vLLM, DeepSpeed, wandb) or
+    # Hub models it has not downloaded
     assert (result.exit_code, bool(refusals)) in ((0, False), (1, True)), f"{doc}: {command}\n{out}"
     assert all(any(m in line for m in NOT_INSTALLED) for line in refusals), f"{doc}: {command}\n{out}"
     if "--dry-run" in args:

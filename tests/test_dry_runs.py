@@ -29,14 +29,24 @@ def test_eval_dry_run_plans_every_model_and_benchmark_without_writing(tmp_path, 
     data.open("a").write("not json\n")
     before = tree(tmp_path)
     monkeypatch.delenv("PACS_RL_DATA_DIR", raising=False)
-    code, out = invoke("eval", "-m", "tiny", "-m", "Qwen/Qwen2.5-0.5B-Instruct", "-b", f"{data},math500",
-                       "--n", "paper", "-o", str(tmp_path / "out"), "--dry-run", env={"HF_HUB_OFFLINE": "1"})  # fmt: skip
+    args = ["eval", "-m", "tiny", "-m", "Qwen/Qwen2.5-0.5B-Instruct", "-b", f"{data},math500", "--n", "paper",
+            "-o", str(tmp_path / "out"), "--dry-run"]  # fmt: skip
+    # online: what the run reads from the Hub is named, not read (a dry run uses no network)
+    code, out = invoke(*args, env={"HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0"})
     assert code == 0, out
     assert "5 problems, 1 bad rows skipped" in out  # the local file was read, as the run would
     assert "math500: from the Hub (HuggingFaceH4/MATH-500) when the run starts" in out
     assert "Qwen/Qwen2.5-0.5B-Instruct (from the Hub when the run starts)" in out
     assert f"-> {tmp_path / 'out' / 'tiny' / 'mine'} (new)" in out  # one folder per model and benchmark
     assert "\nevery check passed" in out and "refused" not in out
+    # offline, the run reads only the local caches, which hold neither: both refused, as the run refuses them
+    empty = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_CACHE": None, "HF_DATASETS_CACHE": None}
+    code, out = invoke(*args, env={"HF_HUB_OFFLINE": "1", **empty})
+    assert code == 1 and "refused (2):" in out, out
+    assert "the Hub model 'Qwen/Qwen2.5-0.5B-Instruct' is not in the local cache while offline" in out
+    assert (
+        "'math500' is read from the Hugging Face Hub (HuggingFaceH4/MATH-500) and is not in the local" in out
+    )
     assert tree(tmp_path) == before  # nothing written
 
 

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from pacs_rl import device as device_module
 from pacs_rl.cli import app
 from pacs_rl.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
+from pacs_rl.models import model_problem
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import cli, heldout, memory, run, schema
 from pacs_rl.training.config import PACSConfig
@@ -42,6 +43,7 @@ def _fake_cuda(monkeypatch, present: bool, bf16: bool = True, cpu_bf16: bool = F
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: _Props())
     monkeypatch.setattr(torch.cuda, "device_count", lambda: int(present))
+    monkeypatch.setattr("pacs_rl.evaluation.runner.no_cuda_here", lambda: not present)  # asked before torch
 
 
 # ---------------------------------------------------------------------------------------------------- device
@@ -346,6 +348,8 @@ def test_the_compare_paper_config_is_planned_as_it_says(tmp_path, monkeypatch):
     spec = next(s for s in build_plan(settings) if s.method == "pacs")
     run_settings, cfg = training_settings(settings, spec, "Qwen/Qwen2.5-7B")
     values = {**dataclasses.asdict(run_settings), **cfg}
+    assert values["dataset"].startswith("/path/to/")  # the config's placeholder: a missing file is refused
+    values["dataset"] = "arithmetic"
     _lines, refusals = dry_run(values, tmp_path / "x", 1, gpu_memory_gib=79.0)
     assert len(refusals) == 1 and "more than the GPU's 79.0 GiB" in refusals[0]
 
@@ -521,9 +525,16 @@ def test_a_plan_for_another_machine_lists_what_it_needs_there(shared_data, monke
 
 def test_on_the_machine_that_trains_missing_packages_stay_refusals(shared_data, monkeypatch, tmp_path):
     monkeypatch.setattr("pacs_rl.settings._installed", lambda module: False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _fake_cuda(monkeypatch, present=True)  # this machine has the GPU: it is the one that trains
     code, out = _paper_from(tmp_path, shared_data, monkeypatch, "--gpu-memory-gib", "79")
-    assert code == 1 and "refused (3):" in out and "needed on the training machine" not in out
+    uncached = model_problem("Qwen/Qwen2.5-7B")  # this machine's Hub cache must hold the model too, offline
+    assert (
+        code == 1
+        and f"refused ({3 + bool(uncached)}):" in out
+        and "needed on the training machine" not in out
+    )
+    assert uncached is None or uncached in out
     assert "use_vllm=true needs vLLM, which is not installed: pip install 'pacs-rl[vllm]'" in out
     assert "deepspeed needs DeepSpeed, which is not installed: pip install 'pacs-rl[deepspeed]'" in out
     # a CPU plan on a CPU machine is for this machine too

@@ -13,14 +13,15 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "pacs_rl"
 
 # What the lower layers may not import: models, sampling, data, rewards, algorithms, the shared settings, the
-# device choice, the run folder's layout, the lazy package face and the progress bars are used by training, evaluation
-# and compare, never the other way round.
+# device choice, the run folder's layout, the checks before torch (preflight), the lazy package face and the
+# progress bars are used by training, evaluation and compare, never the other way round.
 LOWER = (
     "algorithms",
     "data",
     "device",
     "lazy",
     "models",
+    "preflight",
     "progress",
     "rewards",
     "run_folder",

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from pacs_rl.cli import app
 from pacs_rl.settings import SettingsError, missing_packages
 from pacs_rl.training import cli, engine, run, schema
-from pacs_rl.training.plan import deepspeed_problems, dry_run, model_shape, training_state_bytes
+from pacs_rl.training.checks import deepspeed_problems
+from pacs_rl.training.plan import dry_run, model_shape, training_state_bytes
 from pacs_rl.training.run import build_config, run_training
 from pacs_rl.training.schema import RunSettings
 from train_helpers import load_script, resolve

@@ -28,6 +28,8 @@ on GPUs). The config classes' defaults then apply to those settings.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -49,7 +51,7 @@ CPU_ONLY: dict[str, Any] = {
 CPU_BF16_DEFAULT = False
 CPU_BF16_NOT_DEFAULT = (
     "this CPU computes bf16 (AVX512-BF16 or AMX), but paired runs have not shown bf16 learning as fp32 does "
-    "(docs/benchmarks/cpu_bf16.md): fp32; bf16: true trains ~1.3x faster"
+    "(docs/benchmarks/cpu_bf16.md): fp32; bf16: true trained 1.24× faster in ten paired seeds (2026-11-27)"
 )
 
 # What bf16 on a CPU brings with it (the user's bf16: true, or the hardware's choice above): the fast
@@ -71,6 +73,16 @@ class CudaInfo(NamedTuple):
     memory_gib: float | None = None  # total memory of device 0, GiB
     count: int = 0
     torch_cuda: str | None = None  # the CUDA version torch was built for; None: a CPU build
+
+
+def no_cuda_here() -> bool:
+    """True where this machine certainly has no CUDA device for torch, told without importing torch: macOS, or
+    Linux without the device files of the NVIDIA (or ROCm) driver. False where only torch can tell."""
+    if sys.platform == "darwin":
+        return True
+    if sys.platform.startswith("linux"):
+        return not any(os.path.exists(f"/dev/{name}") for name in ("nvidiactl", "nvidia0", "kfd"))
+    return False
 
 
 def cuda_info() -> CudaInfo:

@@ -128,7 +128,8 @@ class ModelError(ValueError):
     what was tried and what to do."""
 
 
-def _offline() -> bool:
+def hub_offline() -> bool:
+    """Whether the Hugging Face libraries are told to stay offline (HF_HUB_OFFLINE=1): only local caches are read."""
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
@@ -176,7 +177,7 @@ def model_problem(name: str, hub: bool = True) -> str | None:
 
     if isinstance(try_to_load_from_cache(name, "config.json"), str):
         return None
-    if _offline():
+    if hub_offline():
         return (
             f"{tried}, and the Hub model {name!r} is not in the local cache while offline (HF_HUB_OFFLINE=1). "
             "Check the spelling or the path, or download it where the Hub is reachable."

@@ -9,7 +9,8 @@ takes it.
     RUN/answer_forms.json    the forms of the paid answers (rollouts, held-out)
     RUN/samples/             rollouts.jsonl, heldout_before.jsonl, heldout_after.jsonl: completions and verdicts
     RUN/checkpoint-N/        TRL's checkpoints; complete once trainer_state.json is written
-    RUN/final/               the trained weights (and their model card, README.md, also in RUN/)
+    RUN/final/               the trained weights (and their model card, README.md, also in RUN/); a weight file the
+                             last checkpoint holds byte for byte is stored once (a link to it: share_weights)
     RUN/base_model/          the tiny random model a run of --model tiny started from
     RUN/eval/<protocol>/     `pacs-rl eval --model RUN/final` on the run's own held-out task
     RUN/run_complete.json    written last, by a run that finished
@@ -25,6 +26,7 @@ Light on purpose (no torch): the command checks a folder before anything heavy l
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -143,9 +145,61 @@ def last_complete_checkpoint(output_dir: str | os.PathLike) -> str | None:
     return best
 
 
-def output_folder_problem(out: str | Path, resume: bool) -> str | None:
+# weight files of a saved model (safetensors, shards, PyTorch's .bin, a LoRA adapter's): what final/ may share
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def share_weights(final: str | Path, checkpoint: str | Path) -> list[str]:
+    """Store once the weight files ``final`` holds byte for byte as ``checkpoint`` does (a run whose last checkpoint
+    is its last step): each becomes a hard link to the checkpoint's file, or where the filesystem has none a
+    symbolic link to it (relative: the run folder may move); where neither can be made the copy stays. Returns the
+    names of the files stored once. Loaders read either link as the file itself (from_pretrained, --resume,
+    `pacs-rl eval RUN/final`); before final/ is written again, :func:`unshare_weights`."""
+    final, checkpoint = Path(final), Path(checkpoint)
+    shared = []
+    for path in sorted(p for p in final.iterdir() if p.suffix in WEIGHT_SUFFIXES and not p.is_symlink()):
+        theirs = checkpoint / path.name
+        if not theirs.is_file():
+            continue
+        if not os.path.samefile(path, theirs):
+            if path.stat().st_size != theirs.stat().st_size or not filecmp.cmp(path, theirs, shallow=False):
+                continue
+            if not _link(theirs, path):
+                continue
+        shared.append(path.name)
+    return shared
+
+
+def _link(target: Path, path: Path) -> bool:
+    """Replace ``path`` by a hard link to ``target``, else a relative symbolic link; False when neither can be made."""
+    tmp = path.with_name(f".{path.name}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(target, tmp)
+    except OSError:
+        try:
+            os.symlink(os.path.relpath(target, path.parent), tmp)
+        except OSError:
+            return False
+    os.replace(tmp, path)
+    return True
+
+
+def unshare_weights(folder: str | Path) -> None:
+    """Remove the weight files of ``folder`` that are stored once with a checkpoint (a link), so that writing the
+    folder again writes new files instead of through the link into the checkpoint's."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    for path in folder.iterdir():
+        if path.suffix in WEIGHT_SUFFIXES and (path.is_symlink() or path.stat().st_nlink > 1):
+            path.unlink()
+
+
+def output_folder_problem(out: str | Path, resume: bool, num_processes: int | None = None) -> str | None:
     """Why a run cannot write into ``out`` (a file, a folder of checkpoints without --resume, --resume without
-    a complete checkpoint); None when it can."""
+    a complete checkpoint, or, given ``num_processes``, a checkpoint written by another number of processes);
+    None when it can."""
     problem = output_dir_problem(out)
     if problem:
         return problem
@@ -154,8 +208,16 @@ def output_folder_problem(out: str | Path, resume: bool) -> str | None:
         if out.is_dir() and any(out.glob(f"{CHECKPOINT_PREFIX}*")):
             return f"{out} already holds checkpoints: pass --resume to continue it, or another --output-dir"
         return None
-    if last_complete_checkpoint(out) is None:
+    checkpoint = last_complete_checkpoint(out)
+    if checkpoint is None:
         return f"--resume: no complete checkpoint-* folder in {out}"
+    saved = len(list(Path(checkpoint).glob(PACS_STATE_FILE.format(rank="*"))))
+    if num_processes is not None and saved and saved != num_processes:
+        return (
+            f"--resume: {checkpoint} was written by {saved} processes and this run has {num_processes}. Each process "
+            f"saved its own rollout batch and random state, which cannot be re-sharded exactly: resume on {saved} "
+            f"processes (accelerate launch --num_processes {saved} ...), or start a new run in another --output-dir"
+        )
     return None
 
 

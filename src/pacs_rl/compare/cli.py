@@ -22,6 +22,7 @@ from pacs_rl.compare.plan import (
     CompareError,
     build_plan,
     check_training_data,
+    eval_data_settings,
     eval_dir_of,
     grader_note,
     load_settings_file,
@@ -31,9 +32,9 @@ from pacs_rl.compare.plan import (
 )
 from pacs_rl.data import DataError
 from pacs_rl.evaluation.runner import ResumeMismatch, parse_samples
-from pacs_rl.models import model_problem
+from pacs_rl.preflight import Preflight
 from pacs_rl.run_folder import EVAL_METRICS_FILE
-from pacs_rl.settings import SettingsError, missing_packages, output_dir_problem
+from pacs_rl.settings import DataSettings, SettingsError, missing_packages
 from pacs_rl.training.schema import loss_type_names
 
 
@@ -259,12 +260,35 @@ def _ks_within(preset: str | None, file_settings: dict | None, n) -> list[int] |
     return [k for k in ks if int(k) <= smallest] or None
 
 
+def preflight(settings: dict, output: Path, network: bool = True, report_only: bool = False) -> list[str]:
+    """Every refusal of a comparison that can be made before torch loads, in this order (the run and its
+    --dry-run both make them, `pacs_rl.preflight`): the output folder, the base model (a Hub name in the local
+    cache when offline), and unless only the report is rewritten the libraries the train section needs, the
+    training data (a local source read: it exists and its rows parse; a Hub one in the local datasets cache when
+    offline) and each benchmark alike. ``network``: the run's (True), not a dry run's."""
+    check = Preflight(network)
+    check.output_folder(output)
+    check.model(settings["model"])
+    if report_only:
+        return check.refusals
+    check.add([f"train: {m}" for m in missing_packages(settings["train"])])
+    if not check.hub_data(settings["train"]["dataset"], "train.dataset"):
+        try:
+            check_training_data(settings)
+        except CompareError as e:
+            check.add(str(e))
+    loader = DataSettings(**eval_data_settings(settings)).loader_kwargs()
+    for benchmark in settings["eval"]["benchmarks"]:
+        check.data(benchmark, "eval.benchmarks", **loader)
+    return check.refusals
+
+
 def _compare(settings: dict, output: Path, only, report_only: bool, console, progress: bool = True) -> Path:
-    """Check what can be checked without torch, then run (or only report) the comparison; return the report's
-    path."""
-    problem = output_dir_problem(output) or model_problem(settings["model"])
-    if problem:
-        fail(problem)
+    """Check what can be checked without torch (`preflight`), then run (or only report) the comparison; return
+    the report's path."""
+    refusals = preflight(settings, output, report_only=report_only)
+    if refusals:
+        fail("; ".join(refusals))
     if report_only:
         from pacs_rl.compare.report import write_comparison_report  # numpy
 
@@ -273,11 +297,7 @@ def _compare(settings: dict, output: Path, only, report_only: bool, console, pro
         path = write_comparison_report(output, settings, specs)
         console.print(f"report: {path}")
         return path
-    missing = missing_packages(settings["train"])  # an engine or tracker this machine lacks
-    if missing:
-        fail("; ".join(f"train: {m}" for m in missing))
     show_library_notes()
-    check_training_data(settings)
     from pacs_rl.compare import execute  # torch, TRL
     from pacs_rl.training.output import quiet_libraries  # transformers
 
@@ -295,13 +315,14 @@ def _compare(settings: dict, output: Path, only, report_only: bool, console, pro
 
 
 def _dry_run(settings: dict, output: Path) -> None:
-    """``--dry-run``: the comparison's plan and every refusal (exit 1), nothing loaded or written."""
-    refusals = [p for p in (output_dir_problem(output), model_problem(settings["model"], hub=False)) if p]
-    refusals += [f"train: {m}" for m in missing_packages(settings["train"])]
-    try:
-        check_training_data(settings)
-    except CompareError as e:
-        refusals.append(str(e))
+    """``--dry-run``: the comparison's plan and every refusal (exit 1), checked as the run checks it
+    (`preflight`, without the network), nothing loaded or written."""
+    refusals = preflight(settings, output, network=False)
+    if refusals:  # answered before the plan, which reads the trainer's config fields (TRL)
+        typer.echo(
+            "dry run: nothing is loaded or written; the plan follows once the input passes these checks"
+        )
+        end_dry_run(refusals)
     specs = build_plan(settings)
     train, ev = settings["train"], settings["eval"]
     trained = sum((output / s.folder / TRAIN_DONE_FILE).is_file() for s in specs)

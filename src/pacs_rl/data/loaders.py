@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from typing import Any, Literal
 
 from pacs_rl.data import procedural
 from pacs_rl.data.problems import DataError, Problem, ProblemSet
-from pacs_rl.models import hub_unreachable
+from pacs_rl.models import hub_offline, hub_unreachable
 
 log = logging.getLogger("pacs_rl.data")
 
@@ -261,10 +262,9 @@ def _read_local(path: Path, reader: _RowReader) -> None:
         reader.add(row, lineno - 1, f"line {lineno}")
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or os.environ.get(
-        "HF_DATASETS_OFFLINE", "0"
-    ).lower() in ("1", "true", "yes")
+def datasets_offline() -> bool:
+    """Whether the datasets library is told to stay offline (HF_HUB_OFFLINE=1 or HF_DATASETS_OFFLINE=1)."""
+    return hub_offline() or os.environ.get("HF_DATASETS_OFFLINE", "0").lower() in ("1", "true", "yes")
 
 
 def hub_dataset(source: str | os.PathLike) -> str | None:
@@ -282,12 +282,42 @@ def hub_dataset(source: str | os.PathLike) -> str | None:
     return src if "/" in src else None
 
 
+def _hf_cache(env: str, folder: str) -> Path:
+    """A Hugging Face cache folder as the libraries find it: ``$env``, else ``$HF_HOME/folder``, else
+    ``$XDG_CACHE_HOME/huggingface/folder`` (``~/.cache``)."""
+    if os.environ.get(env):
+        return Path(os.environ[env]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "huggingface"
+    )
+    return Path(home).expanduser() / folder
+
+
+def _snake(name: str) -> str:
+    """A dataset name as the datasets library names its cache folder (its ``camelcase_to_snakecase``)."""
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z\d])([A-Z])", r"\1_\2", name).lower()
+
+
+def hub_dataset_cached(hub_id: str) -> bool:
+    """Whether Hub dataset ``hub_id`` is on this machine, where the datasets library reads it from offline: its
+    prepared copy (``$HF_DATASETS_CACHE/<owner>___<name>/<config>/<version>/<hash>``), or a download of its files
+    in the Hub cache (``$HF_HUB_CACHE/datasets--<owner>--<name>/snapshots/<commit>``). Reads folders only: no
+    datasets import, no network."""
+    owner, _, name = hub_id.rpartition("/")
+    prepared = _hf_cache("HF_DATASETS_CACHE", "datasets") / "___".join(filter(None, [owner, _snake(name)]))
+    if any(p.is_dir() for p in prepared.glob("*/*/*")):
+        return True
+    snapshots = _hf_cache("HF_HUB_CACHE", "hub") / f"datasets--{hub_id.replace('/', '--')}" / "snapshots"
+    return snapshots.is_dir() and any(p.is_dir() for p in snapshots.iterdir())
+
+
 def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: str) -> None:
     hint = (
         f"Point at a local file instead (path/to/{local_hint}, JSON lines with 'problem' and 'answer' fields), "
         f"or set {DATA_DIR_ENV} to a folder holding {local_hint}."
     )
-    if not _offline():
+    if not datasets_offline():
         why = hub_unreachable()  # one quick attempt, where the Hub client retries for a minute
         if why:
             raise DataError(
@@ -304,7 +334,7 @@ def _read_hub(hub_id: str, split: str | None, reader: _RowReader, local_hint: st
         else:
             ds = datasets.load_dataset(hub_id, split=split)
     except Exception as e:
-        mode = "offline (HF_HUB_OFFLINE=1)" if _offline() else "perhaps offline"
+        mode = "offline (HF_HUB_OFFLINE=1)" if datasets_offline() else "perhaps offline"
         raise DataError(
             f"could not load {hub_id!r} (split {split or 'default'}) from the Hugging Face Hub, {mode}: "
             f"{type(e).__name__}: {' '.join(str(e).split())[:300]}. {hint}"

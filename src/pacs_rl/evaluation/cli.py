@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 
 from pacs_rl.command import data_option, declared_option, end_dry_run, fail, note, typed_command
-from pacs_rl.data import DataError, hub_dataset, load_problems
+from pacs_rl.data import DataError, ProblemSet, hub_dataset
 from pacs_rl.data.procedural import ARITHMETIC_DIGITS, ARITHMETIC_OPS, parse_query
 from pacs_rl.evaluation.report import (
     NOT_PLAIN_WARN,
@@ -34,9 +34,11 @@ from pacs_rl.evaluation.runner import (
     ResumeMismatch,
     parse_samples,
     plan_evals,
+    resume_problem,
     run_evals,
 )
-from pacs_rl.models import ModelError, model_problem
+from pacs_rl.models import ModelError
+from pacs_rl.preflight import Preflight
 from pacs_rl.run_folder import (
     AUDIT_FILE,
     EVAL_DIR,
@@ -287,12 +289,17 @@ def eval_command(
                                skip_bad_rows), strict=True)),
     }  # fmt: skip
     values |= {key: v for key, v in sets.items() if key not in TASK_KEYS}
-    config, n_by_bench = eval_config(task, values, hub=not dry_run)  # a plan may be made away from the Hub
+    config, n_by_bench = eval_config(task, values)
     labels = list(label) if label else None
+    checked = eval_preflight(
+        config, task, labels, n_by_bench, network=not dry_run
+    )  # a plan: away from the Hub
     if dry_run:
-        _dry_run(config, task.models, labels, task.sources, n_by_bench)
+        _dry_run(config, checked)
         return
-    results = _run_evals(config, task, labels, n_by_bench)
+    if checked.refusals:
+        fail("; ".join(checked.refusals))
+    results = _run_evals(config, task, labels, n_by_bench, checked.problems)
     typer.echo(results_table(results))
     for r in results:
         _print_run_summary(r, console)
@@ -376,15 +383,11 @@ def _announce(task: EvalTask, console: Console) -> None:
         note(bare)
 
 
-def eval_config(task: EvalTask, values: dict[str, Any], hub: bool = True):
+def eval_config(task: EvalTask, values: dict[str, Any]):
     """The EvalConfig of the call's first run (plan_evals derives one per model and benchmark) and the samples per
-    benchmark, after checking every model name (on the Hub too when ``hub``), --n and every declared check (before
-    torch loads). ``values``: the EvalConfig settings the call gives beyond the task (None: not given: a training
-    run's own prompt, fields, limit and seed where it has them, else the declared default)."""
-    for name in task.models:
-        problem = model_problem(name, hub=hub)
-        if problem:
-            fail(problem)
+    benchmark, after checking --n and every declared check (before torch loads). ``values``: the EvalConfig
+    settings the call gives beyond the task (None: not given: a training run's own prompt, fields, limit and seed
+    where it has them, else the declared default)."""
     try:
         n_default, n_by_bench = parse_samples(task.n, task.sources)
     except ValueError as e:
@@ -402,15 +405,58 @@ def eval_config(task: EvalTask, values: dict[str, Any], hub: bool = True):
     return config, n_by_bench
 
 
-def _run_evals(config, task: EvalTask, labels: list[str] | None, n: dict[str, int]) -> list:
+@dataclass
+class EvalChecked:
+    """What `eval_preflight` found: the refusals in the order it made them, every run of the call, and the
+    benchmarks it read (by source; a Hub one is read when the run starts)."""
+
+    refusals: list[str]
+    per_model: list[list[EvalConfig]]
+    problems: dict[str, ProblemSet]
+
+
+def eval_preflight(
+    config: EvalConfig, task: EvalTask, labels: list[str] | None, n: dict[str, int], network: bool = True
+) -> EvalChecked:
+    """Everything about an evaluation that can be checked before torch loads, in this order (the run and its
+    --dry-run both make them, `pacs_rl.preflight`): every model name (a Hub name in the local cache when offline),
+    the sampling engine's library, every run's folder and settings (plan_evals), each benchmark (a local one is read:
+    it exists and its rows parse; a Hub one is in the local datasets cache when offline), and the samples a folder
+    already holds (drawn with these settings, or a rerun cannot resume them). ``network``: the run's (True), not a
+    dry run's."""
+    check = Preflight(network)
+    for name in task.models:
+        check.model(name)
+    if config.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        check.add(
+            "--backend vllm needs vLLM, which is not installed: pip install 'pacs-rl[vllm]' (on a CPU, vLLM's CPU "
+            "build: docs/SCALING.md)"
+        )
+    try:
+        per_model = plan_evals(config, task.models, labels, task.sources, n)
+    except ValueError as e:
+        fail(e)
+    problems: dict[str, ProblemSet] = {}
+    for source in task.sources:  # read as the run reads it (runner.eval_problems)
+        read = check.data(source, limit=config.limit, **config.loader_kwargs())
+        if read is not None:
+            check.add(None if read else f"no problems to evaluate in {source!r}")
+            problems[source] = read
+    for cfg in (c for runs in per_model for c in runs):
+        check.add(resume_problem(cfg, Path(cfg.output_dir)))
+    return EvalChecked(check.refusals, per_model, problems)
+
+
+def _run_evals(config, task: EvalTask, labels: list[str] | None, n: dict[str, int], problems=None) -> list:
     """Run every evaluation of the call and return their metrics; a setting or data the runner refuses fails with
-    its message, and Ctrl-C says where the samples drawn so far are kept and how to go on."""
+    its message, and Ctrl-C says where the samples drawn so far are kept and how to go on. ``problems``: the
+    benchmarks the checks read already, by source."""
     if not config.progress:  # transformers' own bars too ("Loading weights")
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
     try:
-        return run_evals(config, task.models, labels=labels, benchmarks=task.sources, n=n)
+        return run_evals(config, task.models, labels=labels, benchmarks=task.sources, n=n, problems=problems)
     except (DataError, ModelError, ResumeMismatch, ValueError) as e:
         fail(e)
     except KeyboardInterrupt:
@@ -422,38 +468,19 @@ def _run_evals(config, task: EvalTask, labels: list[str] | None, n: dict[str, in
         raise typer.Exit(130) from None
 
 
-def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str, int]) -> None:
-    """``--dry-run``: every run of the call, checked, without loading a model or reading the Hub; exit 1 with
-    every refusal when something cannot run."""
-    refusals = []
-    if config.backend == "vllm" and importlib.util.find_spec("vllm") is None:
-        refusals.append(
-            "--backend vllm needs vLLM, which is not installed: pip install 'pacs-rl[vllm]' (on a CPU, vLLM's CPU build: docs/SCALING.md)"
-        )
-    try:
-        per_model = plan_evals(config, models, labels, sources, n)
-    except ValueError as e:
-        fail(e)
+def _dry_run(config: EvalConfig, checked: EvalChecked) -> None:
+    """``--dry-run``: every run of the call, checked as the run checks it (`eval_preflight`), without loading a
+    model, reading the Hub or writing anything; exit 1 with every refusal when something cannot run."""
     counts: dict[str, str] = {}
-    for source in sources:
-        hub = hub_dataset(source)
-        if hub:
-            counts[source] = f"from the Hub ({hub}) when the run starts"
-            continue
-        try:  # local: read now, as the run would
-            problems = load_problems(source, split=config.split, limit=config.limit, problem_field=config.problem_field,
-                                     answer_field=config.answer_field, prompt_field=config.prompt_field,
-                                     on_error="skip" if config.skip_bad_rows else "raise")  # fmt: skip
-            skipped = f", {problems.skipped} bad rows skipped" if problems.skipped else ""
-            counts[source] = f"{len(problems)} problems{skipped}"
-        except (DataError, ValueError) as e:
-            refusals.append(f"{source}: {e}")
+    for source, problems in checked.problems.items():
+        skipped = f", {problems.skipped} bad rows skipped" if problems.skipped else ""
+        counts[source] = f"{len(problems)} problems{skipped}"
     typer.echo("dry run: nothing is loaded or written")
     top_p = config.top_p if config.temperature > 0 else 1.0
     how = "greedy" if config.temperature == 0 else f"T {config.temperature}, top-p {top_p}"
     typer.echo(f"  engine: {config.backend}, dtype {config.dtype}, device {config.device}; {how}, "
                f"<= {config.max_new_tokens} tokens, grader {config.resolved_grader()}, seed {config.seed}")  # fmt: skip
-    for runs in per_model:
+    for runs in checked.per_model:
         where = (
             ""
             if Path(runs[0].model).is_dir() or "/" not in runs[0].model
@@ -461,12 +488,14 @@ def _dry_run(config, models: list[str], labels, sources: list[str], n: dict[str,
         )
         typer.echo(f"  model {runs[0].model}{where}" + (f" ({runs[0].label})" if runs[0].label else ""))
         for cfg in runs:
+            hub = hub_dataset(cfg.benchmark)
+            count = counts.get(cfg.benchmark) or (f"from the Hub ({hub}) when the run starts" if hub else "?")
             samples = Path(cfg.output_dir) / EVAL_SAMPLES_FILE
             done = sum(1 for _ in samples.open()) if samples.is_file() else 0
             state = f"resumes ({done} samples there)" if done else "new"
-            typer.echo(f"    {cfg.benchmark}: {counts.get(cfg.benchmark, '?')}; n = {cfg.n}, k = "
+            typer.echo(f"    {cfg.benchmark}: {count}; n = {cfg.n}, k = "
                        f"{','.join(map(str, cfg.resolved_ks()))} -> {cfg.output_dir} ({state})")  # fmt: skip
-    end_dry_run(refusals)
+    end_dry_run(checked.refusals)
 
 
 def _merge(run_dirs: list[str] | None, output: str, console: Console) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pacs_rl.data import Problem, ProblemSet, benchmark_name, format_prompt, load_problems
-from pacs_rl.device import cuda_info, eval_dtype
+from pacs_rl.device import CudaInfo, cuda_info, eval_dtype, no_cuda_here
 from pacs_rl.evaluation.report import write_report
 from pacs_rl.evaluation.samples import (
     append_samples,
@@ -228,7 +228,7 @@ class EvalConfig(DataSettings):
             return self.dtype
         if self.backend == "transformers" and self.device != "auto" and not self.device.startswith("cuda"):
             return "float32"
-        return eval_dtype(cuda_info())
+        return eval_dtype(CudaInfo(False) if no_cuda_here() else cuda_info())  # torch only where it must tell
 
     def locked(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -282,19 +282,14 @@ def prepare_run_dir(config: EvalConfig, out: Path) -> tuple[list[dict[str, Any]]
     """Create or reopen a run folder; refuse one whose samples were drawn with other settings.
 
     Returns the rows already there and the number of broken/duplicate lines removed."""
+    problem = resume_problem(config, out)
+    if problem:
+        raise ResumeMismatch(problem)
     out.mkdir(parents=True, exist_ok=True)
     run_file, samples = out / EVAL_RUN_FILE, out / EVAL_SAMPLES_FILE
-    locked = config.locked()
     rows, dropped = read_samples(samples)
-    if rows and not run_file.exists():
-        raise ResumeMismatch(
-            f"{samples} holds samples but {run_file} is missing, so their settings are unknown. "
-            "Use another --output-dir."
-        )
-    if rows:
-        _check_settings(out, json.loads(run_file.read_text()).get("settings", {}), locked)
-    else:  # a new run, or one that stopped before its first sample was written
-        run_file.write_text(json.dumps({"settings": locked, "created": time.time()}, indent=2))
+    if not rows:  # a new run, or one that stopped before its first sample was written
+        run_file.write_text(json.dumps({"settings": config.locked(), "created": time.time()}, indent=2))
     if dropped or (samples.exists() and samples.stat().st_size and not samples.read_bytes().endswith(b"\n")):
         rewrite_samples(samples, rows)  # drop a line cut by a crash so appends start on a clean line
     return rows, dropped
@@ -314,15 +309,27 @@ def _same_setting(key: str, old: Any, new: Any) -> bool:
         return False
 
 
-def _check_settings(out: Path, old: dict[str, Any], locked: dict[str, Any]) -> None:
-    """Raise ResumeMismatch listing every locked setting of ``out`` (``old``) that ``locked`` changes."""
-    diff = {k: (old.get(k), v) for k, v in locked.items() if not _same_setting(k, old.get(k), v)}
-    if diff:
-        lines = "\n".join(f"  {k}: samples have {a!r}, this command has {b!r}" for k, (a, b) in diff.items())
-        raise ResumeMismatch(
-            f"{out} holds samples drawn with other settings:\n{lines}\n"
-            "Use another --output-dir, or rerun with the settings above to resume."
+def resume_problem(config: EvalConfig, out: Path) -> str | None:
+    """Why the samples already in ``out`` cannot be resumed by ``config`` (None when there are none, or they can):
+    their settings are unknown (no run.json), or a locked setting differs (each one listed). Reads only."""
+    run_file, samples = out / EVAL_RUN_FILE, out / EVAL_SAMPLES_FILE
+    rows, _ = read_samples(samples)
+    if not rows:
+        return None
+    if not run_file.exists():
+        return (
+            f"{samples} holds samples but {run_file} is missing, so their settings are unknown. "
+            "Use another --output-dir."
         )
+    old = json.loads(run_file.read_text()).get("settings", {})
+    diff = {k: (old.get(k), v) for k, v in config.locked().items() if not _same_setting(k, old.get(k), v)}
+    if not diff:
+        return None
+    lines = "\n".join(f"  {k}: samples have {a!r}, this command has {b!r}" for k, (a, b) in diff.items())
+    return (
+        f"{out} holds samples drawn with other settings:\n{lines}\n"
+        "Use another --output-dir, or rerun with the settings above to resume."
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -824,8 +831,10 @@ def run_evals(
     labels: list[str] | None = None,
     benchmarks: list[str] | None = None,
     n: dict[str, int] | None = None,
+    problems: dict[str, ProblemSet] | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluate several models on several benchmarks, each model loaded once; return every run's metrics.
+    ``problems``: benchmarks already read (`load_problems` with the config's data settings), by source.
 
     Folders: one model and one benchmark -> ``output_dir``; several benchmarks -> ``output_dir/<benchmark>``;
     several models -> ``output_dir/<model>`` (``output_dir/<model>/<benchmark>`` with several benchmarks).
@@ -836,7 +845,8 @@ def run_evals(
     """
     per_model = plan_evals(config, models, labels, benchmarks, n)
     # every benchmark read once, before any folder is written or any model loads: a bad source fails first
-    loaded = {cfg.benchmark: eval_problems(cfg) for cfg in per_model[0]}
+    given = problems or {}
+    loaded = {cfg.benchmark: eval_problems(cfg, given.get(cfg.benchmark)) for cfg in per_model[0]}
     results = []
     for runs in per_model:
         load = functools.cache(functools.partial(build_sampler, runs[0]))  # the model loads once, if needed

@@ -7,8 +7,13 @@ any verifier loads. What each grader and rule does: :mod:`pacs_rl.rewards.math_v
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import importlib
+import importlib.util
+import inspect
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_GRADER = "paper"
 TRAINING_GRADER = "sound"  # what pacs-rl train pays by default, on every dataset
@@ -86,5 +91,84 @@ def reward_spec_problem(spec: str) -> str | None:
         return (
             f"{spec!r} is neither 'math' nor 'module:function' (e.g. mypkg.rewards:my_reward or "
             "path/to/rewards.py:my_reward)"
+        )
+    return None
+
+
+# The keywords a reward function is called with in `pacs-rl train`: TRL's call (prompts, completions, completion_ids,
+# trainer_state, log_extra, log_metric), every column of the trainer's dataset (training/data.py: answer, problem,
+# problem_id) and PACSTrainer's ``truncated`` (which completions were cut off at the token limit).
+REWARD_KEYWORDS = (
+    "prompts", "completions", "completion_ids", "answer", "problem", "problem_id", "truncated", "trainer_state",
+    "log_extra", "log_metric",
+)  # fmt: skip
+
+
+def load_reward_function(spec: str) -> Callable:
+    """Import the reward function ``package.module:function`` or ``path/to/file.py:function`` (a file already
+    imported is not run again).
+
+    Raises ValueError naming the spec and what is wrong: the module or file (missing, or failing as it imports),
+    the attribute (missing, not callable), or a signature that cannot take the keywords the trainer passes."""
+    problem = reward_spec_problem(spec)
+    if problem:
+        raise ValueError(f"reward function {problem}")
+    module_name, _, func_name = spec.rpartition(":")
+    path = Path(module_name).expanduser()
+    if module_name.endswith(".py") and not path.is_file():
+        raise ValueError(f"reward function {spec!r}: file {path} does not exist")
+    try:
+        module = _reward_module(module_name)
+    except Exception as e:  # ImportError, or whatever the module raises as it runs
+        raise ValueError(
+            f"reward function {spec!r}: cannot import {module_name!r} ({type(e).__name__}: {e}). Install the "
+            "package, or put its folder on PYTHONPATH, or give a file: path/to/rewards.py:function."
+        ) from None
+    func = getattr(module, func_name, None)
+    if func is None:
+        raise ValueError(f"reward function {spec!r}: {module_name!r} has no attribute {func_name!r}")
+    if not callable(func):
+        raise ValueError(f"reward function {spec!r}: {func_name!r} is a {type(func).__name__}, not callable")
+    problem = reward_call_problem(func)
+    if problem:
+        raise ValueError(f"reward function {spec!r}: {problem}")
+    return func
+
+
+def _reward_module(module_name: str):
+    """The module of a reward function's spec: a .py file (loaded once under a name of its own) or a dotted name."""
+    if not module_name.endswith(".py"):
+        return importlib.import_module(module_name)
+    path = Path(module_name).expanduser()
+    name = f"_pacs_rl_reward_{path.stem}"
+    loaded = sys.modules.get(name)
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == path.resolve():
+        return loaded
+    loader_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[name] = module  # what the file defines (dataclasses, pickling) looks its module up
+    try:
+        loader_spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def reward_call_problem(func: Callable) -> str | None:
+    """Why ``func`` cannot be called as the trainer calls a reward function, with every keyword of
+    REWARD_KEYWORDS (None when it can, or when its signature cannot be read)."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # a builtin or an extension: the call itself will tell
+        return None
+    try:
+        signature.bind(**dict.fromkeys(REWARD_KEYWORDS))
+    except TypeError as e:
+        name = getattr(func, "__name__", type(func).__name__)
+        return (
+            f"{name}{signature} cannot be called as the trainer calls a reward function, with the keywords "
+            f"{', '.join(REWARD_KEYWORDS)} ({e}): take the ones it uses and **kwargs, "
+            f"e.g. def {name}(completions, answer, **kwargs)"
         )
     return None

@@ -8,19 +8,15 @@ column arrives as a keyword list (so the gold answers arrive as ``answer=[...]``
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 
 from pacs_rl.rewards.cutoff import is_cut_off, refuses_cut_off
 from pacs_rl.rewards.graders import (  # light, so that settings are checked before the verifier loads
     DEFAULT_GRADER,
     MATH_REWARD,
     grader_name,
-    reward_spec_problem,
+    load_reward_function,
     split_reward_specs,
 )
 from pacs_rl.rewards.pool import DEFAULT_TIMEOUT, BatchResult, RewardPool, verify_batch
@@ -214,39 +210,6 @@ math_reward_func = MathRewardFunction()
 
 
 # ----------------------------------------------------------------------------------- reward functions by name
-def load_reward_function(spec: str):
-    """Import the reward function ``package.module:function`` or ``path/to/file.py:function``.
-
-    Raises ValueError naming the spec and what is missing (module, file, attribute, not callable)."""
-    problem = reward_spec_problem(spec)
-    if problem:
-        raise ValueError(f"reward function {problem}")
-    module_name, _, func_name = spec.rpartition(":")
-    try:
-        if module_name.endswith(".py"):
-            path = Path(module_name).expanduser()
-            if not path.is_file():
-                raise ValueError(f"reward function {spec!r}: file {path} does not exist")
-            name = f"_pacs_rl_reward_{path.stem}"
-            loader_spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[name] = module  # what the file defines (dataclasses, pickling) looks its module up
-            loader_spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(
-            f"reward function {spec!r}: cannot import {module_name!r} ({e}). Install the package, or put its "
-            "folder on PYTHONPATH, or give a file: path/to/rewards.py:function."
-        ) from None
-    func = getattr(module, func_name, None)
-    if func is None:
-        raise ValueError(f"reward function {spec!r}: {module_name!r} has no attribute {func_name!r}")
-    if not callable(func):
-        raise ValueError(f"reward function {spec!r}: {func_name!r} is a {type(func).__name__}, not callable")
-    return func
-
-
 def load_reward_funcs(
     spec: str | Sequence[str],
     grader: str = DEFAULT_GRADER,

@@ -303,6 +303,19 @@ def _front_matter(hub: str | None, lora: bool, loss: str) -> list[str]:
     return meta
 
 
+def took_no_step(steps: int | None, skipped: dict[str, int] | None) -> bool:
+    """Whether a finished run of ``steps`` optimizer steps skipped every one (``skipped``: by cause, as
+    run_complete.json records them): its final weights are the ones it started from."""
+    return bool(steps) and sum((skipped or {}).values()) >= steps
+
+
+NO_STEP = (
+    "no optimizer step changed the weights: all {steps} were skipped, so `final/` holds the weights the run started "
+    "from (a group teaches only when its rewards differ: data the model solves now and then, or a longer answer "
+    "limit)"
+)
+
+
 def _steps_text(steps: int | None, max_steps: Any, skipped: dict[str, int]) -> str:
     """The card's line on the optimizer steps: how many, of how many, and those that moved no weight."""
     text = f"{steps if steps is not None else 'unfinished'} optimizer steps" + (
@@ -314,7 +327,8 @@ def _steps_text(steps: int | None, max_steps: Any, skipped: dict[str, int]) -> s
                        ("nonfinite", "with a non-finite gradient norm"))
         if skipped.get(k)
     ]  # fmt: skip
-    return text + (f", skipped (weights left as they were): {'; '.join(causes)}" if causes else "") + "."
+    text += (f", skipped (weights left as they were): {'; '.join(causes)}" if causes else "") + "."
+    return text + (f" **Untrained:** {NO_STEP.format(steps=steps)}." if took_no_step(steps, skipped) else "")
 
 
 def _training_lines(
@@ -463,7 +477,9 @@ def write_model_card(out: str | Path, evaluations: list[dict[str, Any]] | None =
 
 __all__ = [
     "LOSS_PAPERS",
+    "NO_STEP",
     "base_model_text",
     "card_text",
+    "took_no_step",
     "write_model_card",
 ]

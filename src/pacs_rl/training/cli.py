@@ -28,6 +28,7 @@ from pacs_rl.models import ModelError
 from pacs_rl.run_folder import CARD_FILE, folder_state, last_complete_checkpoint
 from pacs_rl.settings import SettingsError
 from pacs_rl.training import checks
+from pacs_rl.training.card import NO_STEP, took_no_step, write_model_card
 from pacs_rl.training.monitor import cut_off_line, summary_line
 from pacs_rl.training.schema import CONFIG_FIELDS, RUN_FIELDS, default_settings, known_keys
 
@@ -97,7 +98,10 @@ def summary_lines(result) -> list[str]:
         lines.append(
             f"training: {result.global_step} steps{where}, {result.train_seconds / 60:.1f} min this session"
         )
-    lines += [line for line in [skipped_steps_line(getattr(result, "skipped_steps", None) or {})] if line]
+    skipped = getattr(result, "skipped_steps", None) or {}
+    lines += [line for line in [skipped_steps_line(skipped)] if line]
+    if took_no_step(result.global_step, skipped):
+        lines.append(NO_STEP.format(steps=result.global_step).replace("`", ""))
     lines.append(f"output folder: {result.output_dir}")
     lines.append(f"metrics: {result.metrics_file}")
     if result.curves_png:
@@ -347,13 +351,14 @@ def resolve_launch(config: str | None, options: dict[str, Any], sets: list[str],
 def _train(launch: Launch, progress: bool):
     """Check what needs no torch, then choose the device, load the library and train (or report a finished run):
     the run's `TrainResult`."""
-    settings, cfg = checks.split_typed(launch.values)  # every layer was read (typed) once already
     if _is_main_process():
         show_library_notes()
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    problems, data = checks.preflight(settings, cfg, launch.output_dir, launch.checked_resume, world)
-    if problems:
-        fail("; ".join(problems))
+    checked = checks.preflight(launch.values, launch.output_dir, launch.checked_resume, world)
+    if checked.refusals:
+        fail("; ".join(checked.refusals))
+    settings, cfg = checks.split_typed(launch.values)  # every layer was read (typed) once already
+    data = checked.data  # the training and held-out problems, when read there
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     device = devices.choose_device(
         launch.user, devices.cuda_info()
@@ -388,8 +393,6 @@ def _print_result(result) -> None:
     """The summary of a run; a folder that was already finished gets its model card and says so."""
     typer.echo("")
     if result.already_complete:
-        from pacs_rl.training.card import write_model_card  # only for this case: kept out of the start
-
         write_model_card(result.output_dir)  # a folder from before the run's own card gets it
         typer.echo(
             f"{result.output_dir} is finished (step {result.global_step} of {result.max_steps or result.global_step}): "
@@ -443,17 +446,33 @@ def _interrupted(e: KeyboardInterrupt, output_dir: str) -> None:
 
 
 def _dry_run(launch: Launch, num_processes: int | None, gpu_memory_gib: float | None) -> None:
-    """Print the plan and every refusal; exit 1 when anything is refused. The plan names the device (it may import
-    torch); a rerun into a run's folder refuses other settings, else the plan shows the resume."""
+    """Print the plan and every refusal; exit 1 when anything is refused. The run's checks before torch come
+    first (checks.preflight, as `_train` makes them, without the network): a refusal there is answered before
+    torch loads. Then the plan names the device (it imports torch); a rerun into a run's folder refuses other
+    settings, else the plan shows the resume."""
+    n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
+    header = f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}"
+    # a plan that asks for CUDA may be made for another machine: what that machine must hold (libraries, Hub
+    # cache) is the plan's to check, once torch says whether this machine has CUDA
+    cuda_asked = launch.user.get("use_cpu") is False
+    checked = checks.preflight(launch.values, launch.output_dir, launch.checked_resume, n, network=False,
+                               here=not cuda_asked)  # fmt: skip
+    if checked.refusals:
+        typer.echo(header)
+        typer.echo(
+            "  the plan follows once the input passes the checks below (the run makes them first, too)"
+        )
+        end_dry_run(checked.refusals)
     from pacs_rl.training.plan import dry_run  # the plan reads the run's library (torch)
 
     values, device = devices.with_device(launch.user, default_settings())
     if launch.state in ("checkpointed", "finished"):
         settings, cfg = checks.split_typed(values)
         _rerun(settings, _library().build_config(cfg, launch.output_dir), launch.output_dir, launch.state)
-    n = num_processes or int(os.environ.get("WORLD_SIZE", "1"))
-    lines, refusals = dry_run(values, launch.output_dir, n, launch.checked_resume, device, gpu_memory_gib)
-    typer.echo(f"dry run: nothing is loaded or written; plan for {n} process{'es' if n > 1 else ''}")
+    lines, refusals = dry_run(
+        values, launch.output_dir, n, launch.checked_resume, device, gpu_memory_gib, checked
+    )
+    typer.echo(header)
     for line in lines:
         typer.echo(f"  {line}")
     end_dry_run(refusals)

@@ -72,13 +72,35 @@ def _file_problems(settings: RunSettings) -> list[Problem]:
 def load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list[Problem]]:
     """Training problems and held-out problems (disjoint from training). Raises SettingsError naming the
     data settings when a source, a row or an arithmetic option is bad."""
+    return _naming_settings(settings, _load_run_data, settings, seed)
+
+
+def load_heldout_file(settings: RunSettings) -> list[Problem]:
+    """The held-out problems of ``eval_dataset`` as a run reads them, before they are made disjoint from training
+    (none without one, or with eval_size 0): the check of a held-out file when the training set is read from the
+    Hub. Raises SettingsError as load_run_data does."""
+    return _naming_settings(settings, _heldout_file, settings)
+
+
+def _naming_settings(settings: RunSettings, read, *args):
+    """``read(*args)``, a ValueError (DataError included: a bad file row, source string or arithmetic option)
+    raised as a SettingsError that names the data settings."""
     try:
-        return _load_run_data(settings, seed)
-    except ValueError as e:  # DataError included: a bad file row, source string or arithmetic option
+        return read(*args)
+    except ValueError as e:
         raise SettingsError(
             f"{e} (settings: dataset={settings.dataset!r}, arithmetic_ops={settings.arithmetic_ops!r}, "
             f"arithmetic_digits={settings.arithmetic_digits!r}, eval_dataset={settings.eval_dataset!r})"
         ) from None
+
+
+def _heldout_file(settings: RunSettings) -> list[Problem]:
+    source = settings.eval_dataset
+    if not settings.eval_size or source is None:
+        return []
+    own_fields = benchmark_name(source) is not None or is_procedural(source)
+    fields = {} if own_fields else _field_names(settings)
+    return list(load_problems(source, limit=settings.eval_size, on_error="skip", **fields))
 
 
 def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], list[Problem]]:
@@ -96,9 +118,7 @@ def _load_run_data(settings: RunSettings, seed: int) -> tuple[list[Problem], lis
             held = arithmetic_problems(n, seed=HELDOUT_SEED, split="test", **task)
         elif settings.eval_dataset is not None:
             source = settings.eval_dataset
-            own_fields = benchmark_name(source) is not None or is_procedural(source)
-            fields = {} if own_fields else _field_names(settings)
-            held = list(load_problems(source, limit=settings.eval_size, on_error="skip", **fields))
+            held = _heldout_file(settings)
     if held:
         kept, dropped = split_disjoint(train, held)
         skipped = (getattr(train, "skipped", 0), getattr(train, "skip_messages", []))

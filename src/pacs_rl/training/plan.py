@@ -24,39 +24,39 @@ On the CPU the training state is shown, not checked.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pacs_rl.data import BENCHMARKS, DATA_DIR_ENV, benchmark_name
-from pacs_rl.data.procedural import is_procedural
 from pacs_rl.device import DeviceChoice, choose_device, cuda_info
 from pacs_rl.models import (
     BUNDLED_MODELS,
     TINY_MODEL,
     cache_dir,
     load_tokenizer,
-    model_problem,
     tiny_random_model,
     tiny_tokenizer,
 )
+from pacs_rl.preflight import Preflight
 from pacs_rl.run_folder import CHECKPOINT_PREFIX, FINAL_DIR, METRICS_FILE
 from pacs_rl.settings import SettingsError, install_line, missing_requirements
 from pacs_rl.training import memory, run
 from pacs_rl.training.batch import PAPER_BATCH, batch_note
 from pacs_rl.training.checks import (
+    Checked,
     coerce_setting,
-    declared_config_problems,
-    rollout_prompts,
-    too_few_problems,
+    config_problems,
+    deepspeed_problems,
+    precision_given,
+    preflight,
+    unchecked_run_settings,
 )
-from pacs_rl.training.data import drop_long_prompts, load_run_data, prompt_lengths
+from pacs_rl.training.data import drop_long_prompts, prompt_lengths
 from pacs_rl.training.engine import load_dtype, run_problems, training_engine, zero_stage
 from pacs_rl.training.logprobs import pieces_problems
 from pacs_rl.training.memory import DTYPE_BYTES, GIB, training_state_bytes
-from pacs_rl.training.schema import RUN_FIELDS, RunSettings
+from pacs_rl.training.schema import RUN_FIELDS
 from pacs_rl.training.trl_fields import refused_fields
 
 PLANNING_GPU_GIB = 79.0  # an 80 GB A100 / H100 as torch reports it (79.2-79.4 GiB)
@@ -71,64 +71,6 @@ HARDWARE_FIELDS = {
 
 
 # ---------------------------------------------------------------------------------------------------- checks
-def _unchecked_run_settings(values: Mapping[str, Any]) -> RunSettings:
-    """RunSettings from ``values`` without its __post_init__ refusal, so its problems join the others."""
-    settings = RunSettings.__new__(RunSettings)
-    for f in dataclasses.fields(RunSettings):
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        setattr(settings, f.name, values.get(f.name, default))
-    return settings
-
-
-def deepspeed_problems(ds: Mapping[str, Any], cfg: Mapping[str, Any], num_processes: int) -> list[str]:
-    """Values of a DeepSpeed config that disagree with the run's settings ("auto" always agrees): the checks
-    transformers' HfTrainerDeepSpeedConfig makes when the run starts, made here without DeepSpeed installed."""
-    per_device = cfg.get("per_device_train_batch_size", 8)
-    ga = cfg.get("gradient_accumulation_steps", 1)
-    bf16, fp16 = bool(cfg.get("bf16")), bool(cfg.get("fp16"))
-    expected = {
-        "train_micro_batch_size_per_gpu": per_device,
-        "gradient_accumulation_steps": ga,
-        "train_batch_size": per_device * ga * num_processes,
-        "gradient_clipping": cfg.get("max_grad_norm", 1.0),
-        "bf16.enabled": bf16,
-        "fp16.enabled": fp16,
-        "optimizer.params.lr": cfg.get("learning_rate"),
-    }
-    out = []
-    stage = (ds.get("zero_optimization") or {}).get("stage", 0)
-    if stage not in (0, 1, 2, 3):
-        out.append(f"deepspeed: zero_optimization.stage={stage!r}; use 0, 1, 2 or 3")
-    for key, want in expected.items():
-        value: Any = ds
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, Mapping) else None
-        if value is None or value == "auto" or want is None:
-            continue
-        if value != want:
-            out.append(
-                f'deepspeed: {key}={value!r} but the run\'s settings give {want!r}; write "auto" in the DeepSpeed '
-                "config (transformers fills it from the settings) or change one of them"
-            )
-    return out
-
-
-def _read_deepspeed(value: Any) -> tuple[dict | None, str | None]:
-    """(the DeepSpeed config, a problem reading it) from the `deepspeed` setting: a dict or a JSON file path."""
-    if isinstance(value, Mapping):
-        return dict(value), None
-    path = Path(str(value)).expanduser()
-    if not path.is_file():
-        return None, (
-            f"deepspeed={value!r}: no such file (from the current folder, {Path.cwd()}; in a --config file a "
-            "relative path is read from the file's own folder first); give the path of a DeepSpeed JSON config"
-        )
-    try:
-        return json.loads(path.read_text()), None
-    except json.JSONDecodeError as e:
-        return None, f"deepspeed={value!r}: not valid JSON ({e.msg} at line {e.lineno})"
-
-
 # ---------------------------------------------------------------------------------------------------- model size
 def _model_folder(model: str) -> Path | None:
     """The model's local folder: a path, or a bundled model already converted (None: a Hub id, or not there)."""
@@ -159,16 +101,6 @@ def _offline_tokenizer(model: str):
         return None
 
 
-# ---------------------------------------------------------------------------------------------------- data
-def _local_source(source: str | None) -> bool:
-    """Whether a data source reads without the network (procedural, a file, a benchmark in $PACS_RL_DATA_DIR)."""
-    if source is None or is_procedural(source) or Path(source).expanduser().is_file():
-        return True
-    name = benchmark_name(source)
-    folder = os.environ.get(DATA_DIR_ENV)
-    return bool(name and folder and (Path(folder) / BENCHMARKS[name].local_file).is_file())
-
-
 # ---------------------------------------------------------------------------------------------------- the plan
 def _prompt_counts(settings, config, train) -> tuple[list[int] | None, str]:
     """(the training prompts' token counts, or None with why not) when the tokenizer is on this machine."""
@@ -190,25 +122,34 @@ def dry_run(
     resume: bool = False,
     device: DeviceChoice | None = None,
     gpu_memory_gib: float | None = None,
+    checked: Checked | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the plan as lines, every refusal) for the flat settings ``values`` on ``num_processes`` processes.
 
     device: the command's device choice (default: read from ``values``' use_cpu / bf16 and this machine);
-    gpu_memory_gib: the memory of each GPU the plan must fit (default: this machine's GPU, else 79)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing below may reach the network
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    gpu_memory_gib: the memory of each GPU the plan must fit (default: this machine's GPU, else 79); checked: what
+    the run's checks before torch (`pacs_rl.training.checks.preflight`) found, where the command made them first
+    (default: they are made here, and give the first refusals)."""
     cuda = cuda_info()
     if device is None:
         device = choose_device({k: values[k] for k in ("use_cpu", "bf16", "fp16") if k in values}, cuda)
-    settings = _unchecked_run_settings(values)
+    elsewhere = device.device == "cuda" and not cuda.available
+    if (
+        checked is None
+    ):  # before HF_HUB_OFFLINE is set below: a Hub name is looked up in the cache only offline
+        checked = preflight(values, output_dir, resume, num_processes, network=False, here=not elsewhere)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing below may reach the network
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    settings = checked.settings
     cfg = {k: coerce_setting(k, v) for k, v in values.items() if k not in RUN_FIELDS}
-    check = _SettingChecks(settings, cfg, device.device == "cuda" and not cuda.available, num_processes)
+    check = _SettingChecks(checked, cfg, elsewhere, num_processes)
     config = check.config(output_dir)
-    train, held_n, notes = check.data()
+    held_n = len(checked.data[1]) if checked.data is not None else None
+    notes = tuple(HUB_NOTE if s in checked.hub else "" for s in (settings.dataset, settings.eval_dataset))
     resume_note = check.resume(config, output_dir, resume)
     if config is None:
         return [], check.refusals
-    prompts = check.prompts(config, train)
+    prompts = check.prompts(config, checked.train)
     lines = [f"device: {device.line()}"]
     if check.elsewhere and check.missing:
         lines.append(needed_line(check.missing))
@@ -223,27 +164,40 @@ def dry_run(
     return lines + memory_lines, check.refusals + memory_refusals
 
 
-class _SettingChecks:
-    """The dry run's checks, each adding its refusals to ``refusals``: the settings as given (at once), the
-    trainer config built from them, the data when it is local, the resume point, and the prompts' lengths."""
+HUB_NOTE = " (from the Hub: read when the run starts, not in a dry run)"
 
-    def __init__(self, settings: RunSettings, cfg: dict[str, Any], elsewhere: bool, num_processes: int):
-        self.settings, self.cfg, self.elsewhere, self.n = settings, cfg, elsewhere, num_processes
-        self.refusals: list[str] = settings.problems()
+
+class _SettingChecks:
+    """The dry run's checks after the run's checks before torch (``checked``, whose refusals come first), each
+    adding its refusals to ``refusals``: the fields PACSTrainer would not honour, the libraries the settings need
+    where those checks left them to the plan, the precision of a DeepSpeed file against the device choice's, the
+    trainer config built from the settings, the resume point, and the prompts' lengths."""
+
+    def __init__(self, checked: Checked, cfg: dict[str, Any], elsewhere: bool, num_processes: int):
+        self.settings, self.cfg, self.elsewhere, self.n = checked.settings, cfg, elsewhere, num_processes
+        self.refusals: list[str] = list(checked.refusals)
         self.refused = refused_fields(cfg, str(cfg.get("loss_type", "pacs")))
         self.refusals += self.refused
-        # an engine, tracker or adapter library that is not installed: refused where this machine trains, listed
-        # as needed there where the plan is for another machine (CUDA asked for, none here: a laptop planning a node)
-        self.missing, tracker_problems = missing_requirements({**cfg, "use_lora": settings.use_lora})
-        self.refusals += tracker_problems + ([] if elsewhere else [m.refusal() for m in self.missing])
-        # a value out of its declared domain (the config would refuse it too: it is not built then); a model folder
-        # that is not there (a Hub name: where the run starts)
-        self.declared = declared_config_problems(cfg)
-        model = model_problem(settings.model, hub=False)
-        self.refusals += self.declared + ([model] if model else [])
-        if cfg.get("deepspeed"):
-            ds_config, ds_problem = _read_deepspeed(cfg["deepspeed"])
-            self.refusals += [ds_problem] if ds_problem else deepspeed_problems(ds_config, cfg, num_processes)
+        # what the training machine must hold, where the checks before torch left it here (CUDA asked for): an
+        # engine, tracker or adapter library, a Hub model or dataset in the local cache when offline. Refused where
+        # this machine trains; where the plan is for another machine (no CUDA here: a laptop planning a node) the
+        # libraries are listed as needed there and the Hub cache is that machine's
+        self.missing: list = []
+        if not checked.here:
+            self.missing, tracker_problems = missing_requirements({**cfg, "use_lora": self.settings.use_lora})
+            self.refusals += tracker_problems + ([] if elsewhere else [m.refusal() for m in self.missing])
+            if not elsewhere:
+                self.refusals += _cache_problems(self.settings)
+        # a value out of its declared domain, a critic field, a batch that splits a group (refused before torch):
+        # the config, which would refuse it again, is not built
+        self.declared = config_problems(cfg, installed=False)
+        if cfg.get("deepspeed") and not precision_given(
+            checked.cfg
+        ):  # bf16 / fp16 as the device choice set them
+            ds = Preflight().json_file(
+                cfg["deepspeed"], "deepspeed"
+            )  # one that does not parse: refused before
+            self.refusals += deepspeed_problems(ds, cfg, num_processes, precision=True) if ds else []
 
     def config(self, output_dir: str | Path):
         """The trainer config the run would build (its refused fields left out), checked against the run; None
@@ -261,27 +215,6 @@ class _SettingChecks:
         self.refusals += run_problems(self.settings, planned, training_engine(planned, self.n))
         return config
 
-    def data(self) -> tuple[list | None, int | None, tuple[str, str]]:
-        """(the training problems, the held-out count, notes for data read only where the run starts)."""
-        settings, cfg = self.settings, self.cfg
-        if settings.problems():
-            return None, None, ("", "")
-        hub = " (from the Hub: read when the run starts, not in a dry run)"
-        local_train, local_held = _local_source(settings.dataset), _local_source(settings.eval_dataset)
-        notes = ("" if local_train else hub), ("" if local_held else hub)
-        if not local_train:
-            return None, None, notes
-        try:
-            data_settings = settings if local_held else dataclasses.replace(settings, eval_size=0)
-            train, held = load_run_data(data_settings, int(cfg.get("seed", 42)))
-        except SettingsError as e:
-            self.refusals.append(str(e))
-            return None, None, notes
-        per_rollout = rollout_prompts(cfg, self.n)
-        few = per_rollout and too_few_problems(len(train), per_rollout, settings.dataset)
-        self.refusals += [few] if few else []
-        return train, (len(held) if local_held else None), notes
-
     def resume(self, config, output_dir: str | Path, resume: bool) -> str:
         """Where the run would continue from ('' for a fresh run). A fresh run needs no config here: it only
         refuses a folder that holds checkpoints."""
@@ -289,8 +222,8 @@ class _SettingChecks:
             return ""
         try:
             checkpoint, complete = run.resume_point(Path(output_dir), resume, config, self.n)
-        except SettingsError as e:
-            self.refusals.append(str(e))
+        except SettingsError as e:  # the folder's rules: refused before torch, once
+            self.refusals += [] if str(e) in self.refusals else [str(e)]
             return "cannot resume (see below)" if resume else ""
         if not checkpoint:
             return ""
@@ -309,6 +242,17 @@ class _SettingChecks:
                 f"longer (the shortest has {min(lengths)} tokens): raise it, or set it to null"
             )
         return _Prompts(len(train), dropped, max(lengths), "")
+
+
+def _cache_problems(settings) -> list[str]:
+    """The Hub model and datasets of a run that this machine's local cache must hold when offline, checked as the
+    run checks them before torch (without the network)."""
+    check = Preflight(network=False)
+    check.model(settings.model)
+    check.hub_data(settings.dataset, "dataset")
+    if settings.eval_size and settings.eval_dataset:
+        check.hub_data(settings.eval_dataset, "eval_dataset")
+    return check.refusals
 
 
 def needed_line(missing) -> str:
@@ -629,7 +573,7 @@ def memory_plan(
     """The memory plan per GPU of the flat settings ``values`` as the dry run makes it (the prompt bound:
     max_prompt_tokens, else an assumed 1,024 tokens); None when the model's shape is not known here.
     benchmarks/gpu_check.py compares it with the peak a run measures."""
-    settings = _unchecked_run_settings(values)
+    settings = unchecked_run_settings(values)
     cfg = {k: coerce_setting(k, v) for k, v in values.items() if k not in RUN_FIELDS}
     config = run.build_config({**cfg, **HARDWARE_FIELDS}, output_dir)
     shape, _source = model_shape(settings.model)

@@ -38,6 +38,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from pacs_rl.data import Problem
 from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
+from pacs_rl.preflight import reward_weights_problem
 from pacs_rl.rewards import load_reward_funcs
 from pacs_rl.run_folder import (
     BASE_MODEL_DIR,
@@ -53,13 +54,16 @@ from pacs_rl.run_folder import (
     TRAINER_STATE_FILE,
     heldout_protocol,
     last_complete_checkpoint,
+    output_folder_problem,
     read_json,
     read_jsonl,
+    share_weights,
+    unshare_weights,
 )
 from pacs_rl.settings import SettingsError
 from pacs_rl.training.batch import batch_note
 from pacs_rl.training.card import KEY_SETTINGS, write_model_card
-from pacs_rl.training.checks import output_folder_problem, too_few_problems
+from pacs_rl.training.checks import too_few_problems
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.data import build_dataset, filter_prompts, load_run_data
 from pacs_rl.training.engine import model_init_kwargs, run_problems, start_deepspeed_comm, training_engine
@@ -134,13 +138,12 @@ def build_reward_funcs(settings: RunSettings, config: PACSConfig) -> list:
     try:
         funcs = load_reward_funcs(settings.reward_funcs, grader=settings.resolved_grader())
     except ValueError as e:
-        raise SettingsError(f"reward_funcs={settings.reward_funcs!r}: {e}") from None
-    weights = getattr(config, "reward_weights", None)
-    if weights is not None and len(weights) != len(funcs):
-        raise SettingsError(
-            f"reward_weights={list(weights)} has {len(weights)} weight(s) for {len(funcs)} reward function(s) "
-            f"({settings.reward_funcs!r}); give one weight per function."
-        )
+        raise SettingsError(f"reward_funcs: {e}") from None
+    problem = reward_weights_problem(
+        getattr(config, "reward_weights", None), len(funcs), settings.reward_funcs
+    )
+    if problem:
+        raise SettingsError(problem)
     return funcs
 
 
@@ -204,19 +207,13 @@ def resume_point(out: Path, resume: bool, config: PACSConfig, world: int) -> tup
 
     Refuses to start over a folder that holds checkpoints, and to resume a checkpoint written by another number of
     processes (each process saved its own rollout batch and random state: they cannot be re-sharded exactly)."""
-    problem = output_folder_problem(out, resume)  # a file; checkpoints without --resume; none to resume
+    # a file; checkpoints without --resume; none to resume; one written by another number of processes
+    problem = output_folder_problem(out, resume, world)
     if problem:
         raise SettingsError(problem)
     if not resume:
         return None, False
     checkpoint = last_complete_checkpoint(out)
-    saved = len(list(Path(checkpoint).glob(PACS_STATE_FILE.format(rank="*"))))
-    if saved and saved != world:
-        raise SettingsError(
-            f"--resume: {checkpoint} was written by {saved} processes and this run has {world}. Each process saved "
-            f"its own rollout batch and random state, which cannot be re-sharded exactly: resume on {saved} "
-            f"processes (accelerate launch --num_processes {saved} ...), or start a new run in another --output-dir"
-        )
     state = _trainer_state(checkpoint)
     target = config.max_steps if config.max_steps > 0 else int(state.get("max_steps") or 0)
     return checkpoint, target > 0 and int(state["global_step"]) >= target
@@ -489,6 +486,8 @@ class _Session:
     def finish(self, trainer, train_seconds: float) -> int:
         """The final weights, held-out accuracy after, the answer forms, the curves and the card; the last step."""
         config, out, state = self.config, self.out, self.state
+        if state.is_main_process:  # weights final/ shares with a checkpoint: new files, not through the link
+            unshare_weights(out / FINAL_DIR)
         if self.finish_from_weights:
             if state.is_main_process:
                 shutil.copytree(self.checkpoint, out / FINAL_DIR, dirs_exist_ok=True, ignore=_not_model_files)
@@ -507,6 +506,11 @@ class _Session:
             int(_trainer_state(self.checkpoint)["global_step"]) if complete else trainer.state.global_step
         )
         if state.is_main_process:
+            last = last_complete_checkpoint(
+                out
+            )  # the last step's checkpoint holds final/'s weights: stored once
+            if last and int(_trainer_state(last)["global_step"]) == global_step:
+                share_weights(out / FINAL_DIR, last)
             if self.settings.plot:
                 title = f"{config.loss_type} on {self.settings.dataset}"
                 plot_curves(out / METRICS_FILE, out / CURVES_FILE, title=title)

@@ -26,7 +26,8 @@ from pacs_rl.compare.paired.record import (
     parse_method,
     summarize,
 )
-from pacs_rl.settings import SettingsError, at_least, declared, interval, one_of, output_dir_problem, setting
+from pacs_rl.preflight import Preflight
+from pacs_rl.settings import SettingsError, at_least, declared, interval, one_of, setting
 
 PASSK_N = PROTOCOL["passk"]["n"]
 # the CPU default's settings a dry run names (the record holds all of them)
@@ -252,16 +253,29 @@ def run_command(opts, report_only: bool, dry_run: bool) -> None:
         if record["runs"]:
             typer.echo(f"figure: {plot_comparison(record, opts.work / 'comparison.png')}")
         return
-    problem = output_dir_problem(opts.work)
-    if problem:
-        fail(problem)
-    # another protocol is refused here, before run() takes the lock (which makes the run folder)
-    record = load_record(opts.record, opts.overrides, opts.methods, not opts.no_passk, opts.passk_every,
-                         driver.started_seeds(opts.work))  # fmt: skip
-    problem = driver.work_problem(opts.work, record["protocol"])
-    if problem:
-        fail(problem)
+    refusals, _record = preflight(opts)  # before run() takes the lock (which makes the run folder)
+    if refusals:
+        fail("; ".join(refusals))
     driver.run(opts)
+
+
+def preflight(opts) -> tuple[list[str], dict | None]:
+    """(every refusal of a paired record's run that needs no torch, in the order the run and its --dry-run make
+    them; the record it goes on with, None when it cannot be read): the output folder, the record (another
+    protocol, an unknown method), and the run folders already there (made under another protocol)."""
+    from pacs_rl.compare.paired import driver  # numpy, and the runner it drives
+
+    check = Preflight(network=False)
+    check.output_folder(opts.work)
+    record = None
+    try:
+        record = load_record(opts.record, opts.overrides, opts.methods, not opts.no_passk, opts.passk_every,
+                             driver.started_seeds(opts.work))  # fmt: skip
+    except SettingsError as e:
+        check.add(str(e))
+    if record is not None:
+        check.add(driver.work_problem(opts.work, record["protocol"]))
+    return check.refusals, record
 
 
 def merge_command(opts, other: Path, dry_run: bool) -> None:
@@ -315,15 +329,11 @@ def _dry_run(opts) -> None:
     from pacs_rl.compare.paired import driver, tables
     from pacs_rl.compare.paired.record import PRIMARY
 
-    refusals = []
-    try:
-        record = load_record(opts.record, opts.overrides, opts.methods, not opts.no_passk, opts.passk_every,
-                                    driver.started_seeds(opts.work))  # fmt: skip
-    except SettingsError as e:
-        refusals.append(str(e))
+    refusals, record = preflight(opts)
+    if record is None:  # refused: the plan of a new record with these options
         record = new_record(opts.overrides, opts.methods, not opts.no_passk, opts.passk_every)
+        refusals += filter(None, [driver.work_problem(opts.work, record["protocol"])])
     proto = record["protocol"]
-    refusals += filter(None, [driver.work_problem(opts.work, proto)])
     gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
     typer.echo("dry run: nothing is loaded or run")
     typer.echo(
