@@ -12,9 +12,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
+from pacs_rl.command import rewrite_args
 from pacs_rl.compare.plan import resolve_settings
 from pacs_rl.evaluation.runner import EvalConfig
-from pacs_rl.settings import DATA_KEYS, DataSettings, SettingsError, rewrite_args
+from pacs_rl.settings.data import DATA_KEYS, DataSettings
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training import cli
 from pacs_rl.training.checks import split_settings
 from pacs_rl.training.schema import RunSettings
@@ -152,7 +154,7 @@ def test_a_loss_registered_after_import_is_served(tmp_path):
 
 
 def test_too_few_training_problems_are_refused_by_the_library_too(tmp_path):
-    from pacs_rl.settings import SettingsError as RunSettingsError
+    from pacs_rl.settings.errors import SettingsError as RunSettingsError
     from pacs_rl.training.run import build_config, run_training
 
     data = tmp_path / "two.jsonl"

@@ -359,7 +359,7 @@ def test_compare_settings_are_declared_with_their_checks_and_refused_by_name():
     """The comparison's settings (top level and eval section) are declarations: their defaults are the settings' own,
     every number or enumeration carries its check, and a value out of its domain is refused naming the setting."""
     from pacs_rl.compare.plan import EVAL_DEFAULTS, EVAL_FIELDS, TOP_FIELDS
-    from pacs_rl.settings import declared
+    from pacs_rl.settings.declarations import declared
 
     s = resolve_settings()
     assert s["eval"] == EVAL_DEFAULTS and (s["methods"], s["seeds"]) == (["pacs", "grpo"], [0])

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pacs_rl.cli import app
 from pacs_rl.compare.plan import load_settings_file as load_compare_file
-from pacs_rl.settings import read_yaml, resolve_paths
+from pacs_rl.settings.reading import read_yaml, resolve_paths
 from pacs_rl.training.checks import load_settings_file
 
 REPO = Path(__file__).resolve().parents[1]

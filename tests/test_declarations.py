@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from pacs_rl.settings import at_least, declared, interval, is_declared, one_of, setting
+from pacs_rl.settings.declarations import at_least, declared, interval, is_declared, one_of, setting
 
 # The modules that declare settings with `setting(...)`: every dataclass defined in one is walked.
 DECLARATIONS = [
-    "pacs_rl.settings",  # DataSettings: train's, eval's and compare's data and prompt settings
+    "pacs_rl.settings.data",  # DataSettings: train's, eval's and compare's data and prompt settings
     "pacs_rl.training.schema",  # pacs-rl train: RunSettings, PACSFields, CriticFields
     "pacs_rl.evaluation.runner",  # pacs-rl eval: EvalConfig
     "pacs_rl.integrations.verl.options",  # the verl plug-in: PACSLossSettings
@@ -154,7 +154,7 @@ def test_every_loss_option_declares_its_domain_and_every_command_takes_it_from_t
 
 def test_a_loss_options_check_is_its_type_then_its_domain():
     from pacs_rl.algorithms.options import LossOption
-    from pacs_rl.settings import option_check, typed
+    from pacs_rl.settings.declarations import option_check, typed
 
     beta = option_check(LossOption("b", "b", float, 1.0, "", low=0, open_low=True))
     assert beta("b", 1) is None and beta("b", 0.5) is None  # an int is a float's value too

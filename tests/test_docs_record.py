@@ -211,7 +211,7 @@ def test_the_evaluation_guide_agrees_with_the_declarations():
     import dataclasses
 
     from pacs_rl.evaluation.runner import EvalConfig
-    from pacs_rl.settings import DATA_KEYS
+    from pacs_rl.settings.data import DATA_KEYS
 
     rows = _table_defaults((REPO / "docs" / "EVALUATION.md").read_text(), "| key | default | option |")
     declared = {f.name: f for f in dataclasses.fields(EvalConfig) if f.name not in DATA_KEYS}

@@ -17,7 +17,7 @@ from pacs_rl import device as device_module
 from pacs_rl.cli import app
 from pacs_rl.device import CPU_BF16, CPU_ONLY, CudaInfo, choose_device
 from pacs_rl.models import model_problem
-from pacs_rl.settings import SettingsError
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training import cli, heldout, memory, run, schema
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.data import filter_prompts, load_run_data, prompt_lengths
@@ -508,7 +508,7 @@ def test_the_paper_config_plans_the_same_from_any_folder(shared_data, monkeypatc
 def test_a_plan_for_another_machine_lists_what_it_needs_there(shared_data, monkeypatch, tmp_path):
     """No CUDA here and CUDA settings: vLLM, DeepSpeed and wandb missing here are needed there, not refused."""
     _fake_cuda(monkeypatch, present=False)
-    monkeypatch.setattr("pacs_rl.settings._installed", lambda module: False)  # none of them installed
+    monkeypatch.setattr("pacs_rl.preflight._installed", lambda module: False)  # none of them installed
     code, out = _paper_from(tmp_path, shared_data, monkeypatch)
     assert code == 0, out
     needed = next(line for line in out.splitlines() if "needed on the training machine" in line)
@@ -524,7 +524,7 @@ def test_a_plan_for_another_machine_lists_what_it_needs_there(shared_data, monke
 
 
 def test_on_the_machine_that_trains_missing_packages_stay_refusals(shared_data, monkeypatch, tmp_path):
-    monkeypatch.setattr("pacs_rl.settings._installed", lambda module: False)
+    monkeypatch.setattr("pacs_rl.preflight._installed", lambda module: False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _fake_cuda(monkeypatch, present=True)  # this machine has the GPU: it is the one that trains
     code, out = _paper_from(tmp_path, shared_data, monkeypatch, "--gpu-memory-gib", "79")

@@ -24,7 +24,7 @@ from pacs_rl.compare.paired import driver as drive
 from pacs_rl.compare.paired import figures, job, tables
 from pacs_rl.compare.paired import record as records
 from pacs_rl.compare.plan import CompareError
-from pacs_rl.settings import declared
+from pacs_rl.settings.declarations import declared
 from train_helpers import load_script, rounded
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from pacs_rl.data import arithmetic_pool_size
-from pacs_rl.settings import SettingsError
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training import checks, cli, schema
 from pacs_rl.training.data import load_run_data
 from pacs_rl.training.run import build_config, run_training

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pacs_rl.settings import SettingsError
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.engine import zero_stage
 from pacs_rl.training.run import _consolidated_weights
 from train_helpers import kill_when

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.settings import SettingsError
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.data import build_dataset, load_run_data
 from pacs_rl.training.run import build_config, build_reward_funcs, run_training
 from pacs_rl.training.schema import RunSettings

@@ -15,7 +15,8 @@ import torch
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.settings import SettingsError, missing_packages
+from pacs_rl.preflight import missing_packages
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training import cli, engine, run, schema
 from pacs_rl.training.checks import deepspeed_problems
 from pacs_rl.training.plan import dry_run, model_shape, training_state_bytes

@@ -287,7 +287,7 @@ def test_the_setting_table_names_every_config_field_with_its_type():
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
     from pacs_rl.algorithms import CRITIC_LOSSES, POLICY_LOSSES
-    from pacs_rl.settings import TRACKERS
+    from pacs_rl.preflight import TRACKERS
     from pacs_rl.training import PACSConfig, PPOConfig
     from pacs_rl.training.schema import (
         CONFIG_FIELDS,

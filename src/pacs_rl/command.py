@@ -1,6 +1,6 @@
 """What the `pacs-rl` commands share on the command line: one-line errors, the other spellings of options
 (TRL's and older ones, rewritten before the options are parsed), and the data and prompt options, declared once
-from :class:`pacs_rl.settings.DataSettings`.
+from :class:`pacs_rl.settings.data.DataSettings`.
 
 Light on purpose (no torch, no TRL): a command checks its input with these before it imports them.
 """
@@ -11,13 +11,16 @@ import importlib
 import logging
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from pacs_rl.settings import DataSettings, SettingsError, one_line, rewrite_args
+from pacs_rl.settings.aliases import RENAMED_SETTINGS, canonical_key, old_options
+from pacs_rl.settings.data import DataSettings
+from pacs_rl.settings.errors import SettingsError, one_line
+from pacs_rl.settings.reading import FALSE_WORDS, TRUE_WORDS
 
 # click's exceptions and context as typer raises them: from the click package, or from the copy of it that newer
 # typers vendor (typer._click)
@@ -109,8 +112,74 @@ class Group(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+def rewrite_args(
+    command: str,
+    args: list[str],
+    options: Iterable[str],
+    notes: list[str],
+    settings: Mapping[str, str] | None = None,
+) -> list[str]:
+    """A command's arguments in one pass, every other spelling of an option replaced by its name: TRL's
+    (``--output_dir`` for ``--output-dir``) quietly, an older one (`pacs_rl.settings.aliases.ALIASES`)
+    with a note in ``notes``; and, with ``settings`` (setting -> its type as text), ``--name value`` for a setting
+    the command has no option of written ``--set name=value`` (a bool setting may stand bare: ``--use_vllm``),
+    TRL's command-line spelling of its config.
+
+    options: the option names the command declares. Arguments after ``--`` are left alone."""
+    options, old = set(options), old_options(command)
+    out: list[str] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, value = arg.partition("=")
+        if arg == "--":
+            return [*out, arg, *rest]
+        if not name.startswith("--") or name in options:
+            out.append(arg)
+        elif name in old:
+            new, noted = old[name]
+            out += _old_option(name, new, value if eq else None, rest, notes if noted else [])
+        else:
+            spelled = name[2:].replace("-", "_")
+            key, noted = RENAMED_SETTINGS.get(spelled, (spelled, False))
+            flag = "--" + key.replace("_", "-")
+            if flag in options:
+                if noted:
+                    notes.append(f"{name} is now called {flag}; the old name still works")
+                out.append(flag + eq + value)
+            elif settings is not None and key in settings:
+                canonical_key(spelled, name, notes)  # its note, in the words a file's older key gets
+                out += ["--set", f"{key}={value if eq else _option_value(name, key, settings[key], rest)}"]
+            else:
+                out.append(arg)
+    return out
+
+
+def _old_option(
+    name: str, new: str | Callable[[str], list[str]], value: str | None, rest: list[str], notes
+) -> list[str]:
+    """An older option's arguments now, with a note: a new name, or a function of the old value."""
+    if not callable(new):
+        notes.append(f"{name} is now called {new}; the old name still works")
+        return [new + ("" if value is None else f"={value}")]
+    text = value if value is not None else (rest.pop(0) if rest else "")
+    replaced = new(text)
+    notes.append(f"{name} {text} is now written {' '.join(replaced)}; the old spelling still works")
+    return replaced
+
+
+def _option_value(name: str, key: str, kind: str, rest: list[str]) -> str:
+    """The value of ``--name`` written apart (``--name VALUE``); a bool setting may stand bare."""
+    following = rest[0] if rest else None
+    if "bool" in kind and (following is None or following.lower() not in TRUE_WORDS + FALSE_WORDS):
+        return "true"
+    if following is None:
+        raise SettingsError(f"{name} needs a value: {name} VALUE, or --set {key}=VALUE")
+    return rest.pop(0)
+
+
 class _RewrittenArgs:
-    """The arguments of a command rewritten before parsing (:func:`pacs_rl.settings.rewrite_args`), each older
+    """The arguments of a command rewritten before parsing (:func:`rewrite_args`), each older
     spelling with a note. ``settings``: setting key -> type text, when every setting is also an option
     (``--learning_rate 1e-5`` = ``--set learning_rate=1e-5``, TRL's spelling)."""
 
@@ -142,9 +211,10 @@ class CommandGroup(_RewrittenArgs, TyperGroup):
 def declared_option(
     f: Any, *flags: str, default: Any = None, shown: Any = None, extra: str = "", metavar: str | None = None
 ) -> Any:
-    """The option of the setting that dataclass field ``f`` declares (`pacs_rl.settings.setting`): its help is the
-    declaration's, ``extra`` after it, and ``[default: shown]`` (``shown`` None: the declared default; False: no
-    default shown). ``default``: the option's own value when not given (None: not given, the layer below decides)."""
+    """The option of the setting that dataclass field ``f`` declares (`pacs_rl.settings.declarations.setting`):
+    its help is the declaration's, ``extra`` after it, and ``[default: shown]`` (``shown`` None: the declared
+    default; False: no default shown). ``default``: the option's own value when not given (None: not given, the
+    layer below decides)."""
     if shown is None:
         shown = f.default
     text = f.metadata["help"] + (f" {extra}" if extra else "")
@@ -185,5 +255,6 @@ __all__ = [
     "error_line",
     "fail",
     "note",
+    "rewrite_args",
     "typed_command",
 ]

@@ -10,6 +10,7 @@ second.
     check.hub_data("math500", "eval_dataset")   # a Hub source is in the local cache when offline
     check.reward_funcs("math,rewards.py:f")     # each imports and takes the keywords the trainer passes
     check.json_file("ds.json", "deepspeed")     # a settings file exists and parses
+    check.packages({"use_vllm": True})          # the libraries the settings need are installed (pip line if not)
     if check.refusals: ...
 
 ``network``: whether the check may ask the Hugging Face Hub if it can be reached (one attempt, 3 s) when it is not
@@ -23,8 +24,10 @@ Each command lays these checks out in its own order: `pacs_rl.training.checks.pr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,92 @@ from pacs_rl.data import (
 from pacs_rl.data.loaders import datasets_offline, hub_dataset_cached
 from pacs_rl.models import hub_offline, hub_unreachable, model_problem
 from pacs_rl.rewards.graders import MATH_REWARD, load_reward_function, split_reward_specs
-from pacs_rl.settings import missing_packages, one_line, output_dir_problem
+from pacs_rl.run_folder import output_dir_problem
+from pacs_rl.settings.errors import one_line
+
+# The libraries a setting needs (an engine, a tracker, an adapter): a missing one is refused with the pip line that
+# installs it (`Missing`), and a dry run for another machine lists them all in one line (`install_line`).
+# transformers' report_to names -> the modules each needs (any one of them; transformers checks the same way).
+TRACKERS: dict[str, tuple[str, ...]] = {
+    "azure_ml": ("azureml",),
+    "clearml": ("clearml",),
+    "codecarbon": ("codecarbon",),
+    "comet_ml": ("comet_ml",),
+    "dagshub": ("dagshub",),
+    "dvclive": ("dvclive",),
+    "flyte": ("flytekit",),
+    "kubeflow": (),  # needs a kubeflow trainer server (KUBEFLOW_TRAINER_SERVER_URL), no module
+    "mlflow": ("mlflow",),
+    "neptune": ("neptune",),
+    "swanlab": ("swanlab",),
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "trackio": ("trackio",),
+    "wandb": ("wandb",),
+}
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def tracker_names(report_to: Any) -> list[str]:
+    """``report_to`` (text, comma-separated text or a list) as a list of tracker names ('none' and 'all' left out)."""
+    if report_to is None:
+        return []
+    items = report_to.split(",") if isinstance(report_to, str) else list(report_to)
+    return [str(x).strip() for x in items if str(x).strip() and str(x).strip() not in ("none", "all")]
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A library a setting needs that this machine has not installed."""
+
+    setting: str  # what asks for it: "use_vllm=true", "report_to='wandb'"
+    package: str  # its name: "vLLM"
+    install: str  # what installs it: an extra of this project ("vllm") or a package ("wandb")
+    hint: str = ""  # more to say in the refusal
+    extra: bool = True  # install names an extra of pacs-rl
+
+    def refusal(self) -> str:
+        how = f"pip install 'pacs-rl[{self.install}]'" if self.extra else f"pip install {self.install}"
+        return f"{self.setting} needs {self.package}, which is not installed: {how}{self.hint}"
+
+
+def missing_requirements(values: Mapping[str, Any]) -> tuple[list[Missing], list[str]]:
+    """(each library a setting needs that is not installed here, the problems no install fixes: a tracker name
+    transformers does not know)."""
+    missing, problems = [], []
+    if values.get("use_vllm") and not _installed("vllm"):
+        hint = " (on a CPU, vLLM's CPU build: docs/SCALING.md), or drop use_vllm"
+        missing.append(Missing("use_vllm=true", "vLLM", "vllm", hint))
+    if values.get("use_lora") and not _installed("peft"):
+        missing.append(Missing("use_lora=true", "peft", "peft"))
+    if values.get("deepspeed") and not _installed("deepspeed"):
+        missing.append(Missing("deepspeed", "DeepSpeed", "deepspeed", ", or drop the setting"))
+    for name in tracker_names(values.get("report_to")):
+        if name not in TRACKERS:
+            problems.append(
+                f"report_to={name!r} is no tracker transformers knows; use {', '.join(TRACKERS)} or none"
+            )
+        elif TRACKERS[name] and not any(map(_installed, TRACKERS[name])):
+            module = TRACKERS[name][0]
+            missing.append(Missing(f"report_to={name!r}", module, module, ", or drop it", extra=False))
+    return missing, problems
+
+
+def missing_packages(values: Mapping[str, Any]) -> list[str]:
+    """One message per setting whose engine, tracker or adapter library is not installed."""
+    missing, problems = missing_requirements(values)
+    return [m.refusal() for m in missing] + problems
+
+
+def install_line(missing: Iterable[Missing]) -> str:
+    """The one pip command that installs ``missing`` from the root of a clone: the extras, then the packages."""
+    missing = list(missing)
+    extras = list(dict.fromkeys(m.install for m in missing if m.extra))
+    packages = list(dict.fromkeys(m.install for m in missing if not m.extra))
+    words = ["pip install"] + ([f'-e ".[{",".join(extras)}]"'] if extras else []) + packages
+    return " ".join(words)
 
 
 def hub_data_problem(source: str, network: bool, what: str = "dataset") -> str | None:
@@ -166,4 +254,14 @@ class Preflight:
         return loaded
 
 
-__all__ = ["Preflight", "hub_data_problem", "reward_weights_problem"]
+__all__ = [
+    "TRACKERS",
+    "Missing",
+    "Preflight",
+    "hub_data_problem",
+    "install_line",
+    "missing_packages",
+    "missing_requirements",
+    "reward_weights_problem",
+    "tracker_names",
+]

@@ -36,7 +36,6 @@ from typing import Any
 from pacs_rl.data import benchmark_name
 from pacs_rl.data.procedural import arithmetic_task, is_procedural
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader
-from pacs_rl.settings import output_dir_problem
 
 # ---- a `pacs-rl train` run folder
 SETTINGS_FILE = "settings.json"
@@ -194,6 +193,16 @@ def unshare_weights(folder: str | Path) -> None:
     for path in folder.iterdir():
         if path.suffix in WEIGHT_SUFFIXES and (path.is_symlink() or path.stat().st_nlink > 1):
             path.unlink()
+
+
+def output_dir_problem(path: str | Path, option: str = "--output-dir") -> str | None:
+    """Why ``path`` cannot be an output folder (it, or a folder above it, is a file); None when it can."""
+    p = Path(path).expanduser()
+    for part in (p, *p.parents):
+        if part.exists() and not part.is_dir():
+            which = "is a file" if part == p else f"is under {part}, which is a file"
+            return f"{option} {path} {which}; give a folder (a new one, or a run to --resume)"
+    return None
 
 
 def output_folder_problem(out: str | Path, resume: bool, num_processes: int | None = None) -> str | None:

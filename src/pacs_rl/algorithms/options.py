@@ -4,8 +4,8 @@ setting name, the loss's keyword it fills, its type, default, domain and help.
 Everything that takes a PACS option reads it from `PACS_OPTIONS`: `pacs-rl train`'s config fields
 (`pacs_rl.training.schema.PACSFields`; a variant of `pacs-rl compare`, ``pacs[pacs_beta=0.5]``, is typed and checked
 by them) and the verl plug-in's ``actor.policy_loss`` fields (`pacs_rl.integrations.verl.options`) are generated
-from it by `pacs_rl.settings.option_setting`. Adding a PACS option is one `LossOption` here and its keyword in
-`pacs_loss` (pacs.py); nothing else names it (tests/test_adding_an_option.py).
+from it by `pacs_rl.settings.declarations.option_setting`. Adding a PACS option is one `LossOption` here and its
+keyword in `pacs_loss` (pacs.py); nothing else names it (tests/test_adding_an_option.py).
 """
 
 from __future__ import annotations

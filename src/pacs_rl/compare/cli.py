@@ -32,9 +32,10 @@ from pacs_rl.compare.plan import (
 )
 from pacs_rl.data import DataError
 from pacs_rl.evaluation.runner import ResumeMismatch, parse_samples
-from pacs_rl.preflight import Preflight
+from pacs_rl.preflight import Preflight, missing_packages
 from pacs_rl.run_folder import EVAL_METRICS_FILE
-from pacs_rl.settings import DataSettings, SettingsError, missing_packages
+from pacs_rl.settings.data import DataSettings
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.schema import loss_type_names
 
 

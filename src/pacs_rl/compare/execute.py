@@ -45,7 +45,7 @@ from pacs_rl.run_folder import (
     SETTINGS_FILE,
     last_complete_checkpoint,
 )
-from pacs_rl.settings import DATA_KEYS
+from pacs_rl.settings.data import DATA_KEYS
 from pacs_rl.training.card import write_model_card
 from pacs_rl.training.run import build_config, config_and_trainer_classes, run_training
 from pacs_rl.training.schema import CPU_DEFAULTS, RunSettings

@@ -42,17 +42,11 @@ from pacs_rl.compare.methods import method_names, method_overrides
 from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS, benchmark_name
 from pacs_rl.evaluation.runner import EvalConfig, bench_slug, parse_samples
 from pacs_rl.rewards.graders import TRAINING_GRADER
-from pacs_rl.settings import (
-    DATA_KEYS,
-    Check,
-    SettingsError,
-    coerce,
-    declared,
-    declared_problems,
-    read_yaml,
-    rename_keys,
-    setting,
-)
+from pacs_rl.settings.aliases import rename_keys
+from pacs_rl.settings.data import DATA_KEYS
+from pacs_rl.settings.declarations import Check, declared, declared_problems, setting
+from pacs_rl.settings.errors import SettingsError
+from pacs_rl.settings.reading import coerce, read_yaml
 from pacs_rl.training.checks import coerce_setting, config_problems
 from pacs_rl.training.data import load_run_data
 from pacs_rl.training.schema import (

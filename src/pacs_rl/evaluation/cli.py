@@ -45,10 +45,13 @@ from pacs_rl.run_folder import (
     EVAL_SAMPLES_FILE,
     FINAL_DIR,
     ProtocolUnknown,
+    output_dir_problem,
     recorded_protocol,
     run_folder,
 )
-from pacs_rl.settings import DATA_KEYS, SettingsError, output_dir_problem, read_assignments, read_values
+from pacs_rl.settings.data import DATA_KEYS
+from pacs_rl.settings.errors import SettingsError
+from pacs_rl.settings.reading import read_assignments, read_values
 
 
 def _parse_ks(text: str | None) -> list[int] | None:
@@ -308,7 +311,8 @@ def eval_command(
 
 def read_sets(items: list[str]) -> dict[str, Any]:
     """``--set KEY=VALUE`` of `pacs-rl eval`: EvalConfig settings, each value's text read as YAML, then under its
-    current name (an older one with a note), known and typed from its declaration (`pacs_rl.settings.read_values`)."""
+    current name (an older one with a note), known and typed from its declaration
+    (`pacs_rl.settings.reading.read_values`)."""
     notes: list[str] = []
     try:
         values = read_assignments(items, "--set")

@@ -54,7 +54,8 @@ from pacs_rl.rewards.graders import (  # names only: no math-verify
     parse_grader,
 )
 from pacs_rl.run_folder import EVAL_METRICS_FILE, EVAL_RUN_FILE, EVAL_SAMPLES_FILE
-from pacs_rl.settings import DataSettings, at_least, declared_problems, interval, rule, setting, whole
+from pacs_rl.settings.data import DataSettings
+from pacs_rl.settings.declarations import at_least, declared_problems, interval, rule, setting, whole
 
 # pacs_rl.sampling (torch), pacs_rl.rewards (math-verify, sympy) and the pass@k estimator (numpy) are imported where
 # they are used: `pacs-rl --help` imports this module through the eval command, which reads EvalConfig's declarations.
@@ -113,10 +114,10 @@ _KS = rule(
 @dataclass
 class EvalConfig(DataSettings):
     """Settings of one evaluation run (the ``pacs-rl eval`` options), each declared once: ``name: type =
-    setting(default, help, check=...)`` (`pacs_rl.settings.setting`). The command's options and their help,
-    ``--set``, ``--list-keys`` and the checks before torch loads are read from these declarations. The data and
+    setting(default, help, check=...)`` (`pacs_rl.settings.declarations.setting`). The command's options and their
+    help, ``--set``, ``--list-keys`` and the checks before torch loads are read from these declarations. The data and
     prompt settings (split, problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows) are
-    :class:`pacs_rl.settings.DataSettings`', shared with `pacs-rl train`."""
+    :class:`pacs_rl.settings.data.DataSettings`', shared with `pacs-rl train`."""
 
     model: str = setting(
         dataclasses.MISSING,

@@ -16,16 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from pacs_rl.data import Problem
-from pacs_rl.preflight import Preflight
+from pacs_rl.preflight import Preflight, missing_packages
 from pacs_rl.run_folder import output_folder_problem
-from pacs_rl.settings import (
-    SettingsError,
-    coerce,
-    missing_packages,
-    read_assignments,
-    read_values,
-    read_yaml,
-)
+from pacs_rl.settings.errors import SettingsError
+from pacs_rl.settings.reading import coerce, read_assignments, read_values, read_yaml
 from pacs_rl.training.batch import group_split_problem
 from pacs_rl.training.data import load_heldout_file, load_run_data
 from pacs_rl.training.schema import (
@@ -43,13 +37,13 @@ from pacs_rl.training.trl_fields import field_problems
 
 # ---------------------------------------------------------------------------------------------------- names and types
 def coerce_setting(key: str, value: Any) -> Any:
-    """``value`` as the declared type of setting ``key`` (ours, else TRL's): `pacs_rl.settings.coerce`."""
+    """``value`` as the declared type of setting ``key`` (ours, else TRL's): `pacs_rl.settings.reading.coerce`."""
     return coerce(key, value, setting_type(key))
 
 
 def read_settings(values: Mapping[str, Any], where: str, notes: list[str] | None = None) -> dict[str, Any]:
     """Settings as given (a YAML file, --set, a comparison's train section) under their current names, every
-    name known and every value of its declared type (`pacs_rl.settings.read_values`)."""
+    name known and every value of its declared type (`pacs_rl.settings.reading.read_values`)."""
     kinds = {key: setting_type(key) for key in known_keys()}
     return read_values(values, where, kinds, "See `pacs-rl train --list-keys`.", notes)
 

@@ -26,7 +26,7 @@ from pacs_rl import device as devices
 from pacs_rl.command import data_option, end_dry_run, fail, note, show_library_notes, typed_command
 from pacs_rl.models import ModelError
 from pacs_rl.run_folder import CARD_FILE, folder_state, last_complete_checkpoint
-from pacs_rl.settings import SettingsError
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training import checks
 from pacs_rl.training.card import NO_STEP, took_no_step, write_model_card
 from pacs_rl.training.monitor import cut_off_line, summary_line

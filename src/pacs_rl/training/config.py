@@ -24,7 +24,7 @@ import torch
 from trl import GRPOConfig
 
 from pacs_rl.algorithms import POLICY_LOSSES, loss_names, policy_loss_options
-from pacs_rl.settings import declared_problems
+from pacs_rl.settings.declarations import declared_problems
 from pacs_rl.training.batch import group_split_problem
 from pacs_rl.training.schema import CONFIG_FIELDS, PACS_OPTION_FIELDS, PACSFields
 from pacs_rl.training.trl_fields import KL_OPTION_FIELDS, field_problems, refused_fields

@@ -24,7 +24,7 @@ from pacs_rl.data import (
 )
 from pacs_rl.data.procedural import arithmetic_task, is_procedural, parse_query
 from pacs_rl.run_folder import FIELD_KEYS, HELDOUT_SEED
-from pacs_rl.settings import SettingsError
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.schema import RunSettings
 
 log = logging.getLogger("pacs_rl.training")

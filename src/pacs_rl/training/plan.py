@@ -38,9 +38,9 @@ from pacs_rl.models import (
     tiny_random_model,
     tiny_tokenizer,
 )
-from pacs_rl.preflight import Preflight
+from pacs_rl.preflight import Preflight, install_line, missing_requirements
 from pacs_rl.run_folder import CHECKPOINT_PREFIX, FINAL_DIR, METRICS_FILE
-from pacs_rl.settings import SettingsError, install_line, missing_requirements
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training import memory, run
 from pacs_rl.training.batch import PAPER_BATCH, batch_note
 from pacs_rl.training.checks import (

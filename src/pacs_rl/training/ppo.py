@@ -60,7 +60,7 @@ from pacs_rl.algorithms import (
     ppo_value_loss,
 )
 from pacs_rl.run_folder import CRITIC_DIR, CRITIC_OPTIMIZER_FILE, CRITIC_SCHEDULER_FILE
-from pacs_rl.settings import declared_problems, setting
+from pacs_rl.settings.declarations import declared_problems, setting
 from pacs_rl.training.config import PACSConfig, ServedLosses
 from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields
 from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors

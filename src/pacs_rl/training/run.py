@@ -60,7 +60,7 @@ from pacs_rl.run_folder import (
     share_weights,
     unshare_weights,
 )
-from pacs_rl.settings import SettingsError
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.batch import batch_note
 from pacs_rl.training.card import KEY_SETTINGS, write_model_card
 from pacs_rl.training.checks import too_few_problems

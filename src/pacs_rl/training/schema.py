@@ -1,9 +1,9 @@
 """Every setting of `pacs-rl train`, declared once: ``name: type = setting(default, help, check=...,
-loss_option=...)`` (`pacs_rl.settings.setting`, a dataclass field) holds its name, type, default, help text and the
-check that needs neither torch nor TRL. Everything else is read from these declarations:
+loss_option=...)`` (`pacs_rl.settings.declarations.setting`, a dataclass field) holds its name, type, default,
+help text and the check that needs neither torch nor TRL. Everything else is read from these declarations:
 
 - `RunSettings`: what a run trains on and reports (the data and prompt settings are
-  `pacs_rl.settings.DataSettings`, shared with `pacs-rl eval` and `compare`);
+  `pacs_rl.settings.data.DataSettings`, shared with `pacs-rl eval` and `compare`);
 - `PACSFields`: the fields PACS adds to TRL's `GRPOConfig` (and the TRL defaults it changes); `PACSConfig` is
   these fields over `GRPOConfig` (training/config.py), so the config class cannot drift from them. The PACS loss's
   options (pacs_beta, ...) are declared beside the loss, `pacs_rl.algorithms.options.PACS_OPTIONS`, and their fields
@@ -33,18 +33,11 @@ from typing import Any
 from pacs_rl.algorithms.options import LOSS_AGG_MODES, PACS_OPTIONS
 from pacs_rl.rewards.graders import TRAINING_GRADER, parse_grader, reward_spec_problem, split_reward_specs
 from pacs_rl.run_folder import resolved_grader
-from pacs_rl.settings import (
-    DataSettings,
-    SettingsError,
-    declared,
-    declared_problems,
-    interval,
-    option_class,
-    setting,
-    typed,
-)
-from pacs_rl.settings import at_least as _at_least  # the names the declarations below are written with
-from pacs_rl.settings import one_of as _one_of
+from pacs_rl.settings.data import DataSettings
+from pacs_rl.settings.declarations import at_least as _at_least
+from pacs_rl.settings.declarations import declared, declared_problems, interval, option_class, setting, typed
+from pacs_rl.settings.declarations import one_of as _one_of
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.trl_fields import GRPO_FIELDS
 
 # The names pacs_rl.algorithms registers, spelled here so that a name is checked without importing torch (the
@@ -90,7 +83,7 @@ def _loss_type(name: str, value: Any) -> str | None:
 class RunSettings(DataSettings):
     """What a run trains on and reports, beside the trainer's config (the "run keys"); the data and prompt
     settings (split, problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows) are
-    :class:`pacs_rl.settings.DataSettings`', shared with `pacs-rl eval` and `compare`."""
+    :class:`pacs_rl.settings.data.DataSettings`', shared with `pacs-rl eval` and `compare`."""
 
     model: str = setting(
         "smollm2-135m", "Bundled alias (smollm2-135m), tiny (a tiny random model), Hub id or local folder."

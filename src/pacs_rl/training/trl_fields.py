@@ -24,8 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-from pacs_rl.settings import Check, at_least, interval, number, one_of, problems_found, whole
-from pacs_rl.settings import rule as _rule
+from pacs_rl.settings.declarations import Check, at_least, interval, number, one_of, problems_found, whole
+from pacs_rl.settings.declarations import rule as _rule
 
 HONOURED, REFUSED, IRRELEVANT = "honoured", "refused", "irrelevant"
 
@@ -34,7 +34,7 @@ class FieldRule(NamedTuple):
     status: str  # HONOURED | REFUSED | IRRELEVANT
     note: str  # what acts on it, or (refused) what to do instead
     losses: tuple[str, ...] | None = None  # REFUSED only for these loss types (None: every loss type)
-    check: Check | None = None  # its domain, checked before TRL loads (pacs_rl.settings: check(name, value))
+    check: Check | None = None  # its domain, checked before TRL loads (a check of pacs_rl.settings.declarations)
 
     def checked(self, check: Check) -> FieldRule:
         """This rule with the field's domain ``check``."""

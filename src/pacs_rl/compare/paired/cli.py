@@ -27,7 +27,8 @@ from pacs_rl.compare.paired.record import (
     summarize,
 )
 from pacs_rl.preflight import Preflight
-from pacs_rl.settings import SettingsError, at_least, declared, interval, one_of, setting
+from pacs_rl.settings.declarations import at_least, declared, interval, one_of, setting
+from pacs_rl.settings.errors import SettingsError
 
 PASSK_N = PROTOCOL["passk"]["n"]
 # the CPU default's settings a dry run names (the record holds all of them)

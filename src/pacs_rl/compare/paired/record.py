@@ -25,16 +25,8 @@ import yaml
 from pacs_rl.compare import stats
 from pacs_rl.compare.methods import METHODS, variant_overrides
 from pacs_rl.compare.plan import CompareError
-from pacs_rl.settings import (
-    SettingsError,
-    at_least,
-    declared_problems,
-    interval,
-    one_of,
-    rule,
-    setting,
-    whole,
-)
+from pacs_rl.settings.declarations import at_least, declared_problems, interval, one_of, rule, setting, whole
+from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.schema import PACSFields, default_settings
 
 WHAT = (

@@ -12,7 +12,7 @@ import typing
 from typing import Any
 
 from pacs_rl.algorithms.options import PACS_OPTIONS
-from pacs_rl.settings import declared_problems, option_class
+from pacs_rl.settings.declarations import declared_problems, option_class
 
 PACS_NAME = "pacs"  # the name registered in verl's advantage-estimator and policy-loss registries
 POLICY_LOSS = "actor_rollout_ref.actor.policy_loss"
