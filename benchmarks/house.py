@@ -34,7 +34,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 # The settings modules of each layout, whichever the checkout has.
 SETTINGS_MODULES = (
-    "settings.py",  # the vocabulary train, eval and compare share
+    "settings.py",  # the vocabulary train, eval and compare share (one file until issue 56)
+    "settings/declarations.py",  # (issue 56) the vocabulary split by job: a setting's declaration and checks,
+    "settings/data.py",  # the shared data and prompt settings,
+    "settings/aliases.py",  # other spellings,
+    "settings/reading.py",  # reading files and --set values, typing them,
+    "settings/errors.py",  # and their one-line refusal
     "training/settings.py",  # (before the redesign) schema, type table, checks, and the run's data
     "training/fields.py",  # (before) TRL's fields classified
     "training/schema.py",  # (after) every setting declared once
@@ -45,10 +50,19 @@ SETTINGS_MODULES = (
     "algorithms/options.py",  # (issue 56) the losses' options, declared once as plain data
 )
 # The settings parts of modules with another job too (counted by their top-level definitions): PPO's config
-# class; the command line's argument rewriting and data options (the rest of command.py is its error plumbing).
+# class; the command line's argument rewriting and data options (the rest of command.py is its error plumbing);
+# the libraries a setting needs and an output folder's check (in settings.py until issue 56).
 SETTINGS_PARTS = {
     "training/ppo.py": ("PPOConfig",),
-    "command.py": ("Command", "settings_as_options", "_BOOL_TEXT", "data_option", "declared_option"),
+    "command.py": (
+        "Command", "settings_as_options", "_BOOL_TEXT", "data_option", "declared_option", "rewrite_args",
+        "_old_option", "_option_value",
+    ),
+    "preflight.py": (
+        "TRACKERS", "_installed", "tracker_names", "Missing", "missing_requirements", "missing_packages",
+        "install_line",
+    ),
+    "run_folder.py": ("output_dir_problem",),
     # eval's settings: EvalConfig and its checks; the command's reading of --set and its options' help
     "evaluation/runner.py": (
         "EvalConfig", "_grader", "_KS", "LOCKED_SETTINGS", "DTYPES", "BACKENDS", "VLLM_ARGUMENT_OPTIONS",
