@@ -134,8 +134,10 @@ def _pairs(diffs):
 
 def test_the_stopping_rule_says_where_it_stands():
     assert tables.verdict(_pairs([0.1])) == "PACS - grpo: 1 pair(s), no interval yet"
-    narrow = tables.verdict(_pairs([0.01, 0.02, 0.0, 0.01]))
+    narrow = tables.verdict(_pairs([0.01, 0.02, 0.0, 0.01] * 3))
     assert narrow.startswith("PACS - grpo (greedy, last step): +1.0 pp [") and narrow.endswith("answered")
+    early = tables.verdict(_pairs([0.01, 0.02, 0.0, 0.01]))  # as narrow, under ten pairs: not yet
+    assert early.endswith(f"but the rule holds from {records.MIN_PAIRS} pairs on ({records.MIN_PAIRS - 4} more)")
     wide = _pairs([0.3, -0.3, 0.25, -0.2, 0.1])
     gap = records.summarize(wide)["grpo"]["pacs_minus_this"]["greedy_accuracy"]
     going = tables.verdict(wide)

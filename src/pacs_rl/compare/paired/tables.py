@@ -64,8 +64,11 @@ def verdict(record: dict, target: float = TARGET, max_pairs: int | None = MAX_PA
     lo, hi = gap["ci95"]
     text = (f"PACS - {PRIMARY} (greedy, last step): {100 * gap['mean']:+.1f} pp [{100 * lo:+.1f}, {100 * hi:+.1f}] "
             f"over {gap['pairs']} pairs, ± {100 * gap['half_width']:.1f} pp (paired SD {100 * gap['sd']:.1f} pp)")  # fmt: skip
-    if gap["pairs"] >= MIN_PAIRS and gap["half_width"] <= target:
-        return text + f": within ±{100 * target:g} pp with at least {MIN_PAIRS} pairs, answered"
+    if gap["half_width"] <= target:
+        if gap["pairs"] >= MIN_PAIRS:
+            return text + f": within ±{100 * target:g} pp with at least {MIN_PAIRS} pairs, answered"
+        return text + (f": within ±{100 * target:g} pp, but the rule holds from {MIN_PAIRS} pairs on "
+                       f"({MIN_PAIRS - gap['pairs']} more)")  # fmt: skip
     need = gap.get("pairs_needed")
     if max_pairs is not None and gap["pairs"] >= max_pairs:
         return text + (f": the record stopped at {max_pairs} pairs; at this spread ±{100 * target:g} pp would need "
