@@ -26,8 +26,11 @@ final statement decides, and the grader refuses it when it is false ("40 + 8 = 5
 The instruction's empty box (``\\boxed{}`` copied from "put your final answer within \\boxed{}") is read as
 absent; HTML comments, LaTeX comment lines and code fences are not read.
 
-Every pass is linear in the completion's length: the patterns below are anchored or possessive, and each
-statement is matched a fixed number of times.
+Every pass is linear in the completion's length, and each statement is matched a fixed number of times. The
+patterns use no possessive quantifier or atomic group (Python's ``re`` accepts them only from 3.11; the package
+supports 3.10): a repeat is followed only by what it cannot match itself (``\\s*`` before a word), two repeats of
+one class never touch (``[\\s*_]*(?::[\\s*_]*)?``, not ``[\\s*_]*:?[\\s*_]*``), and a pattern anchored at the end
+is searched only over a bounded tail, so that a failed match gives back each character once.
 """
 
 from __future__ import annotations
@@ -56,30 +59,30 @@ _COPULA = (
 )
 # "the answer is", "the final answer to 47 + 8 is", "Final Answer:", "the sum of 47 and 8 is", "answer within is:"
 _PHRASE = re.compile(
-    rf"(?<![\w-])(?:(?P<det>{_DET})\s++)?(?:{_MOD}\s++){{0,2}}(?P<noun>{_STRONG}|{_QUANTITY})(?![\w-])"
-    r"(?P<comp>[ \t]++(?:to|for|of|in|within|between|from)(?![\w-])(?:[^=:\n.!?;,]|[.,](?=\d)){0,80}?)?"
-    rf"[\s*_`\"'’]*+(?P<cop>{_COPULA})(?![A-Za-z])",
+    rf"(?<![\w-])(?:(?P<det>{_DET})\s+)?(?:{_MOD}\s+){{0,2}}(?P<noun>{_STRONG}|{_QUANTITY})(?![\w-])"
+    r"(?P<comp>[ \t]+(?:to|for|of|in|within|between|from)(?![\w-])(?:[^=:\n.!?;,]|[.,](?=\d)){0,80}?)?"
+    rf"[\s*_`\"'’]*(?P<cop>{_COPULA})(?![A-Za-z])",
     re.IGNORECASE,
 )
 # "55 is the answer", "which is the final answer", "This is the answer."
 _REVERSE = re.compile(
-    rf"(?<![\w-])(?:is|was|as|be)\s++(?:{_DET}\s++)?(?:{_MOD}\s++){{0,2}}{_STRONG}(?![\w-])", re.IGNORECASE
+    rf"(?<![\w-])(?:is|was|as|be)\s+(?:{_DET}\s+)?(?:{_MOD}\s+){{0,2}}{_STRONG}(?![\w-])", re.IGNORECASE
 )
 # a line that is only a label: "Answer:", "### Final Answer", "**Final answer**", "| Answer |", "Solution:"
 _LABEL_ONLY = re.compile(
-    rf"[\s>#*_`\"'’{{|:-]*+(?:{_DET}\s++)?(?:{_MOD}\s++){{0,2}}(?:{_STRONG}|{_QUANTITY})[\s*_`\"'’:|}}]*+",
+    rf"[\s>#*_`\"'’{{|:-]*(?:{_DET}\s+)?(?:{_MOD}\s+){{0,2}}(?:{_STRONG}|{_QUANTITY})[\s*_`\"'’:|}}]*",
     re.IGNORECASE,
 )
 _CONCLUSION = (
     r"(?:so|thus|therefore|hence|finally|consequently|in\s+conclusion|in\s+summary|in\s+short|in\s+total"
     r"|overall|altogether|as\s+a\s+result)(?![\w-])"
 )
-_CONCLUSION_START = re.compile(rf"(?:^|[,;:]\s*+|\s-\s)(?:and\s+)?{_CONCLUSION}[\s,:]*+", re.IGNORECASE)
+_CONCLUSION_START = re.compile(rf"(?:^|[,;:]\s*|\s-\s)(?:and\s+)?{_CONCLUSION}[\s,:]*", re.IGNORECASE)
 _CORRECTION = re.compile(
-    r"(?:^|[,;:]\s*+|\.\.\.\s*+)(?:wait|actually|oops|correction|sorry|no(?=[,.!:;])|hold\s+on|hmm+"
+    r"(?:^|[,;:]\s*|\.\.\.\s*)(?:wait|actually|oops|correction|sorry|no(?=[,.!:;])|hold\s+on|hmm+"
     r"|on\s+second\s+thought|let\s+me\s+(?:re\w*|correct|fix)|i\s+made\s+(?:a|an)\s+(?:mistake|error)"
     r"|that['’]?s\s+(?:wrong|incorrect|not\s+right)|that\s+is\s+(?:wrong|incorrect|not\s+right)"
-    r"|scratch\s+that|i\s+mean)(?![\w-])[\s,:!.]*+",
+    r"|scratch\s+that|i\s+mean)(?![\w-])[\s,:!.]*",
     re.IGNORECASE,
 )
 _VERIFICATION = re.compile(
@@ -95,13 +98,13 @@ _VERIFICATION = re.compile(
 _HEDGE = re.compile(
     r"(?<![\w-])(?:i\s+think|i\s+believe|i\s+guess|i\s+suppose|i['’]m\s+not\s+(?:sure|certain)|not\s+(?:sure|certain)"
     r"|unsure|uncertain|most\s+likely|or\s+so|or\s+thereabouts|give\s+or\s+take)(?![\w-])"
-    r"|^[\s*_]*+(?:maybe|perhaps|possibly|probably)(?![\w-])"
-    r"|(?<![\w-])(?:maybe|perhaps|possibly|probably|i\s+think|i\s+guess)[\s.!?*_]*+$",
+    r"|^[\s*_]*(?:maybe|perhaps|possibly|probably)(?![\w-])"
+    r"|(?<![\w-])(?:maybe|perhaps|possibly|probably|i\s+think|i\s+guess)[\s.!?*_]*$",
     re.IGNORECASE,
 )
 _ADVERB_BEFORE = re.compile(
     r"(?<![\w\\-])(?:maybe|perhaps|possibly|probably|likely|presumably|roughly|approximately|approx\.?|nearly"
-    r"|almost|about|around|(?:might|may|could)\s+be)\s*+(?:is\s+|be\s+)?[\s$*_{(]*+(?:\\boxed\s*\{)?[\s$]*+$",
+    r"|almost|about|around|(?:might|may|could)\s+be)(?:\s*(?:is|be)\s)?[\s$*_{(]*(?:\\boxed\s*\{[\s$]*)?$",
     re.IGNORECASE,
 )
 _HEDGE_REMARK = re.compile(
@@ -109,9 +112,9 @@ _HEDGE_REMARK = re.compile(
     r"|unsure|uncertain)(?![\w-])",
     re.IGNORECASE,
 )
-_ASIDE = re.compile(r"^[\s*_]*+(?:\(|\[(?!\d)|notes?\b|remarks?\b|aside\b|edit\b|p\.\s*s\.)", re.IGNORECASE)
+_ASIDE = re.compile(r"^[\s*_]*(?:\(|\[(?!\d)|notes?\b|remarks?\b|aside\b|edit\b|p\.\s*s\.)", re.IGNORECASE)
 _NOTES = re.compile(
-    r"[\s*_#]*+(?:notes?|remarks?|edit(?:ed)?(?:\s+by\s+[^:\n]{1,40})?)[\s*_]*+:?[\s*_]*+", re.IGNORECASE
+    r"[\s*_#]*(?:notes?|remarks?|edit(?:ed)?(?:\s+by\s+[^:\n]{1,40})?)[\s*_]*(?::[\s*_]*)?", re.IGNORECASE
 )
 _HYPOTHETICAL = re.compile(
     r"(?<![\w-])(?:if|suppose|supposing|assume|assuming|let['’]s\s+say|imagine|what\s+if|hypothetically"
@@ -126,7 +129,7 @@ _ATTRIBUTED = re.compile(  # someone's claim, or a past belief; "I think" / "we 
 )
 _OR_VALUE = re.compile(r"(?<![\w-])(?:or|either|if\s+not)(?![\w-])|\\pm(?![A-Za-z])|±", re.IGNORECASE)
 _DOUBTED_VALUE = re.compile(
-    r"(?<![\w-])(?:maybe|perhaps|possibly|probably)\s*+[$(]*+\s*+[-−]?\d", re.IGNORECASE
+    r"(?<![\w-])(?:maybe|perhaps|possibly|probably)\s*(?:[$(]+\s*)?[-−]?\d", re.IGNORECASE
 )
 # where the value's own clause ends after it (what follows is an explanation, not another value)
 _AFTER_CLAUSE = re.compile(
@@ -138,17 +141,17 @@ _AFTER_CLAUSE = re.compile(
 _CLAUSE = re.compile(r"[,;:(]|(?<![\w-])(?:then|but)(?![\w-])", re.IGNORECASE)
 # markers whose digits are not a value: list items, steps, footnotes ("1.", "2)", "Step 3:", "[1]", "(a)")
 _MARKERS = re.compile(
-    r"(?:[\s>|:&]++|\\(?:begin|end)\{[^{}]*+\}|[-*+•](?=\s)|#{1,6}(?=\s)|\(?\d{1,3}[.)](?=\s)|\(?[A-Za-z][.)](?=\s)|\[\d{1,3}\]"
-    r"|(?:step|problem|part|case|question|example)\s*+\d{1,3}\s*+[:.)-]?(?=\s|$))*+",
+    r"(?:[\s>|:&]+|\\(?:begin|end)\{[^{}]*\}|[-*+•](?=\s)|#{1,6}(?=\s)|\(?\d{1,3}[.)](?=\s)|\(?[A-Za-z][.)](?=\s)|\[\d{1,3}\]"
+    r"|(?:step|problem|part|case|question|example)\s*\d{1,3}\s*[:.)-]?(?=\s|$))*",
     re.IGNORECASE,
 )
-_PRONOUN_IS = re.compile(r"(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is|\s+was)\s++", re.IGNORECASE)
+_PRONOUN_IS = re.compile(r"(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is|\s+was)\s+", re.IGNORECASE)
 _PRONOUN_SUBJECT = re.compile(r"(?:this|that|it|these|those)", re.IGNORECASE)
 _DIGIT = re.compile(r"(?<![A-Za-z\d])\d")  # a digit of a number, not of a name ("sepehr2010", "H2O")
-_NUMBER_TOKEN = re.compile(r"(?<![\d.])\d++(?:\.\d++)?")
+_NUMBER_TOKEN = re.compile(r"(?<![\d.])\d+(?:\.\d+)?")
 _FILLER = re.compile(
     r"(?:(?:therefore|thus|hence|so|then|clearly|simply|just|indeed|exactly|obviously|now|finally|actually"
-    r"|given\s+by|as\s+follows|the\s+following|that|equal\s+to|simply|:)(?![\w-])[\s,:]*+)++",
+    r"|given\s+by|as\s+follows|the\s+following|that|equal\s+to|simply|:)(?![\w-])[\s,:]*)+",
     re.IGNORECASE,
 )
 _NOT_AN_ANSWER = {
@@ -240,8 +243,8 @@ def _read_tables(lines: list[str]) -> list[str]:
     return out
 
 
-_BOUNDARY = re.compile(r"\n|\$\$|\$|\\[()\[\]]|[.!?;][\"'’)\]]*+(?=\s|$)")
-_LIST_DOT = re.compile(r"\s*+(?:step\s*+)?\(?(?:\d{1,3}|[A-Za-z])$", re.IGNORECASE)
+_BOUNDARY = re.compile(r"\n|\$\$|\$|\\[()\[\]]|[.!?;][\"'’)\]]*(?=\s|$)")
+_LIST_DOT = re.compile(r"\s*(?:step\s*)?\(?(?:\d{1,3}|[A-Za-z])$", re.IGNORECASE)
 _ABBREVIATION = re.compile(r"(?:e\.g|i\.e|vs|approx|cf|resp|etc|Mr|Dr|No)$", re.IGNORECASE)
 
 
@@ -333,11 +336,11 @@ def _answer_like(content: str) -> bool:
 _CONNECTIVES = re.compile(r"(?<![\w-])(?:or|and|either|if\s+not)(?![\w-])|\\text\{\s*(?:or|and)\s*\}", re.I)
 _HEDGE_WORD = re.compile(
     r"(?:(?:probably|maybe|perhaps|possibly|likely|presumably|approximately|approx\.?|about|around|roughly"
-    r"|nearly|almost)(?![\w-])\s*+)++",
+    r"|nearly|almost)(?![\w-])\s*)+",
     re.IGNORECASE,
 )
-_MARK = re.compile(r"(?:\s*+(?:[!✓✔✅☑]|[:;]-?[)D(]|\(\s*[✓✔]\s*\)))++$")
-_CLOSING = re.compile(r"[\s\"'’`,]*+[}\]]*+[\s\"'’`,]*+$")
+_MARK = re.compile(r"(?:\s*(?:[!✓✔✅☑]|[:;]-?[)D(]|\(\s*[✓✔]\s*\)))+$")
+_CLOSING = re.compile(r"[\s\"'’`,]*(?:[}\]]+[\s\"'’`,]*)?$")
 
 
 def _phrase_value(text: str, pos: int) -> tuple[str, bool]:
@@ -345,7 +348,7 @@ def _phrase_value(text: str, pos: int) -> tuple[str, bool]:
     another value is offered beside it ("55 or 56", "55 (or 56)", "$55$ or $56$"). A hedge word before it
     ("probably 55") is left to the statement's hedge; a closing mark ("55!", "55 ✓") and a JSON field's closing
     quote and brace (``"answer": "55"}``) are not part of it."""
-    rest = re.sub(r"^[ \t]*+[*_]++(?=\s)", "", text[pos:])  # the bold of "**Answer:** 55" closing
+    rest = re.sub(r"^[ \t]*[*_]+(?=\s)", "", text[pos:])  # the bold of "**Answer:** 55" closing
     rest = re.sub(r"(?<!\\)\$", "", rest).lstrip(" \t")  # inline math read as its text: "$a$ * $b$ = 560"
     rest = rest[_FILLER.match(rest).end() if _FILLER.match(rest) else 0 :]
     rest = rest[_HEDGE_WORD.match(rest).end() if _HEDGE_WORD.match(rest) else 0 :]
@@ -400,7 +403,7 @@ def _noun_starts_clause(body: str, pos: int, first: int) -> bool:
 
 
 _CLAUSE_END = re.compile(
-    r"(?:[,;:(*_\"'’{]|(?<![\w-])(?:so|thus|therefore|hence|finally|and|then|now|here|is))\s*+$",
+    r"(?:[,;:(*_\"'’{]|(?<![\w-])(?:so|thus|therefore|hence|finally|and|then|now|here|is))\s*$",
     re.IGNORECASE,
 )
 
@@ -413,7 +416,7 @@ def _uncommitted(body: str, pos: int) -> bool:
 
 
 def _negated_before(body: str, pos: int) -> bool:
-    return re.search(r"(?:not|n['’]t|≠|\\neq?)\s*+\$?\s*+$", body[max(0, pos - 12) : pos]) is not None
+    return re.search(r"(?:not|n['’]t|≠|\\neq?)\s*(?:\$\s*)?$", body[max(0, pos - 12) : pos]) is not None
 
 
 def signed_numbers(text: str) -> list[str]:
@@ -576,7 +579,7 @@ def _read_phrases(state: _State, i: int, body: str, first: int, at: int, hedged:
         end = m.end()
         if m.group("neg"):
             turn = re.search(
-                r"(?<![\w-])but\s++|[,;]\s*+(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is)\s++", body[end:limit]
+                r"(?<![\w-])but\s+|[,;]\s*(?:but\s+)?(?:it|this|that)(?:['’]s|\s+is)\s+", body[end:limit]
             )
             if turn is None:
                 state.negated_phrase = True
@@ -633,7 +636,7 @@ def _read_reverse(state: _State, i: int, body: str, at: int, hedged: bool) -> bo
     return True
 
 
-_PRONOUN_CLAUSE = re.compile(r"\s*+(?:and\s+)?(?:which|that|this|it)\s*+", re.IGNORECASE)
+_PRONOUN_CLAUSE = re.compile(r"\s*(?:and\s+)?(?:which|that|this|it)\s*", re.IGNORECASE)
 
 
 def _read_turn(state: _State, i: int, body: str, tail: int, at: int, hedged: bool, paragraph: int) -> bool:
