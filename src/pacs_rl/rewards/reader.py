@@ -36,15 +36,18 @@ is searched only over a bounded tail, so that a failed match gives back each cha
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from pacs_rl.rewards.answers import (
     EXPLANATION,
     box_spans,
     clean_answer,
     evaluate,
+    number_value,
     statement_subject,
     statement_value,
+    value_like,
 )
 
 # ----------------------------------------------------------------------------------------------- vocabulary
@@ -52,16 +55,24 @@ _DET = r"(?:the|my|our|your|this|its|an?)"
 _MOD = r"(?:final|correct|right|exact|resulting|overall|true|actual|complete|whole|real|correct\s+final)"
 _STRONG = r"(?:answers?|results?|solutions?|outcome)"
 _QUANTITY = r"(?:sum|difference|product|quotient|total|value)"
+# what joins an answer's name to its value: a copula, a whole word and never part of another ("this" holds no
+# "is"), or any separator a label takes ("Answer: 55", "Answer = 55", "Answer - 55", "Answer → 55", "answer's 55")
 _COPULA = (
-    r"(?P<neg>is\s+not|isn['’]t|was\s+not|wasn['’]t|cannot\s+be|can['’]t\s+be|≠|\\neq?(?![A-Za-z]))"
-    r"|is|was|would\s+be|will\s+be|should\s+be|must\s+be|(?:could|might|may)\s+be|equals|=|:|comes\s+(?:out\s+)?to"
-    r"|becomes|remains"
+    r"(?P<neg>(?<![A-Za-z])(?:is\s+not|isn['’]t|was\s+not|wasn['’]t|cannot\s+be|can['’]t\s+be)|≠|\\neq?(?![A-Za-z]))"
+    r"|(?<![A-Za-z])(?:is|are|was|were|would\s+be|will\s+be|should\s+be|must\s+be|(?:could|might|may)\s+be|equals"
+    r"|comes\s+(?:out\s+)?to|works\s+out\s+to|becomes|remains)"
+    r"|['’]s|=>?|:|->|[→⇒⟹⟶]|[-–—](?=\s)"
 )
 # "the answer is", "the final answer to 47 + 8 is", "Final Answer:", "the sum of 47 and 8 is", "answer within is:"
 _PHRASE = re.compile(
     rf"(?<![\w-])(?:(?P<det>{_DET})\s+)?(?:{_MOD}\s+){{0,2}}(?P<noun>{_STRONG}|{_QUANTITY})(?![\w-])"
     r"(?P<comp>[ \t]+(?:to|for|of|in|within|between|from)(?![\w-])(?:[^=:\n.!?;,]|[.,](?=\d)){0,80}?)?"
     rf"[\s*_`\"'’]*(?P<cop>{_COPULA})(?![A-Za-z])",
+    re.IGNORECASE,
+)
+# a label with no separator at the start of its statement: "Answer 55", "Final answer $55$", "#### 55"
+_BARE_LABEL = re.compile(
+    rf"[\s>#*_]*(?:(?:{_DET}\s+)?(?:{_MOD}\s+){{0,2}}answer(?![\w-])[\s*_]*|#{{4}}\s*)(?=[-−+$\\\d(])",
     re.IGNORECASE,
 )
 # "55 is the answer", "which is the final answer", "This is the answer."
@@ -78,13 +89,38 @@ _CONCLUSION = (
     r"|overall|altogether|as\s+a\s+result)(?![\w-])"
 )
 _CONCLUSION_START = re.compile(rf"(?:^|[,;:]\s*|\s-\s)(?:and\s+)?{_CONCLUSION}[\s,:]*", re.IGNORECASE)
+# a revision: what the completion said before it is withdrawn ("Wait, ...", "after checking, ..."); a hesitation
+# ("Hmm, ...") is read as one too, unless what follows it checks the answer (_HESITATION)
 _CORRECTION = re.compile(
-    r"(?:^|[,;:]\s*|\.\.\.\s*)(?:wait|actually|oops|correction|sorry|no(?=[,.!:;])|hold\s+on|hmm+"
-    r"|on\s+second\s+thought|let\s+me\s+(?:re\w*|correct|fix)|i\s+made\s+(?:a|an)\s+(?:mistake|error)"
+    r"(?:^|[,;:]\s*|\.\.\.\s*)(?:(?:and|but)\s+)?(?:wait|actually|oops|correction|sorry|no(?=[,.!:;])|hold\s+on"
+    r"|hmm+|on\s+second\s+(?:thought|look)|let\s+me\s+(?:re\w*|correct|fix)|i\s+made\s+(?:a|an)\s+(?:mistake|error)"
     r"|that['’]?s\s+(?:wrong|incorrect|not\s+right)|that\s+is\s+(?:wrong|incorrect|not\s+right)"
+    r"|(?:after|on|upon)\s+(?:re-?)?(?:check\w*|calculat\w*|comput\w*)|re-?check\w*|recalculat\w*|recomput\w*"
     r"|scratch\s+that|i\s+mean)(?![\w-])[\s,:!.]*",
     re.IGNORECASE,
 )
+_HESITATION = re.compile(r"^(?:hmm+|well|ok(?:ay)?|alright|let\s+me\s+see|let['’]s\s+see)(?![\w-])", re.IGNORECASE)
+# a check that finds the answer wrong ("54 - 8 = 46, not 47", "that is wrong"): its conclusion corrects the answer
+_MISMATCH = re.compile(
+    r"(?<![\w-])(?:wrong|incorrect|mistaken|mistake|an?\s+error|not\s+equal|does(?:n['’]t|\s+not)\s+(?:match|work"
+    r"|check\s+out|equal)|is(?:n['’]t|\s+not)\s+(?:right|correct))(?![\w-])|,\s*not\s+[-−]?\d|≠|\\neq?(?![A-Za-z])",
+    re.IGNORECASE,
+)
+# the working after an answer given first: "55. Here is why: ...", "Explanation: ..."; read as a check of it
+_EXPLANATION_HEAD = re.compile(
+    r"^(?:here(?:['’]s|\s+is)\s+(?:why|how)|to\s+see\s+(?:this|why)|(?:explanation|reasoning|working|derivation"
+    r"|why|how|work(?:ed)?(?:\s+out)?)\s*(?::|$)|because(?![\w-]))",
+    re.IGNORECASE,
+)
+# "<any subject> is <value>" in a plain statement ("The value of x is 5", "The probability is 1/3", "25 + 6, which is
+# 11"): the last copula of the statement, a whole word
+_SUBJECT_COPULA = re.compile(
+    r"(?<![\w-])(?:is|are|was|were|equals|(?:is\s+)?equal\s+to|comes\s+(?:out\s+)?to|works\s+out\s+to|becomes"
+    r"|remains|(?:will|would|should|must)\s+be)(?![\w-])",
+    re.IGNORECASE,
+)
+# subjects that name no quantity: "There are 2 numbers", "I was 5 steps away", "We are at 40"
+_NO_QUANTITY = re.compile(r"(?:there|here|i|we|you|he|she|they)(?![\w-])", re.IGNORECASE)
 _VERIFICATION = re.compile(
     r"^(?:(?:we|i|you)\s+(?:can|may|could|will|should)\s+(?:now\s+)?(?=check|verify|confirm|double))?"
     r"(?:check(?:ing)?|verif(?:y|ying|ication)|proof|sanity\s+check|double[- ]check(?:ing)?"
@@ -179,12 +215,16 @@ class Statement:
 class Reading:
     """The final answer read: its text as written (a box's content, a phrase's value, the plain statement), where
     it starts, how it was given (``box``, ``phrase``, ``label``, ``conclusion``, ``correction``, ``line``) and its
-    status: ``answer``; ``hedged``; ``several`` (a column of different values, or a hedge offering another)."""
+    status: ``answer``; ``hedged``; ``several`` (a column of different values, a hedge offering another, or
+    different values committed in the answer's paragraph); ``false`` (a statement whose sides differ). A list of
+    values joined by "and", "or" or commas in one statement ("The roots are 2 and 3") is ``several`` with its
+    ``values``: one answer where the gold is a set of as many values, several values where it is one."""
 
     text: str
     start: int
     kind: str
     status: str = "answer"
+    values: tuple[str, ...] = ()  # a list of values stated in one statement ("x = 2 or x = 3"): a set's members
 
 
 def _blank(text: str, start: int, end: int) -> str:
@@ -288,6 +328,20 @@ def statements(text: str, boxes: list[tuple[int, int, str | None]]) -> list[Stat
 
 
 # -------------------------------------------------------------------------------------------- the walk
+@dataclass(frozen=True)
+class _Claim:
+    """A value the completion gave: its paragraph and statement, how firmly (0 a plain statement, 1 a conclusion or a named
+    quantity, 2 an answer's name, a label or a correction, 3 a box), what it was stated of ("47 + 8" in "47 + 8 =
+    55", "sum of 47 and 8"; "" for an answer's name or a box) and its value."""
+
+    paragraph: int
+    statement: int
+    rank: int
+    subject: str
+    value: str
+    uses: frozenset[str] = frozenset()  # the numbers its statement writes before the value
+
+
 @dataclass
 class _State:
     current: Reading | None = None
@@ -301,7 +355,14 @@ class _State:
     verifying_paragraph: int = -1  # a "Check:" label's paragraph: plain statements in it are checks
     aside_depth: int = 0  # brackets of an aside still open
     notes: bool = False  # past a "Notes" / "Edit by ...:" heading: the rest is an aside
+    note_line: int = -1  # where the line of a note ("Note: ...") ends: its other sentences are the note's too
+    text: str = ""  # the completion as read
+    statement_start: int = 0  # where the statement being read starts
     numbers: frozenset[str] = frozenset()  # the numbers written in the statement that gave the current answer
+    paragraph: int = 0  # the paragraph of the statement being read
+    claims: list[_Claim] = field(default_factory=list)  # values given since the last revision (see _commit)
+    explaining: bool = False  # past "Here is why:" after an answer: the working, which gives no new answer
+    check_mismatch: bool = False  # the check of this paragraph found the answer wrong
 
 
 def _markers_end(text: str) -> int:
@@ -446,6 +507,25 @@ def _number_of(reading: Reading | None) -> str | None:
     return last[-1] if len(last) == 1 else None
 
 
+def _value_key(value: str) -> Fraction | None:
+    """What a value comes to, for telling two values apart: the last side of an equation when it is a number
+    written as one (``47 + 8 = 55``, ``55``, ``\\frac{1}{2}`` and ``0.5``), or None where the reader cannot tell
+    (``2\\sqrt{3}``, ``x + 1``, ``76 - 1``: an unfinished step is no value)."""
+    return number_value(value.rsplit("=", 1)[-1])
+
+
+def _differ(a: str, b: str) -> bool:
+    """Two values that are surely different (both come to a number, and not the same one)."""
+    ka, kb = _value_key(a), _value_key(b)
+    return ka is not None and kb is not None and ka != kb
+
+
+def _uses_answer(value: str, state: _State) -> bool:
+    """An equation whose first side uses the current answer's number ("55 - 8 = 47" after 55)."""
+    number = _number_of(state.current)
+    return number is not None and "=" in value and number in signed_numbers(value.split("=")[0])
+
+
 def _is_verification(value: str, state: _State) -> bool:
     """An equation that uses the current answer's number to recover another number of the statement that gave
     it ("55 - 8 = 47" after "47 + 8 = 55"): a check of the answer, not a new one. The same left side again
@@ -464,7 +544,7 @@ def _is_verification(value: str, state: _State) -> bool:
 def read_final_answer(completion: str) -> Reading | None:
     """The final answer of ``completion`` as this module reads it, or None when it gives none."""
     text, boxes = prepare(completion)
-    state, b = _State(), 0
+    state, b = _State(text=text), 0
     for i, st in enumerate(statements(text, boxes)):
         while b < len(boxes) and boxes[b][1] <= st.start:
             b += 1
@@ -474,6 +554,7 @@ def read_final_answer(completion: str) -> Reading | None:
                 break
             inside.append(box)
         before = state.current
+        state.paragraph, state.statement_start = st.paragraph, st.start
         _read_statement(state, i, st, inside)
         if state.current is not before and state.statement == i:
             state.numbers = frozenset(signed_numbers(st.text))
@@ -490,90 +571,264 @@ def _aside(state: _State, body: str) -> bool:
     return _ASIDE.match(body) is not None
 
 
-def _commit(state: _State, i: int, reading: Reading, committed: int = 2) -> None:
+_FINAL_LINES = 2  # how many statements back a value conflicts with the answer: "the final lines"
+
+
+def _conflict(earlier: _Claim, later: _Claim) -> bool:
+    """Two values of the final lines (one paragraph, at most two statements apart) that cannot both be the answer: the later one given no more firmly than the
+    earlier, and the earlier one committed (two boxes; "The answer is 55. The answer is 54."; "\\boxed{54}. So
+    47 + 8 = 55."), or both stated of one subject ("So 47 + 8 = 55. So 47 + 8 = 54."); and surely different. A
+    firmer value after a weaker one settles it: "47 + 8 = 54. So 47 + 8 = 55." is a conclusion after a try, "the
+    total is 448 ... the answer is \\boxed{728}" a box after a step; and a value worked from the earlier one is
+    the next step, not another answer ("Only \\boxed{361} works. ... 8 + 9 + 361 = \\boxed{378}")."""
+    return (
+        earlier.paragraph == later.paragraph
+        and later.statement - earlier.statement <= _FINAL_LINES
+        and earlier.rank >= later.rank
+        and (earlier.rank >= 2 or (earlier.subject != "" and earlier.subject == later.subject))
+        and _differ(earlier.value, later.value)
+        and not set(signed_numbers(earlier.value)) & later.uses
+    )
+
+
+def _commit(
+    state: _State, i: int, reading: Reading, committed: int = 2, subject: str = "", rank: int | None = None
+) -> None:
+    """``reading`` becomes the current answer (``committed``: 0 a plain statement, 1 a conclusion, 2 a
+    commitment; ``rank``, how firmly, as :class:`_Claim` counts it, ``committed`` unless given). A value that
+    conflicts with one given earlier in its paragraph since the last revision makes it several values,
+    whichever comes last (:func:`_conflict`)."""
+    rank = committed if rank is None else rank
+    before = state.text[state.statement_start : reading.start]
+    subject = re.sub(r"[\s$]", "", subject).lower()
+    claim = _Claim(state.paragraph, i, rank, subject, reading.text, frozenset(signed_numbers(before)))
+    if reading.status == "answer" and any(_conflict(c, claim) for c in state.claims):
+        reading = replace(reading, status="several")
+    state.claims.append(claim)
     state.current, state.committed, state.statement = reading, committed, i
     state.pending_label, state.correcting, state.negated_phrase = -1, False, False
+
+
+def _revise(state: _State) -> None:
+    """A revision ("Wait", "Actually", "after checking"): the values given before it are withdrawn."""
+    state.claims.clear()
 
 
 def _status(hedged: bool, another: bool = False) -> str:
     return "several" if another else "hedged" if hedged else "answer"
 
 
+def _checks(state: _State, body: str, first: int) -> bool:
+    """A statement that checks the answer: labelled ("Check:", "Let me verify"), or a hesitation followed by a
+    check ("Hmm, let me check: ...", "Hmm, 55 - 8 = 47." after 55)."""
+    if _VERIFICATION.match(body, first):
+        return True
+    hesitation = _HESITATION.match(body[first:])
+    if hesitation is None or state.current is None:
+        return False
+    rest = body[first + hesitation.end() :].lstrip(" \t,:;.!")
+    if _VERIFICATION.match(rest):
+        return True
+    value = statement_value(rest)
+    return value is not None and _uses_answer(value, state)
+
+
+def _explains(state: _State, body: str, first: int) -> bool:
+    """"Here is why:", "Explanation:" after an answer given first (committed, or a number alone): the working
+    that follows explains it and gives no new answer."""
+    if state.current is None or _EXPLANATION_HEAD.match(body[first:]) is None:
+        return False
+    return state.committed == 2 or number_value(state.current.text) is not None
+
+
 def _read_statement(state: _State, i: int, st: Statement, boxes: list) -> None:
     """Read one statement: a check, a box, a phrase, "X is the answer", a conclusion or correction, a plain
-    value, in that order of precedence; then a hedge remark right after the current answer."""
+    value, in that order of precedence; then a hedge or another value after the current answer."""
     offset = _markers_end(st.text)
     body, at = _strip_end(st.text[offset:].rstrip(), _MARK), st.start + offset
     first = len(body) - len(body.lstrip())
     after_answer = state.current is not None and state.statement == i - 1
     content = any(ch.isalnum() for ch in body)
-    aside = state.notes or _aside(state, body)
+    aside = state.notes or st.start < state.note_line or _aside(state, body)
+    if aside and _ASIDE.match(body) and body.lstrip(" *_")[:1] not in "([":  # "Note: ...; however, ..."
+        line_end = state.text.find("\n", st.start)
+        state.note_line = max(state.note_line, len(state.text) if line_end < 0 else line_end)
     if _NOTES.fullmatch(body):
         state.notes = True  # "Notes", "Edit by ...:", "Remark:" heading what follows
-    if _VERIFICATION.match(body, first) or aside:  # "Check: ...", "(We might also ...)", "Note: ..."
+    if st.paragraph != state.verifying_paragraph:
+        state.check_mismatch = False
+    if not aside and _explains(state, body, first):
+        state.explaining = True
+    if aside or _checks(state, body, first) or (state.explaining and _EXPLANATION_HEAD.match(body[first:])):
+        # "Check: ...", "(We might also ...)", "Note: ...", "Here is why: ..."
         if not aside:
             state.verifying_paragraph = st.paragraph
-        _read_boxes(state, i, body, at, boxes, _hedged(body))  # only a box in it commits
+            if _MISMATCH.search(body):  # the check finds the answer wrong: it is withdrawn
+                state.check_mismatch = True
+                _revise(state)
+        acted = _read_boxes(state, i, body, at, boxes, _hedged(body))  # only a box in it commits ...
+        if not aside and not acted and state.check_mismatch:  # ... or a conclusion that corrects the answer
+            _read_turn(state, i, body, 0, at, _hedged(body), st.paragraph)
         return
     if st.question:
         if _DIGIT.search(body) and state.committed == 0:
             state.current = None  # the last statement with digits asks a question: no value
         return
+    if st.paragraph == state.verifying_paragraph and _MISMATCH.search(body):
+        state.check_mismatch = True
+        _revise(state)
     hedged = _hedged(body)
     acted = _read_boxes(state, i, body, at, boxes, hedged)
-    if not acted:
-        acted = _read_phrases(state, i, body, first, at, hedged)
+    tail_start = max(boxes[-1][1] - at, 0) if boxes else 0
+    phrased = _read_phrases(state, i, body, first, at, hedged, tail_start)  # also after the statement's last
+    acted = acted or phrased  # box: "\\boxed{45}. So the answer is 54." states two values
     if not acted:
         acted = _read_reverse(state, i, body, at, hedged)
-    tail_start = boxes[-1][1] - at if boxes else 0
-    if not acted or boxes:
+    if not phrased and (not acted or boxes):
         acted = _read_turn(state, i, body, tail_start, at, hedged, st.paragraph) or acted
     if not acted:
         unclosed = any(c is None for *_, c in boxes)
         acted = _read_plain(state, i, st, body, at, unclosed)
     if not acted and after_answer and state.current is not None and state.statement == i - 1 and content:
-        # "Maybe." / "Not sure." / "Or 56." at once after the answer
-        remark = _HEDGE_REMARK.search(body) is not None and len(body.split()) <= 8
-        if remark or (_OR_VALUE.match(body, first) and _DIGIT.search(body)):
-            status = "several" if _DIGIT.search(body) else "hedged"
-            state.current = Reading(state.current.text, state.current.start, state.current.kind, status)
+        _read_remark(state, body, first)
     if content and state.pending_label != i:
         state.pending_label = -1
 
 
+def _read_remark(state: _State, body: str, first: int) -> None:
+    """The statement at once after the answer, when it gives no value of its own: a hedge ("Maybe.", "Not
+    sure.") makes the answer hedged; another value offered or doubted ("Or 56.", "Or it could be 56.", "I think
+    56 is possible.") makes it several values."""
+    digits = _DIGIT.search(body) is not None
+    remark = _HEDGE_REMARK.search(body) is not None and len(body.split()) <= 8
+    offered = digits and (
+        _OR_VALUE.match(body, first) is not None
+        or _DOUBTED_VALUE.search(body) is not None
+        or _OTHER_VALUE.search(body) is not None
+        or _HEDGE.search(body) is not None
+    )
+    if remark or offered:
+        state.current = replace(state.current, status="several" if digits else "hedged")
+
+
+_OTHER_VALUE = re.compile(
+    r"(?<![\w-])(?:or|either)\s+(?:(?:it|that|this)(?:['’]s|\s+is|\s+could\s+be)\s+)?[$(]*[-−]?\d",
+    re.IGNORECASE,
+)
+# what joins the values of a list: a comma, "and", "or", "\text{ and }", "\quad"
+_LIST_SEPARATOR = re.compile(
+    r"\s*(?:,\s*(?:(?:and|or)(?![\w-])\s*)?|(?<![\w-])(?:and|or)(?![\w-])\s*|\\text\{\s*(?:and|or|,)\s*\}\s*"
+    r"|\\q?quad(?![A-Za-z])\s*)",
+    re.IGNORECASE,
+)
+_THOUSANDS_COMMA = re.compile(r"\d,\d{3}(?![\d.])")  # the comma of "995,006" separates no values
+_ASSIGNED = re.compile(r"\s*([A-Za-z]|\\[A-Za-z]+)\s*=\s*")
+_LIST_STOP = re.compile(
+    r"[.;!?](?=\s|$)|(?<![\w-])(?:because|since|as|which|when|where|if|given|while|for|so|but|then|maybe|perhaps"
+    r"|possibly|probably|either|not)(?![\w-])|\\pm|±",
+    re.IGNORECASE,
+)
+
+
+def _listed_values(text: str) -> tuple[str, ...]:
+    """The values of a list stated in prose or math ("2 and 3", "x = 2 or x = 3", "$-1$, $0$, and $1$"): two or
+    more values of one name (or of none), joined only by commas, "and" or "or", up to where the statement or
+    an explanation ends; () for anything else (a hedge, "55, maybe 56", is no list)."""
+    stop = _LIST_STOP.search(text)
+    if stop is not None and stop.group(0).lower() in ("maybe", "perhaps", "possibly", "probably", "either", "not"):
+        return ()
+    text = text[: stop.start()] if stop else text
+    text = re.sub(r"(?<!\\)\$", " ", text)
+    if text.count("{") != text.count("}") or text.count("(") != text.count(")"):
+        return ()
+    pieces, names, depth, last, k = [], set(), 0, 0, 0
+    while k < len(text):  # split at top level only: (1, 2) and \{1, 2\} are one value
+        ch = text[k]
+        if ch in "{([":
+            depth += 1
+        elif ch in "})]":
+            depth -= 1
+        elif depth == 0 and (ch in ",\\" or (ch.isspace() and not text[k - 1 : k].isspace())):
+            m = None if _THOUSANDS_COMMA.match(text, k - 1) else _LIST_SEPARATOR.match(text, k)
+            if m and text[k:m.end()].strip():
+                pieces.append(text[last:k])
+                last = k = m.end()
+                continue
+        k += 1
+    pieces.append(text[last:])
+    values = []
+    for piece in pieces:
+        named = _ASSIGNED.match(piece)
+        names.add(named.group(1) if named else "")
+        value = clean_answer(piece[named.end() :] if named else piece)
+        if not value or not value_like(value, digits=False):
+            return ()
+        values.append(value)
+    return tuple(values) if len(values) >= 2 and len(names) == 1 else ()
+
+
 def _read_boxes(state: _State, i: int, body: str, at: int, boxes: list, hedged: bool) -> bool:
     """Closed, non-empty boxes commit, unless negated or in a hypothesis or someone's claim; two boxes joined
-    by "or" (unless both are numbers of one value), or a box followed by "(or 56)", are several values."""
-    acted, previous = False, None
+    by "or" (unless both are numbers of one value), or a box followed by "(or 56)", are several values; boxes
+    joined only by commas, "and" or "or" are a list (its values kept); a revision between two boxes ("\\boxed{56},
+    and after checking, \\boxed{55}") withdraws the first."""
+    acted, previous, listed = False, None, []
     closed = [(s - at, e - at, c) for s, e, c in boxes if c]
     for k, (start, end, content) in enumerate(closed):
         start = max(start, 0)
         if _uncommitted(body, start) or _negated_before(body, start):
             continue
+        between = body[previous[0] if previous else 0 : start]
+        if _CORRECTION.search(between):
+            _revise(state)
+            listed = []
         joined = previous is not None and _OR_VALUE.search(body, previous[0], start) is not None
         if joined and evaluate(previous[1]) is not None and evaluate(previous[1]) == evaluate(content):
             joined = False  # "\\boxed{\\frac{1}{2}} or \\boxed{0.5}": one value in two spellings
+        if previous is not None and _LIST_SEPARATOR.fullmatch(between.replace("$", " ")):
+            listed = (listed or [previous[1]]) + [content]
+        else:
+            listed = []
         after = body[end : closed[k + 1][0] if k + 1 < len(closed) else len(body)]
         status = _status(hedged or _doubted(body, start), joined or _offers_another(after))
-        _commit(state, i, Reading(content, at + start, "box", status))
+        values = tuple(listed) if len(listed) >= 2 and not hedged else ()
+        if values:
+            status = "several"
+        _commit(state, i, Reading(content, at + start, "box", status, values), rank=3)
         acted, previous = True, (end, content)
     return acted
 
 
-def _read_phrases(state: _State, i: int, body: str, first: int, at: int, hedged: bool) -> bool:
-    """Phrases naming the answer ("the answer is 55", "Final answer: 55", "the sum of 47 and 8 is 55"); the last
-    one that commits wins. A label with nothing after it ("Answer:") takes the next statement's value."""
+def _read_phrases(
+    state: _State, i: int, body: str, first: int, at: int, hedged: bool, since: int = 0
+) -> bool:
+    """Phrases naming the answer ("the answer is 55", "Final answer: 55", "Answer → 55", "the sum of 47 and 8 is
+    55", "Answer 55") from ``since`` on; the last one that commits wins. A label with nothing after it
+    ("Answer:") takes the next statement's value."""
     acted = False
-    matches = list(_PHRASE.finditer(body))
+    matches = [m for m in _PHRASE.finditer(body, since)]
+    if not matches and since == 0 and (bare := _BARE_LABEL.match(body, first)) is not None:
+        content, another = _phrase_value(body, bare.end())
+        if content and _answer_like(content):
+            values = _listed_values(body[bare.end() :])
+            status = "several" if values else _status(hedged or _doubted(body, bare.end()), another)
+            _commit(state, i, Reading(content, at + bare.end(), "phrase", status, values))
+            return True
     for k, m in enumerate(matches):
         limit = (
             matches[k + 1].start() if k + 1 < len(matches) else len(body)
         )  # a phrase ends where the next starts
+        if _CORRECTION.search(body[matches[k - 1].end() if k else since : m.start()]):
+            _revise(state)  # "Wait, no. The answer is 55." (the "no." of "Wait, no." ends no statement)
         if m.group("det") is None and not _noun_starts_clause(body, m.start(), first):
             continue
         quantity = m.group("noun").lower() in ("sum", "difference", "product", "quotient", "total", "value")
+        if quantity and since > 0:
+            continue  # after a box, only an answer's name commits ("\\boxed{384}. The value of x was unneeded.")
         if quantity and m.group("comp") and not _DIGIT.search(m.group("comp")):
             continue  # "the sum of the ones digits is 15": another quantity
+        if quantity and m.group("cop") in ("-", "–", "—"):
+            continue  # "the total - 3 = 52": an operation on a quantity
         if _uncommitted(body, m.start()):
             continue
         end = m.end()
@@ -596,11 +851,11 @@ def _read_phrases(state: _State, i: int, body: str, first: int, at: int, hedged:
         if not _answer_like(content):
             continue
         start = max(body.find(content, end), end)
-        _commit(
-            state,
-            i,
-            Reading(content, at + start, "phrase", _status(hedged or _doubted(body, start), another)),
-        )
+        values = _listed_values(body[end:limit])
+        status = "several" if values else _status(hedged or _doubted(body, start), another)
+        named = m.group("noun") + (m.group("comp") or "")  # "total of 2 \\cdot 8": a step's quantity
+        reading = Reading(content, at + start, "phrase", status, values)
+        _commit(state, i, reading, subject=named if quantity else "", rank=1 if quantity else 2)
         acted = True
     if not acted and _LABEL_ONLY.fullmatch(body):
         state.pending_label = i  # "### Final Answer", "**Answer**"
@@ -642,7 +897,9 @@ _PRONOUN_CLAUSE = re.compile(r"\s*(?:and\s+)?(?:which|that|this|it)\s*", re.IGNO
 def _read_turn(state: _State, i: int, body: str, tail: int, at: int, hedged: bool, paragraph: int) -> bool:
     """After any box of the statement: "It is 55." right after a negated phrase; a correction ("Wait, 47 + 8 =
     55."; one that states no value waits for the next statement's); a conclusion ("So 47 + 8 = 55.",
-    "Therefore, 26 - 0 is 26."). A value that checks the current answer ("So 55 - 8 = 47") replaces nothing."""
+    "Therefore, 26 - 0 is 26."). A value that checks the current answer ("So 55 - 8 = 47", "Hmm, 55 - 8 = 47")
+    replaces nothing; a conclusion of a check replaces it only where the check found it wrong ("Check: 54 - 8 =
+    46, not 47, so 47 + 8 = 55.")."""
     text = body[tail:]
     start = len(text) - len(text.lstrip())
     found, kind = None, ""
@@ -653,25 +910,49 @@ def _read_turn(state: _State, i: int, body: str, tail: int, at: int, hedged: boo
         for m in _CORRECTION.finditer(text):
             correction = m
         if correction is not None:
+            rest = text[correction.end() :]
+            found, kind = statement_value(rest, verbs=True), "correction"
+            if _HESITATION.match(correction.group(0).lstrip(" ,;:.")) and (
+                _VERIFICATION.match(rest) or (found is not None and _uses_answer(found, state))
+            ):
+                state.verifying_paragraph = paragraph  # "Hmm, 55 - 8 = 47": a check, not a correction
+                return True
             state.correcting = True
-            found, kind = statement_value(text[correction.end() :], verbs=True), "correction"
+            _revise(state)
     if found is None:
         conclusion = None
         for m in _CONCLUSION_START.finditer(text):
             conclusion = m
         if conclusion is not None and not _HYPOTHETICAL.match(text, conclusion.end()):
-            found, kind = statement_value(text[conclusion.end() :], verbs=True), "conclusion"
+            rest = text[conclusion.end() :]
+            found, kind = _listed_span(rest) or statement_value(rest, verbs=True), "conclusion"
     if found is None:
         return False
-    if kind == "conclusion" and paragraph == state.verifying_paragraph:
-        return True  # a conclusion of a check ("Proof: ... so s = 279/99999") concludes the check
+    if kind == "conclusion" and (paragraph == state.verifying_paragraph or state.explaining):
+        # a conclusion of a check or of the working after the answer ("Proof: ... so s = 279/99999") concludes
+        # it, unless the check found the answer wrong and this value is another one, not worked from it
+        if not (state.check_mismatch and state.current is not None and _differ(found, state.current.text)):
+            return True
+        if _uses_answer(found, state):
+            return True
+        _revise(state)
+        kind = "correction"
     if not _is_verification(found, state):
         start = max(text.find(found), 0)
-        reading = Reading(
-            found, at + tail + start, kind, _checked(text, found, hedged or _doubted(text, start))
-        )
-        _commit(state, i, reading, 1 if kind == "conclusion" else 2)
+        values = _listed_values(text[start:]) if kind == "conclusion" else ()
+        status = "several" if values else _checked(text, found, hedged or _doubted(text, start))
+        subject = found.split("=")[0] if "=" in found else statement_subject(text, found)
+        reading = Reading(found, at + tail + start, kind, status, values)
+        _commit(state, i, reading, 1 if kind == "conclusion" else 2, subject)
     return True
+
+
+def _listed_span(text: str) -> str | None:
+    """The text of a list stated from the start of ``text`` ("x = 2 or x = 3."), or None."""
+    if not _listed_values(text):
+        return None
+    stop = _LIST_STOP.search(text)
+    return clean_answer(text[: stop.start()] if stop else text)
 
 
 def _checked(text: str, value: str, hedged: bool) -> str:
@@ -684,29 +965,92 @@ def _checked(text: str, value: str, hedged: bool) -> str:
     return _status(hedged)
 
 
+# where a short remark after a value starts: "55 (checked twice)", "55, easy.", "55 - done"
+_REMARK = re.compile(r"\s*(?:[,(;—–]|\s-\s)")
+_LINK = re.compile(r"\s*(?:equivalent\s+to|the\s+same\s+as|exactly|simply|just|now|then|still|indeed)(?![\w-])", re.I)
+
+
+def _value_before_remark(body: str) -> str | None:
+    """The value of a statement that is a value and a short remark in words after it ("55 (checked twice)",
+    "55, easy."), or None. A remark holds no digit and offers no other value; a unit word is no remark."""
+    end = max(body.rfind(d) for d in "0123456789") + 1
+    if end == 0:
+        return None
+    m = _REMARK.search(body, end)
+    if m is None or m.start() == 0:
+        return None
+    remark = body[m.start() :]
+    if len(remark.split()) > 12 or _OR_VALUE.search(remark):
+        return None
+    return statement_value(body[: m.start()])
+
+
+def _copula_value(body: str) -> tuple[str | None, str, tuple[str, ...]]:
+    """``(value, subject)`` of a statement "<subject> is <value>" with any subject ("The value of x is 5", "The
+    probability is $\\frac{1}{3}$", "25 + 6, which is 11"): the statement's last copula, a whole word; the
+    subject no person or "there" ("There are 2 numbers", "We are at 40" state no quantity's value); not
+    negated, supposed or someone's claim; a list ("The roots are 2 and 3") with its values. ``(None, "", ())``
+    for any other statement."""
+    last = None
+    for last in _SUBJECT_COPULA.finditer(body):
+        pass
+    if last is None:
+        return None, "", ()
+    subject = _clause_prefix(body, last.start()).strip(" \t*_\"'’")
+    if not subject or _NO_QUANTITY.match(subject) or _uncommitted(body, last.start()):
+        return None, "", ()
+    rest = body[last.end() :]
+    if re.match(r"\s*(?:not|n['’]t|never)(?![\w-])", rest, re.IGNORECASE):
+        return None, "", ()
+    link = _LINK.match(rest)
+    rest = rest[link.end() :] if link else rest
+    values = _listed_values(rest)
+    if values:
+        return _listed_span(rest), subject, values
+    value = statement_value(rest)
+    return (value, subject, ()) if value is not None and "=" not in value else (None, "", ())
+
+
 def _read_plain(state: _State, i: int, st: Statement, body: str, at: int, unclosed: bool) -> bool:
-    """A statement that is a plain value ("47 + 8 = 55", "55", "We have 47 + 8 = 55."): the answer while nothing
-    is committed, the value of a pending label or correction; any other statement with digits leaves no answer
-    while nothing is committed (the last statement with digits is not a value)."""
-    found = None if unclosed else statement_value(body)
+    """A statement that is a plain value ("47 + 8 = 55", "55", "We have 47 + 8 = 55.", "The value of x is 5.",
+    "55 (checked twice)", "2 and 3"): the answer while nothing is committed, the value of a pending label or
+    correction. A statement with digits that states no value ("I added 34 to 34.") changes nothing."""
+    found, subject, values = None, "", ()
+    if not unclosed:
+        values = _listed_values(body)
+        found = _listed_span(body) if values else None
+        if found is None:
+            found, values = statement_value(body), ()
+            if found is not None and "=" not in found and (cut := _value_before_remark(body)) is not None:
+                found = cut  # "55, easy."
+        if found is None:
+            found, subject, values = _copula_value(body)
+        if found is None:
+            found = _value_before_remark(body)
     if found is None:
-        if _DIGIT.search(body) and state.committed == 0 and state.pending_label < 0 and not state.correcting:
-            state.current = None
         return False
     hedged = _hedged(body, max(body.find(found), 0))
+    status = "several" if values else _status(hedged)
     if state.correcting or state.pending_label >= 0:
         kind = "correction" if state.correcting else "label"
         if not _is_verification(found, state):
-            _commit(state, i, Reading(found, at + max(body.find(found), 0), kind, _status(hedged)))
+            _commit(state, i, Reading(found, at + max(body.find(found), 0), kind, status, values))
         return True
-    if state.committed == 2 or st.paragraph == state.verifying_paragraph or _is_verification(found, state):
+    if (
+        state.committed == 2
+        or st.paragraph == state.verifying_paragraph
+        or state.explaining
+        or _is_verification(found, state)
+    ):
         return True  # a plain value replaces a plain line or a conclusion, never a commitment
     if state.tries_paragraph != st.paragraph:
         state.tries, state.tries_paragraph = {}, st.paragraph
     first_side, _, last_side = found.rpartition("=")
-    key = first_side.split("=")[0].replace(" ", "")
-    values = state.tries.setdefault(key, set())
-    values.add(last_side.replace(" ", "").rstrip("."))
-    several = len(values) > 1 or _offers_another(body[body.find(found) + len(found) :])
-    _commit(state, i, Reading(found, at + max(body.find(found), 0), "line", _status(hedged, several)), 0)
+    key = first_side.split("=")[0].replace(" ", "") or subject.replace(" ", "").lower()
+    tried = state.tries.setdefault(key, set())
+    if not first_side or number_value(last_side) is not None:  # a try ends on a number ("77 - 1 = 76 - 1" does not)
+        tried.add(last_side.replace(" ", "").rstrip("."))
+    several = len(tried) > 1 or _offers_another(body[body.find(found) + len(found) :])
+    reading = Reading(found, at + max(body.find(found), 0), "line", "several" if several else status, values)
+    _commit(state, i, reading, 0, first_side or subject)
     return True
