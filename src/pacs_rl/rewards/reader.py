@@ -36,6 +36,7 @@ is searched only over a bounded tail, so that a failed match gives back each cha
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
@@ -61,8 +62,9 @@ _COPULA = (
     r"(?P<neg>(?<![A-Za-z])(?:is\s+not|isn['’]t|was\s+not|wasn['’]t|cannot\s+be|can['’]t\s+be)|≠|\\neq?(?![A-Za-z]))"
     r"|(?<![A-Za-z])(?:is|are|was|were|would\s+be|will\s+be|should\s+be|must\s+be|(?:could|might|may)\s+be|equals"
     r"|comes\s+(?:out\s+)?to|works\s+out\s+to|becomes|remains)"
-    r"|['’]s|=>?|:|->|[→⇒⟹⟶]|[-–—](?=\s)"
-)
+    r"|['’]s|=|:|(?:(?<=[A-Za-z*_`\"'’]\s)|(?<=[A-Za-z*_`\"'’]))(?:=>|->|[→⇒⟹⟶]|[-–—](?=\s))"
+)  # an arrow or a dash right after the name: "the result of 54 - 2" holds no separator
+_ARROWS = ("=>", "->", "→", "⇒", "⟹", "⟶", "-", "–", "—")
 # "the answer is", "the final answer to 47 + 8 is", "Final Answer:", "the sum of 47 and 8 is", "answer within is:"
 _PHRASE = re.compile(
     rf"(?<![\w-])(?:(?P<det>{_DET})\s+)?(?:{_MOD}\s+){{0,2}}(?P<noun>{_STRONG}|{_QUANTITY})(?![\w-])"
@@ -119,8 +121,13 @@ _SUBJECT_COPULA = re.compile(
     r"|remains|(?:will|would|should|must)\s+be)(?![\w-])",
     re.IGNORECASE,
 )
-# subjects that name no quantity: "There are 2 numbers", "I was 5 steps away", "We are at 40"
-_NO_QUANTITY = re.compile(r"(?:there|here|i|we|you|he|she|they)(?![\w-])", re.IGNORECASE)
+# subjects that name no quantity ("There are 2 numbers", "We are at 40"), and clauses that state a reason or a
+# time, not the result ("since 24 is 2 times 12")
+_NO_QUANTITY = re.compile(
+    r"(?:there|here|i|we|you|he|she|they|since|because|as|when|while|although|though|whereas|where|after|before"
+    r"|until|once)(?![\w-])",
+    re.IGNORECASE,
+)
 _VERIFICATION = re.compile(
     r"^(?:(?:we|i|you)\s+(?:can|may|could|will|should)\s+(?:now\s+)?(?=check|verify|confirm|double))?"
     r"(?:check(?:ing)?|verif(?:y|ying|ication)|proof|sanity\s+check|double[- ]check(?:ing)?"
@@ -339,7 +346,8 @@ class _Claim:
     rank: int
     subject: str
     value: str
-    uses: frozenset[str] = frozenset()  # the numbers its statement writes before the value
+    key: Fraction | None  # the number it comes to (_value_key)
+    uses: frozenset[str] = frozenset()  # the numbers its statement writes right before the value
 
 
 @dataclass
@@ -360,7 +368,8 @@ class _State:
     statement_start: int = 0  # where the statement being read starts
     numbers: frozenset[str] = frozenset()  # the numbers written in the statement that gave the current answer
     paragraph: int = 0  # the paragraph of the statement being read
-    claims: list[_Claim] = field(default_factory=list)  # values given since the last revision (see _commit)
+    claims: deque[_Claim] = field(default_factory=lambda: deque(maxlen=8))  # the last values given since the
+    # last revision (_commit): the final lines hold no more
     explaining: bool = False  # past "Here is why:" after an answer: the working, which gives no new answer
     check_mismatch: bool = False  # the check of this paragraph found the answer wrong
 
@@ -586,7 +595,9 @@ def _conflict(earlier: _Claim, later: _Claim) -> bool:
         and later.statement - earlier.statement <= _FINAL_LINES
         and earlier.rank >= later.rank
         and (earlier.rank >= 2 or (earlier.subject != "" and earlier.subject == later.subject))
-        and _differ(earlier.value, later.value)
+        and earlier.key is not None
+        and later.key is not None
+        and earlier.key != later.key
         and not set(signed_numbers(earlier.value)) & later.uses
     )
 
@@ -599,9 +610,10 @@ def _commit(
     conflicts with one given earlier in its paragraph since the last revision makes it several values,
     whichever comes last (:func:`_conflict`)."""
     rank = committed if rank is None else rank
-    before = state.text[state.statement_start : reading.start]
+    before = state.text[max(state.statement_start, reading.start - 240) : reading.start]
     subject = re.sub(r"[\s$]", "", subject).lower()
-    claim = _Claim(state.paragraph, i, rank, subject, reading.text, frozenset(signed_numbers(before)))
+    key = _value_key(reading.text)
+    claim = _Claim(state.paragraph, i, rank, subject, reading.text, key, frozenset(signed_numbers(before)))
     if reading.status == "answer" and any(_conflict(c, claim) for c in state.claims):
         reading = replace(reading, status="several")
     state.claims.append(claim)
@@ -767,6 +779,20 @@ def _listed_values(text: str) -> tuple[str, ...]:
     return tuple(values) if len(values) >= 2 and len(names) == 1 else ()
 
 
+_MIXED = re.compile(r"\s*([-−]?)\s*(\d+)\s*\\[dt]?frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}\s*")
+
+
+def _arithmetic(text: str) -> Fraction | None:
+    """The value of plain arithmetic (:func:`evaluate`) or of a mixed number (``15\\frac{39}{40}``), or None."""
+    mixed = _MIXED.fullmatch(text)
+    if mixed is None:
+        return evaluate(text)
+    sign, whole, num, den = mixed.groups()
+    if int(den) == 0:
+        return None
+    return (-1 if sign else 1) * (int(whole) + Fraction(int(num), int(den)))
+
+
 def _read_boxes(state: _State, i: int, body: str, at: int, boxes: list, hedged: bool) -> bool:
     """Closed, non-empty boxes commit, unless negated or in a hypothesis or someone's claim; two boxes joined
     by "or" (unless both are numbers of one value), or a box followed by "(or 56)", are several values; boxes
@@ -782,10 +808,11 @@ def _read_boxes(state: _State, i: int, body: str, at: int, boxes: list, hedged: 
         if _CORRECTION.search(between):
             _revise(state)
             listed = []
-        joined = previous is not None and _OR_VALUE.search(body, previous[0], start) is not None
-        if joined and evaluate(previous[1]) is not None and evaluate(previous[1]) == evaluate(content):
-            joined = False  # "\\boxed{\\frac{1}{2}} or \\boxed{0.5}": one value in two spellings
-        if previous is not None and _LIST_SEPARATOR.fullmatch(between.replace("$", " ")):
+        # "\\boxed{\\frac{1}{2}} or \\boxed{0.5}", "\\boxed{15\\frac{39}{40}} or \\boxed{\\frac{639}{40}}": one value
+        same = previous is not None and _arithmetic(previous[1]) is not None
+        same = same and _arithmetic(previous[1]) == _arithmetic(content)
+        joined = not same and previous is not None and _OR_VALUE.search(body, previous[0], start) is not None
+        if not same and previous is not None and _LIST_SEPARATOR.fullmatch(between.replace("$", " ")):
             listed = (listed or [previous[1]]) + [content]
         else:
             listed = []
@@ -809,7 +836,7 @@ def _read_phrases(
     matches = [m for m in _PHRASE.finditer(body, since)]
     if not matches and since == 0 and (bare := _BARE_LABEL.match(body, first)) is not None:
         content, another = _phrase_value(body, bare.end())
-        if content and _answer_like(content):
+        if content and value_like(content, digits=False) and _answer_like(content):
             values = _listed_values(body[bare.end() :])
             status = "several" if values else _status(hedged or _doubted(body, bare.end()), another)
             _commit(state, i, Reading(content, at + bare.end(), "phrase", status, values))
@@ -841,6 +868,8 @@ def _read_phrases(
                 continue
             end += turn.end()
         content, another = _phrase_value(body[:limit], end)
+        if content and m.group("cop") in _ARROWS and not value_like(content, digits=False):
+            continue  # after a dash or an arrow, only math: "Answer - Suppose" names no value
         if not content:
             if not body[end:limit].strip(" \t*_:`\"'’|}"):
                 state.pending_label = i  # "Answer:" at the end of its line: the value comes next
@@ -966,7 +995,7 @@ def _checked(text: str, value: str, hedged: bool) -> str:
 
 
 # where a short remark after a value starts: "55 (checked twice)", "55, easy.", "55 - done"
-_REMARK = re.compile(r"\s*(?:[,(;—–]|\s-\s)")
+_REMARK = re.compile(r"(?<!\s)\s*[,(;—–]|\s-\s")
 _LINK = re.compile(r"\s*(?:equivalent\s+to|the\s+same\s+as|exactly|simply|just|now|then|still|indeed)(?![\w-])", re.I)
 
 
@@ -976,8 +1005,10 @@ def _value_before_remark(body: str) -> str | None:
     end = max(body.rfind(d) for d in "0123456789") + 1
     if end == 0:
         return None
-    m = _REMARK.search(body, end)
-    if m is None or m.start() == 0:
+    while end < len(body) and body[end] in "$*_)}]":
+        end += 1
+    m = _REMARK.match(body, end)  # the remark starts right after the value: "55, easy", not "54 Actually, ..."
+    if m is None:
         return None
     remark = body[m.start() :]
     if len(remark.split()) > 12 or _OR_VALUE.search(remark):
@@ -1011,22 +1042,38 @@ def _copula_value(body: str) -> tuple[str | None, str, tuple[str, ...]]:
     return (value, subject, ()) if value is not None and "=" not in value else (None, "", ())
 
 
+# where a reason starts after a value: "The roots are 2 and 3 because 2 + 3 = 5"
+_REASON = re.compile(r"(?<=\S)\s+(?:because|since|as\s+(?=\S)|given\s+that|due\s+to)(?![\w-])", re.IGNORECASE)
+
+
+def _plain_value(text: str) -> tuple[str | None, str, tuple[str, ...]]:
+    """``(value, subject, values)`` of a plain statement: a list ("2 and 3"), an equation or a value ("47 + 8 =
+    55", "55", "55, easy."), a copula with any subject ("The value of x is 5"), a value and a remark ("55
+    (checked twice)"); ``(None, "", ())`` for any other."""
+    values = _listed_values(text)
+    if values:
+        return _listed_span(text), "", values
+    found = statement_value(text)
+    if found is not None and "=" not in found and (cut := _value_before_remark(text)) is not None:
+        return cut, "", ()  # "55, easy."
+    if found is not None:
+        return found, "", ()
+    found, subject, values = _copula_value(text)
+    if found is not None:
+        return found, subject, values
+    return _value_before_remark(text), "", ()
+
+
 def _read_plain(state: _State, i: int, st: Statement, body: str, at: int, unclosed: bool) -> bool:
     """A statement that is a plain value ("47 + 8 = 55", "55", "We have 47 + 8 = 55.", "The value of x is 5.",
     "55 (checked twice)", "2 and 3"): the answer while nothing is committed, the value of a pending label or
     correction. A statement with digits that states no value ("I added 34 to 34.") changes nothing."""
     found, subject, values = None, "", ()
-    if not unclosed:
-        values = _listed_values(body)
-        found = _listed_span(body) if values else None
-        if found is None:
-            found, values = statement_value(body), ()
-            if found is not None and "=" not in found and (cut := _value_before_remark(body)) is not None:
-                found = cut  # "55, easy."
-        if found is None:
-            found, subject, values = _copula_value(body)
-        if found is None:
-            found = _value_before_remark(body)
+    reason = _REASON.search(body)
+    if reason is not None and not unclosed:  # "The roots are 2 and 3 because 2 + 3 = 5": the value before the reason
+        found, subject, values = _plain_value(body[: reason.start()])
+    if found is None and not unclosed:
+        found, subject, values = _plain_value(body)
     if found is None:
         return False
     hedged = _hedged(body, max(body.find(found), 0))
