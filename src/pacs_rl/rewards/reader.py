@@ -121,6 +121,12 @@ _SUBJECT_COPULA = re.compile(
     r"|remains|(?:will|would|should|must)\s+be)(?![\w-])",
     re.IGNORECASE,
 )
+# a statement that denies there is an answer withdraws the one given: "There's no answer.", "No answer."
+_NO_ANSWER = re.compile(
+    r"(?:so,?\s+)?(?:there\s+is|there['’]s|there\s+are|i\s+have|we\s+have)\s+no\s+(?:(?:final|real|valid)\s+)?answers?"
+    r"(?![\w-])|no\s+answer[\s.!]*$",
+    re.IGNORECASE,
+)
 # subjects that name no quantity ("There are 2 numbers", "We are at 40"), and clauses that state a reason or a
 # time, not the result ("since 24 is 2 times 12")
 _NO_QUANTITY = re.compile(
@@ -337,11 +343,10 @@ def statements(text: str, boxes: list[tuple[int, int, str | None]]) -> list[Stat
 # -------------------------------------------------------------------------------------------- the walk
 @dataclass(frozen=True)
 class _Claim:
-    """A value the completion gave: its paragraph and statement, how firmly (0 a plain statement, 1 a conclusion or a named
+    """A value the completion gave: its statement, how firmly (0 a plain statement, 1 a conclusion or a named
     quantity, 2 an answer's name, a label or a correction, 3 a box), what it was stated of ("47 + 8" in "47 + 8 =
     55", "sum of 47 and 8"; "" for an answer's name or a box) and its value."""
 
-    paragraph: int
     statement: int
     rank: int
     subject: str
@@ -367,7 +372,6 @@ class _State:
     text: str = ""  # the completion as read
     statement_start: int = 0  # where the statement being read starts
     numbers: frozenset[str] = frozenset()  # the numbers written in the statement that gave the current answer
-    paragraph: int = 0  # the paragraph of the statement being read
     claims: deque[_Claim] = field(default_factory=lambda: deque(maxlen=8))  # the last values given since the
     # last revision (_commit): the final lines hold no more
     explaining: bool = False  # past "Here is why:" after an answer: the working, which gives no new answer
@@ -563,7 +567,7 @@ def read_final_answer(completion: str) -> Reading | None:
                 break
             inside.append(box)
         before = state.current
-        state.paragraph, state.statement_start = st.paragraph, st.start
+        state.statement_start = st.start
         _read_statement(state, i, st, inside)
         if state.current is not before and state.statement == i:
             state.numbers = frozenset(signed_numbers(st.text))
@@ -580,24 +584,18 @@ def _aside(state: _State, body: str) -> bool:
     return _ASIDE.match(body) is not None
 
 
-_FINAL_LINES = 2  # how many statements back a value conflicts with the answer: "the final lines"
-
-
 def _conflict(earlier: _Claim, later: _Claim) -> bool:
-    """Two values of the final lines (one paragraph, at most two statements apart) that cannot both be the answer: the later one given no more firmly than the
-    earlier, and the earlier one committed (two boxes; "The answer is 55. The answer is 54."; "\\boxed{54}. So
-    47 + 8 = 55."), or both stated of one subject ("So 47 + 8 = 55. So 47 + 8 = 54."); and surely different. A
-    firmer value after a weaker one settles it: "47 + 8 = 54. So 47 + 8 = 55." is a conclusion after a try, "the
-    total is 448 ... the answer is \\boxed{728}" a box after a step; and a value worked from the earlier one is
-    the next step, not another answer ("Only \\boxed{361} works. ... 8 + 9 + 361 = \\boxed{378}")."""
+    """Two values of the final lines that cannot both be the answer, whichever comes last: surely different,
+    the later not worked from the earlier ("Only \\boxed{361} works. ... 8 + 9 + 361 = \\boxed{378}" is the next
+    step), and either stated of one subject ("43 - 4 = 38. So, 43 - 4 = 39."; "Therefore, 25 + 6 equals 31. ...
+    25 + 6, which is 11"), or the earlier one committed and the later given no more firmly ("The answer is 55.
+    The answer is 54."; "\\boxed{54}. So the answer is 55."). A box after a step or a phrase settles it: the box
+    is where the instruction asks for the final answer ("the total is 448 ... the answer is \\boxed{728}")."""
     return (
-        earlier.paragraph == later.paragraph
-        and later.statement - earlier.statement <= _FINAL_LINES
-        and earlier.rank >= later.rank
-        and (earlier.rank >= 2 or (earlier.subject != "" and earlier.subject == later.subject))
-        and earlier.key is not None
+        earlier.key is not None
         and later.key is not None
         and earlier.key != later.key
+        and ((earlier.subject != "" and earlier.subject == later.subject) or earlier.rank >= max(later.rank, 2))
         and not set(signed_numbers(earlier.value)) & later.uses
     )
 
@@ -607,14 +605,16 @@ def _commit(
 ) -> None:
     """``reading`` becomes the current answer (``committed``: 0 a plain statement, 1 a conclusion, 2 a
     commitment; ``rank``, how firmly, as :class:`_Claim` counts it, ``committed`` unless given). A value that
-    conflicts with one given earlier in its paragraph since the last revision makes it several values,
-    whichever comes last (:func:`_conflict`)."""
+    conflicts (:func:`_conflict`) with another of the final lines, the values given in its own statement and in the
+    last statement before it that gave one, since the last revision, makes it several values."""
     rank = committed if rank is None else rank
     before = state.text[max(state.statement_start, reading.start - 240) : reading.start]
     subject = re.sub(r"[\s$]", "", subject).lower()
     key = _value_key(reading.text)
-    claim = _Claim(state.paragraph, i, rank, subject, reading.text, key, frozenset(signed_numbers(before)))
-    if reading.status == "answer" and any(_conflict(c, claim) for c in state.claims):
+    claim = _Claim(i, rank, subject, reading.text, key, frozenset(signed_numbers(before)))
+    previous = max((c.statement for c in state.claims if c.statement < i), default=i)
+    final_lines = [c for c in state.claims if c.statement in (i, previous)]
+    if reading.status == "answer" and any(_conflict(c, claim) for c in final_lines):
         reading = replace(reading, status="several")
     state.claims.append(claim)
     state.current, state.committed, state.statement = reading, committed, i
@@ -685,6 +685,9 @@ def _read_statement(state: _State, i: int, st: Statement, boxes: list) -> None:
     if st.question:
         if _DIGIT.search(body) and state.committed == 0:
             state.current = None  # the last statement with digits asks a question: no value
+        return
+    if _NO_ANSWER.match(body[first:]):
+        state.current = None  # "So 93 + 3 = 96. There's no answer.": the answer is withdrawn
         return
     if st.paragraph == state.verifying_paragraph and _MISMATCH.search(body):
         state.check_mismatch = True
@@ -1039,7 +1042,11 @@ def _copula_value(body: str) -> tuple[str | None, str, tuple[str, ...]]:
     if values:
         return _listed_span(rest), subject, values
     value = statement_value(rest)
-    return (value, subject, ()) if value is not None and "=" not in value else (None, "", ())
+    if value is None or "=" in value:
+        return None, "", ()
+    if signed_numbers(subject) and signed_numbers(subject) == signed_numbers(value)[:1]:
+        return None, "", ()  # "99 is 99 in decimal form", "20 is indeed 20": an identity states no result
+    return value, subject, ()
 
 
 # where a reason starts after a value: "The roots are 2 and 3 because 2 + 3 = 5"
