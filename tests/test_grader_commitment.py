@@ -17,7 +17,9 @@ policy would read it.
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -253,3 +255,25 @@ def test_grading_time_grows_linearly_with_length():
     ratios = {name: _grading_seconds(large[name]) / max(_grading_seconds(small[name]), 1e-4) for name in small}
     slow = {name: round(r, 1) for name, r in ratios.items() if r > 10}
     assert not slow, f"grading time grows faster than linearly (ratio at 4x the length): {slow}"
+
+
+# ============================================================================== the docs' table, as the grader
+def test_the_reading_table_in_the_docs_is_what_the_grader_does():
+    """Every completion of docs/EVALUATION.md's table of readings (gold 55 for "What is 47 + 8?") is paid or
+    refused as the table says."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "EVALUATION.md").read_text()
+    start = text.index('On "What is 47 + 8?" (gold 55)')
+    table = text[start : text.index("#### Final form on MATH-style golds", start)]
+    checked, wrong = 0, []
+    for line in table.splitlines():
+        row = re.match(r"\| (.+) \| (paid|refused) \| .+ \|$", line)
+        if row is None:
+            continue
+        for cell in re.findall(r"`([^`]+)`", row.group(1)):
+            if cell.startswith("…"):
+                continue  # "… Wait, no.": the previous completion continued
+            v = grade(cell.replace("\\n", "\n"), "55", "What is 47 + 8?")
+            checked += 1
+            if (v.score == 1.0) != (row.group(2) == "paid"):
+                wrong.append(f"{cell!r}: the table says {row.group(2)}, the grader {v.reason} (read {v.extracted!r})")
+    assert checked >= 40 and not wrong, "\n".join(wrong)

@@ -352,7 +352,7 @@ class _Claim:
     subject: str
     value: str
     key: Fraction | None  # the number it comes to (_value_key)
-    uses: frozenset[str] = frozenset()  # the numbers its statement writes right before the value
+    numbers: frozenset[str]  # the numbers it writes
 
 
 @dataclass
@@ -586,18 +586,13 @@ def _aside(state: _State, body: str) -> bool:
 
 def _conflict(earlier: _Claim, later: _Claim) -> bool:
     """Two values of the final lines that cannot both be the answer, whichever comes last: surely different,
-    the later not worked from the earlier ("Only \\boxed{361} works. ... 8 + 9 + 361 = \\boxed{378}" is the next
-    step), and either stated of one subject ("43 - 4 = 38. So, 43 - 4 = 39."; "Therefore, 25 + 6 equals 31. ...
+    and either stated of one subject ("43 - 4 = 38. So, 43 - 4 = 39."; "Therefore, 25 + 6 equals 31. ...
     25 + 6, which is 11"), or the earlier one committed and the later given no more firmly ("The answer is 55.
     The answer is 54."; "\\boxed{54}. So the answer is 55."). A box after a step or a phrase settles it: the box
     is where the instruction asks for the final answer ("the total is 448 ... the answer is \\boxed{728}")."""
-    return (
-        earlier.key is not None
-        and later.key is not None
-        and earlier.key != later.key
-        and ((earlier.subject != "" and earlier.subject == later.subject) or earlier.rank >= max(later.rank, 2))
-        and not set(signed_numbers(earlier.value)) & later.uses
-    )
+    if earlier.key is None or later.key is None or earlier.key == later.key:
+        return False
+    return (earlier.subject != "" and earlier.subject == later.subject) or earlier.rank >= max(later.rank, 2)
 
 
 def _commit(
@@ -608,14 +603,16 @@ def _commit(
     conflicts (:func:`_conflict`) with another of the final lines, the values given in its own statement and in the
     last statement before it that gave one, since the last revision, makes it several values."""
     rank = committed if rank is None else rank
-    before = state.text[max(state.statement_start, reading.start - 240) : reading.start]
     subject = re.sub(r"[\s$]", "", subject).lower()
     key = _value_key(reading.text)
-    claim = _Claim(i, rank, subject, reading.text, key, frozenset(signed_numbers(before)))
+    claim = _Claim(i, rank, subject, reading.text, key, frozenset(signed_numbers(reading.text)) if key is not None else frozenset())
     previous = max((c.statement for c in state.claims if c.statement < i), default=i)
     final_lines = [c for c in state.claims if c.statement in (i, previous)]
-    if reading.status == "answer" and any(_conflict(c, claim) for c in final_lines):
-        reading = replace(reading, status="several")
+    conflicting = [c for c in final_lines if _conflict(c, claim)] if reading.status == "answer" else []
+    if conflicting:  # unless the value is worked from them: "Only \\boxed{361} works. ... 8 + 9 + 361 = \\boxed{378}"
+        used = set(signed_numbers(state.text[max(state.statement_start, reading.start - 240) : reading.start]))
+        if any(not c.numbers & used for c in conflicting):
+            reading = replace(reading, status="several")
     state.claims.append(claim)
     state.current, state.committed, state.statement = reading, committed, i
     state.pending_label, state.correcting, state.negated_phrase = -1, False, False
@@ -730,11 +727,14 @@ _OTHER_VALUE = re.compile(
     r"(?<![\w-])(?:or|either)\s+(?:(?:it|that|this)(?:['’]s|\s+is|\s+could\s+be)\s+)?[$(]*[-−]?\d",
     re.IGNORECASE,
 )
-# what joins the values of a list: a comma, "and", "or", "\text{ and }", "\quad"
-_LIST_SEPARATOR = re.compile(
-    r"\s*(?:,\s*(?:(?:and|or)(?![\w-])\s*)?|(?<![\w-])(?:and|or)(?![\w-])\s*|\\text\{\s*(?:and|or|,)\s*\}\s*"
-    r"|\\q?quad(?![A-Za-z])\s*)",
+# what joins the values of a list (a comma, "and", "or", "\text{ and }", "\quad"), and the brackets around them
+_LIST_TOKEN = re.compile(
+    r"\\text\{\s*(?:and|or|,)\s*\}|\\q?quad(?![A-Za-z])|(?<![\w-])(?:and|or)(?![\w-])|,|[{}()\[\]]",
     re.IGNORECASE,
+)
+# what may stand between two boxes of one list: "\boxed{2}, \boxed{3}", "$\boxed{2}$ and $\boxed{3}$"
+_BOX_JOIN = re.compile(
+    r"\s*(?:,\s*(?:(?:and|or)\s+)?|(?:and|or)\s+|\\text\{\s*(?:and|or|,)\s*\}\s*|\\q?quad\s*)", re.IGNORECASE
 )
 _THOUSANDS_COMMA = re.compile(r"\d,\d{3}(?![\d.])")  # the comma of "995,006" separates no values
 _ASSIGNED = re.compile(r"\s*([A-Za-z]|\\[A-Za-z]+)\s*=\s*")
@@ -756,20 +756,17 @@ def _listed_values(text: str) -> tuple[str, ...]:
     text = re.sub(r"(?<!\\)\$", " ", text)
     if text.count("{") != text.count("}") or text.count("(") != text.count(")"):
         return ()
-    pieces, names, depth, last, k = [], set(), 0, 0, 0
-    while k < len(text):  # split at top level only: (1, 2) and \{1, 2\} are one value
-        ch = text[k]
-        if ch in "{([":
+    pieces, names, depth, last = [], set(), 0, 0
+    for m in _LIST_TOKEN.finditer(text):  # split at top level only: (1, 2) and \{1, 2\} are one value
+        token = m.group(0)
+        if token in ("{", "(", "["):
             depth += 1
-        elif ch in "})]":
+        elif token in ("}", ")", "]"):
             depth -= 1
-        elif depth == 0 and (ch in ",\\" or (ch.isspace() and not text[k - 1 : k].isspace())):
-            m = None if _THOUSANDS_COMMA.match(text, k - 1) else _LIST_SEPARATOR.match(text, k)
-            if m and text[k:m.end()].strip():
-                pieces.append(text[last:k])
-                last = k = m.end()
-                continue
-        k += 1
+        elif depth == 0 and not (token == "," and _THOUSANDS_COMMA.match(text, m.start() - 1)):
+            if text[last : m.start()].strip() or not pieces:  # ", and" is one separator
+                pieces.append(text[last : m.start()])
+            last = m.end()
     pieces.append(text[last:])
     values = []
     for piece in pieces:
@@ -815,7 +812,7 @@ def _read_boxes(state: _State, i: int, body: str, at: int, boxes: list, hedged: 
         same = previous is not None and _arithmetic(previous[1]) is not None
         same = same and _arithmetic(previous[1]) == _arithmetic(content)
         joined = not same and previous is not None and _OR_VALUE.search(body, previous[0], start) is not None
-        if not same and previous is not None and _LIST_SEPARATOR.fullmatch(between.replace("$", " ")):
+        if not same and previous is not None and _BOX_JOIN.fullmatch(between.replace("$", " ")):
             listed = (listed or [previous[1]]) + [content]
         else:
             listed = []
