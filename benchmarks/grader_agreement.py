@@ -72,7 +72,9 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cache", default=None, help="Folder for the sampled completions (reused by a rerun).")
     p.add_argument(
-        "--examiner", action="store_true", help="Grade the examiner's set (tests/data/examiner_set.jsonl) instead."
+        "--examiner",
+        action="store_true",
+        help="Grade the examiner's set (tests/data/examiner_set.jsonl) instead.",
     )
     p.add_argument(
         "--data", default=str(REPO.parent / "shared" / "data"), help="Folder of the benchmark JSONL files."
@@ -294,11 +296,11 @@ def examiner(args) -> dict:
             "graders": {},
         }
         for grader in EXAMINER_GRADERS:
-            verdicts = [
-                check(r["completion"], r["gold"], grader=grader, prompt=r["question"]) for r in items
-            ]
+            verdicts = [check(r["completion"], r["gold"], grader=grader, prompt=r["question"]) for r in items]
             wrong_paid = [i for i, v in enumerate(verdicts) if v.score == 1.0 and items[i]["mark"] == "wrong"]
-            right_refused = [i for i, v in enumerate(verdicts) if v.score == 0.0 and items[i]["mark"] == "right"]
+            right_refused = [
+                i for i, v in enumerate(verdicts) if v.score == 0.0 and items[i]["mark"] == "right"
+            ]
             entry["graders"][grader] = {
                 "paid": sum(v.score == 1.0 for v in verdicts),
                 "wrong_paid": len(wrong_paid),
@@ -336,7 +338,7 @@ def main() -> None:
 
         sets = examiner(args)
         print(examiner_table(sets))
-        for source, e in sets.items():
+        for e in sets.values():
             for grader, r in e["graders"].items():
                 for case in r["cases"]:
                     print(f"{grader}: {case}")

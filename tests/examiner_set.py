@@ -48,12 +48,18 @@ def load(with_math: bool = True) -> list[dict]:
         source = row.get("source")
         if source == "first_rollout":
             sample = rollout[row["index"]]
-            row |= {k: sample[k] for k in ("question", "completion", "finish_reason")} | {"gold": sample["answer"]}
+            row |= {k: sample[k] for k in ("question", "completion", "finish_reason")} | {
+                "gold": sample["answer"]
+            }
         elif source == "math500":
             if not math:
                 continue
             problem, graded = math[row["id"]], math[row["gold_of"]]
-            row |= {"question": problem["problem"], "completion": problem["solution"], "gold": graded["answer"]}
+            row |= {
+                "question": problem["problem"],
+                "completion": problem["solution"],
+                "gold": graded["answer"],
+            }
             row["finish_reason"] = "stop"
         elif source != "trained":
             raise ValueError(f"{SET_FILE.name} line {n}: unknown source {source!r}; sources are {SOURCES}")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-import examiner_set
 import pytest
 
+import examiner_set
 from pacs_rl.rewards.math_verifier import check
 
 
@@ -33,6 +33,7 @@ def test_the_training_grader_marks_as_the_examiner(source):
     assert rows, f"no {source} rows in the set"
     verdicts = [check(r["completion"], r["gold"], grader="sound", prompt=r["question"]) for r in rows]
     wrong = examiner_set.disagreements(rows, verdicts)
-    assert not wrong, f"{len(wrong)} of {len(rows)} {source} completions graded otherwise than the examiner:\n" + (
-        "\n".join(wrong)
+    assert not wrong, (
+        f"{len(wrong)} of {len(rows)} {source} completions graded otherwise than the examiner:\n"
+        + ("\n".join(wrong))
     )

@@ -925,7 +925,11 @@ def reading_classes(q: Q, w: int) -> dict[str, tuple[str, str, bool]]:
         "another_value_after": (f"The answer is {g}. Or {w}.", gold, False),
         "unit_word_changes_value": (f"The answer is {g} thousand.", gold, False),
         "later_commitment_after_box": (f"\\boxed{{{g}}}\n\nThe answer is {w}.", gold, False),
-        "box_then_a_different_phrase": (f"\\boxed{{{w}}}\n\nThe answer is {g}.", gold, False),  # several values
+        "box_then_a_different_phrase": (
+            f"\\boxed{{{w}}}\n\nThe answer is {g}.",
+            gold,
+            False,
+        ),  # several values
         "two_values_one_subject": (f"{e} = {w}\n\nSo {e} = {g}.", gold, False),  # whichever comes last
         "box_in_html_comment": (f"<!-- \\boxed{{{g}}} -->\nThe answer is {w}.", gold, False),
         "box_in_latex_comment": (f"% \\boxed{{{g}}}\nThe answer is {w}.", gold, False),

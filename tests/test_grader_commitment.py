@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from test_grader_adversary import Q, _gold_candidates, fixed, grade, number_values, questions
 
 # ============================================================================ 1. examiner: right answers paid
@@ -58,7 +59,10 @@ def examiner_cases(q: Q, w: int) -> dict[str, tuple[str, bool]]:
         "remark_with_another_value": (f"{g} (or {w})", False),
         # the answer first, the working after it
         "answer_then_why": (f"{g}\n\nHere is why: {e} = {g}. Carry the 1; 4 + 1 = 5.", True),
-        "answer_then_explanation": (f"{g}\n\nExplanation: {a} and {b} make {g}. The last step was 2 + 3 = 5.", True),
+        "answer_then_explanation": (
+            f"{g}\n\nExplanation: {a} and {b} make {g}. The last step was 2 + 3 = 5.",
+            True,
+        ),
         # a closing sentence with digits but no value
         "closing_digits": (f"{e} = {g}\n\nI added {b} to {a}.", True),
         "closing_steps": (f"{e} = {g}\n\nThis took 2 steps.", True),
@@ -72,7 +76,10 @@ def examiner_cases(q: Q, w: int) -> dict[str, tuple[str, bool]]:
         "two_answers_right_last": (f"The answer is {w}. The answer is {g}.", False),
         "two_answers_right_first": (f"The answer is {g}. The answer is {w}.", False),
         "box_then_phrase": (f"\\boxed{{{w}}}. So the answer is {g}.", False),
-        "phrase_then_box": (f"The answer is {w}. \\boxed{{{g}}}", True),  # the box, the instruction's form, settles
+        "phrase_then_box": (
+            f"The answer is {w}. \\boxed{{{g}}}",
+            True,
+        ),  # the box, the instruction's form, settles
         "two_conclusions": (f"So {e} = {g}.\nSo {e} = {w}.", False),
         "revised": (f"The answer is {w}. Wait, no. The answer is {g}.", True),
         "after_checking": (f"\\boxed{{{w}}}, and after checking, \\boxed{{{g}}}", True),
@@ -134,7 +141,9 @@ def attack_families(q: Q, guesses: list[int]) -> dict[str, str]:
     listed = ", ".join(map(str, guesses[:-1])) + f" and {guesses[-1]}"
     return {
         "copula_subjects": " ".join(f"The {NOUNS[k % 6]} is {x}." for k, x in enumerate(guesses)),
-        "label_separators": "\n".join(f"Answer{_joined(SEPARATORS[k % 8])} {x}" for k, x in enumerate(guesses)),
+        "label_separators": "\n".join(
+            f"Answer{_joined(SEPARATORS[k % 8])} {x}" for k, x in enumerate(guesses)
+        ),
         "values_with_remarks": "\n".join(f"{x}, {REMARKS[k % 5]}." for k, x in enumerate(guesses)),
         "prose_list": f"The answers are {listed}.",
         "prose_or": "So " + " or ".join(f"x = {x}" for x in guesses) + ".",
@@ -165,7 +174,9 @@ def test_no_attack_family_pays_more_than_one_guess(q, data):
     as often as by its best single guess, whatever the distribution of golds."""
     gs = data.draw(guesses(q))
     for name, completion in attack_families(q, gs).items():
-        paid = [g for g in _gold_candidates(completion, q) if grade(completion, str(g), q.question).score == 1.0]
+        paid = [
+            g for g in _gold_candidates(completion, q) if grade(completion, str(g), q.question).score == 1.0
+        ]
         assert len(paid) <= 1, f"{name}: {completion!r} is paid for each of {paid} (question {q.question!r})"
 
 
@@ -252,7 +263,9 @@ def test_grading_time_grows_linearly_with_length():
     n = 300
     grade("\\boxed{1}", "1", None)  # math-verify loaded before timing
     small, large = long_families(n), long_families(4 * n)
-    ratios = {name: _grading_seconds(large[name]) / max(_grading_seconds(small[name]), 1e-4) for name in small}
+    ratios = {
+        name: _grading_seconds(large[name]) / max(_grading_seconds(small[name]), 1e-4) for name in small
+    }
     slow = {name: round(r, 1) for name, r in ratios.items() if r > 10}
     assert not slow, f"grading time grows faster than linearly (ratio at 4x the length): {slow}"
 
@@ -275,5 +288,7 @@ def test_the_reading_table_in_the_docs_is_what_the_grader_does():
             v = grade(cell.replace("\\n", "\n"), "55", "What is 47 + 8?")
             checked += 1
             if (v.score == 1.0) != (row.group(2) == "paid"):
-                wrong.append(f"{cell!r}: the table says {row.group(2)}, the grader {v.reason} (read {v.extracted!r})")
+                wrong.append(
+                    f"{cell!r}: the table says {row.group(2)}, the grader {v.reason} (read {v.extracted!r})"
+                )
     assert checked >= 40 and not wrong, "\n".join(wrong)

@@ -1,25 +1,30 @@
 """The final answer of a completion, read as a reader reads it: the ``sound`` grader's reading.
 
-A completion is cut into statements (lines, and sentences within a line; a box is never cut), and the statements
-are read in order, keeping one *current answer*:
+A completion is cut into statements (lines, and sentences within a line; a box is never cut), and each statement
+is read by its grammar: what value it states, of what subject, and how firmly. The statements are read in order,
+keeping one *current answer* (docs/EVALUATION.md, "How `sound` reads the final answer", has every rule and every
+word list that stays, with what a word outside it does):
 
-- a **commitment** sets it: a closed, non-empty ``\\boxed{}``; a phrase naming the answer in any common wording
-  ("the answer is", "the final result is", "the sum is", "answer:", "X is the answer", "X, which is the answer"),
-  bold, quoted, labelled, under a header ("Answer:" / "### Final answer" with the value on the next line), as a
-  list item, a JSON field or a table cell; a **conclusion** ("So 47 + 8 = 55.", "Therefore, 26 - 0 is 26.");
-  a **correction** that states a value ("Wait, that's wrong: 47 + 8 = 55.");
-- a later commitment replaces an earlier one; a **verification** (a statement labelled as a check, or an equation
-  that uses the current answer to recover a number written before it: "55 - 8 = 47") does not, and neither does
-  a retraction or correction that states no value ("Wait, no.");
-- a phrase that is **negated** ("the answer is not 54"), **hypothetical** ("suppose the answer is 50", "if the
-  answer is 50, ..."), or **attributed** ("John says the answer is 50", "I thought it was 50") commits to
-  nothing; "not 54 but 55" and "The answer is not 54. It is 55." commit to 55;
+- firmest, a closed, non-empty ``\\boxed{}``; then a **named answer**: the answer's name ("the answer / result /
+  solution") joined to its value by any copula (a whole word: "is", "are", "equals", ...) or any separator a label
+  takes (":", "=", "-", "→", "'s", or none: "Answer 55"), "X is the answer", a label over its value, a JSON field,
+  a table cell, and a **correction** that states a value ("Wait, that's wrong: 47 + 8 = 55."); then a
+  **conclusion** ("So 47 + 8 = 55.") or a named quantity ("the sum of 47 and 8 is 55"); then a **plain statement**
+  of a value, with any subject ("47 + 8 = 55", "The value of x is 5.", "25 + 6, which is 11", "55, easy.");
+- a later value replaces the current answer unless weaker (a plain statement never replaces a box or a named
+  answer), but **the final lines must agree**: two values that surely differ, in the answer's statement and the
+  last one before it that gave a value, since the last revision ("Wait", "after checking", a check that found the
+  answer wrong), are several values whichever comes last (:func:`_conflict`); a box settles what came before it;
+- nothing else replaces the answer: not a **check** (labelled, after a hesitation, or an equation that recovers a
+  number of the answer's statement from it), not the **working after an answer given first** ("55\\n\\nHere is
+  why: ..."), not an aside, not a statement with digits that states no value ("I added 34 to 34."), not a
+  retraction that states no value ("Wait, no.");
+- a phrase that is **negated** ("the answer is not 54"), **hypothetical** ("suppose the answer is 50"), or
+  **attributed** ("John says the answer is 50") commits to nothing; a question states no answer; "There's no
+  answer." withdraws the one given;
 - a **hedged** statement ("probably 55", "I think the answer is 55", "about 55"), or one followed at once by a
-  hedge remark ("The answer is 55. Maybe."), is read as hedged: the grader refuses it;
-- failing any commitment, the answer is the completion's last statement with digits when it is a plain value (a
-  number, or an equation whose last side is one: "47 + 8 = 55", "We have 47 + 8 = 55."); a last statement with
-  digits that is no value ("I added 34 to 34.") leaves no answer, and a column of bare values that differ
-  ("54\\n55\\n56") is several values. Digits of list markers, step numbers and footnote marks are not read.
+  hedge or another value ("The answer is 55. Maybe.", "Or 56."), is refused; a **list** ("x = 2 or x = 3", "The
+  roots are 2 and 3") is several values, kept in :attr:`Reading.values`: one answer where the gold is a set.
 
 The reader never chooses among candidates by their truth (that would make the grader an answer oracle): the
 final statement decides, and the grader refuses it when it is false ("40 + 8 = 55"), hedged, or several values.
@@ -101,7 +106,9 @@ _CORRECTION = re.compile(
     r"|scratch\s+that|i\s+mean)(?![\w-])[\s,:!.]*",
     re.IGNORECASE,
 )
-_HESITATION = re.compile(r"^(?:hmm+|well|ok(?:ay)?|alright|let\s+me\s+see|let['’]s\s+see)(?![\w-])", re.IGNORECASE)
+_HESITATION = re.compile(
+    r"^(?:hmm+|well|ok(?:ay)?|alright|let\s+me\s+see|let['’]s\s+see)(?![\w-])", re.IGNORECASE
+)
 # a check that finds the answer wrong ("54 - 8 = 46, not 47", "that is wrong"): its conclusion corrects the answer
 _MISMATCH = re.compile(
     r"(?<![\w-])(?:wrong|incorrect|mistaken|mistake|an?\s+error|not\s+equal|does(?:n['’]t|\s+not)\s+(?:match|work"
@@ -237,7 +244,7 @@ class Reading:
     start: int
     kind: str
     status: str = "answer"
-    values: tuple[str, ...] = ()  # a list of values stated in one statement ("x = 2 or x = 3"): a set's members
+    values: tuple[str, ...] = ()  # a list of values of one statement ("x = 2 or x = 3"): a set's members
 
 
 def _blank(text: str, start: int, end: int) -> str:
@@ -605,12 +612,14 @@ def _commit(
     rank = committed if rank is None else rank
     subject = re.sub(r"[\s$]", "", subject).lower()
     key = _value_key(reading.text)
-    claim = _Claim(i, rank, subject, reading.text, key, frozenset(signed_numbers(reading.text)) if key is not None else frozenset())
+    numbers = frozenset(signed_numbers(reading.text)) if key is not None else frozenset()
+    claim = _Claim(i, rank, subject, reading.text, key, numbers)
     previous = max((c.statement for c in state.claims if c.statement < i), default=i)
     final_lines = [c for c in state.claims if c.statement in (i, previous)]
     conflicting = [c for c in final_lines if _conflict(c, claim)] if reading.status == "answer" else []
-    if conflicting:  # unless the value is worked from them: "Only \\boxed{361} works. ... 8 + 9 + 361 = \\boxed{378}"
-        used = set(signed_numbers(state.text[max(state.statement_start, reading.start - 240) : reading.start]))
+    if conflicting:  # unless worked from them: "Only \\boxed{361} works. ... 8 + 9 + 361 = \\boxed{378}"
+        before = state.text[max(state.statement_start, reading.start - 240) : reading.start]
+        used = set(signed_numbers(before))
         if any(not c.numbers & used for c in conflicting):
             reading = replace(reading, status="several")
     state.claims.append(claim)
@@ -643,7 +652,7 @@ def _checks(state: _State, body: str, first: int) -> bool:
 
 
 def _explains(state: _State, body: str, first: int) -> bool:
-    """"Here is why:", "Explanation:" after an answer given first (committed, or a number alone): the working
+    """An explanation's head ("Here is why:", "Explanation:") after an answer given first (committed, or a number alone): the working
     that follows explains it and gives no new answer."""
     if state.current is None or _EXPLANATION_HEAD.match(body[first:]) is None:
         return False
@@ -732,10 +741,12 @@ _LIST_TOKEN = re.compile(
     r"\\text\{\s*(?:and|or|,)\s*\}|\\q?quad(?![A-Za-z])|(?<![\w-])(?:and|or)(?![\w-])|,|[{}()\[\]]",
     re.IGNORECASE,
 )
+_LIST_JOIN = re.compile(r",|(?<![\w-])(?:and|or)(?![\w-])|\\text\{|\\q?quad(?![A-Za-z])", re.IGNORECASE)
 # what may stand between two boxes of one list: "\boxed{2}, \boxed{3}", "$\boxed{2}$ and $\boxed{3}$"
 _BOX_JOIN = re.compile(
     r"\s*(?:,\s*(?:(?:and|or)\s+)?|(?:and|or)\s+|\\text\{\s*(?:and|or|,)\s*\}\s*|\\q?quad\s*)", re.IGNORECASE
 )
+_NO_LIST = ("maybe", "perhaps", "possibly", "probably", "either", "not")  # where a list stops being one
 _THOUSANDS_COMMA = re.compile(r"\d,\d{3}(?![\d.])")  # the comma of "995,006" separates no values
 _ASSIGNED = re.compile(r"\s*([A-Za-z]|\\[A-Za-z]+)\s*=\s*")
 _LIST_STOP = re.compile(
@@ -749,8 +760,10 @@ def _listed_values(text: str) -> tuple[str, ...]:
     """The values of a list stated in prose or math ("2 and 3", "x = 2 or x = 3", "$-1$, $0$, and $1$"): two or
     more values of one name (or of none), joined only by commas, "and" or "or", up to where the statement or
     an explanation ends; () for anything else (a hedge, "55, maybe 56", is no list)."""
+    if _LIST_JOIN.search(text) is None:
+        return ()
     stop = _LIST_STOP.search(text)
-    if stop is not None and stop.group(0).lower() in ("maybe", "perhaps", "possibly", "probably", "either", "not"):
+    if stop is not None and stop.group(0).lower() in _NO_LIST:
         return ()
     text = text[: stop.start()] if stop else text
     text = re.sub(r"(?<!\\)\$", " ", text)
@@ -996,7 +1009,9 @@ def _checked(text: str, value: str, hedged: bool) -> str:
 
 # where a short remark after a value starts: "55 (checked twice)", "55, easy.", "55 - done"
 _REMARK = re.compile(r"(?<!\s)\s*[,(;—–]|\s-\s")
-_LINK = re.compile(r"\s*(?:equivalent\s+to|the\s+same\s+as|exactly|simply|just|now|then|still|indeed)(?![\w-])", re.I)
+_LINK = re.compile(
+    r"\s*(?:equivalent\s+to|the\s+same\s+as|exactly|simply|just|now|then|still|indeed)(?![\w-])", re.I
+)
 
 
 def _value_before_remark(body: str) -> str | None:
@@ -1007,7 +1022,8 @@ def _value_before_remark(body: str) -> str | None:
         return None
     while end < len(body) and body[end] in "$*_)}]":
         end += 1
-    m = _REMARK.match(body, end)  # the remark starts right after the value: "55, easy", not "54 Actually, ..."
+    # the remark starts right after the value: "55, easy", not "54 Actually, ..."
+    m = _REMARK.match(body, end)
     if m is None:
         return None
     remark = body[m.start() :]
@@ -1023,8 +1039,8 @@ def _copula_value(body: str) -> tuple[str | None, str, tuple[str, ...]]:
     negated, supposed or someone's claim; a list ("The roots are 2 and 3") with its values. ``(None, "", ())``
     for any other statement."""
     last = None
-    for last in _SUBJECT_COPULA.finditer(body):
-        pass
+    for m in _SUBJECT_COPULA.finditer(body):
+        last = m
     if last is None:
         return None, "", ()
     subject = _clause_prefix(body, last.start()).strip(" \t*_\"'’")
@@ -1074,7 +1090,7 @@ def _read_plain(state: _State, i: int, st: Statement, body: str, at: int, unclos
     correction. A statement with digits that states no value ("I added 34 to 34.") changes nothing."""
     found, subject, values = None, "", ()
     reason = _REASON.search(body)
-    if reason is not None and not unclosed:  # "The roots are 2 and 3 because 2 + 3 = 5": the value before the reason
+    if reason is not None and not unclosed:  # "The roots are 2 and 3 because 2 + 3 = 5": the value before
         found, subject, values = _plain_value(body[: reason.start()])
     if found is None and not unclosed:
         found, subject, values = _plain_value(body)
@@ -1099,7 +1115,7 @@ def _read_plain(state: _State, i: int, st: Statement, body: str, at: int, unclos
     first_side, _, last_side = found.rpartition("=")
     key = first_side.split("=")[0].replace(" ", "") or subject.replace(" ", "").lower()
     tried = state.tries.setdefault(key, set())
-    if not first_side or number_value(last_side) is not None:  # a try ends on a number ("77 - 1 = 76 - 1" does not)
+    if not first_side or number_value(last_side) is not None:  # a try ends on a number, not "76 - 1"
         tried.add(last_side.replace(" ", "").rstrip("."))
     several = len(tried) > 1 or _offers_another(body[body.find(found) + len(found) :])
     reading = Reading(found, at + max(body.find(found), 0), "line", "several" if several else status, values)
