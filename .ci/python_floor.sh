@@ -31,8 +31,12 @@ find_python() {
     fi
   fi
   if ! command -v uv >/dev/null 2>&1; then
-    python3 -m pip install -q --user uv >&2
-    export PATH="$HOME/.local/bin:$PATH"
+    if [ -n "${VIRTUAL_ENV:-}" ]; then
+      python3 -m pip install -q uv >&2  # into the active environment (CI's), whose bin is on PATH
+    else
+      python3 -m pip install -q --user uv >&2
+      export PATH="$HOME/.local/bin:$PATH"
+    fi
   fi
   uv python install "$floor" >&2
   uv python find "$floor"
