@@ -99,7 +99,7 @@ _CONCLUSION_START = re.compile(rf"(?:^|[,;:]\s*|\s-\s)(?:and\s+)?{_CONCLUSION}[\
 # a revision: what the completion said before it is withdrawn ("Wait, ...", "after checking, ..."); a hesitation
 # ("Hmm, ...") is read as one too, unless what follows it checks the answer (_HESITATION)
 _CORRECTION = re.compile(
-    r"(?:^|[,;:]\s*|\.\.\.\s*)(?:(?:and|but)\s+)?(?:wait|actually|oops|correction|sorry|no(?=[,.!:;])|hold\s+on"
+    r"(?:^\s*|[,;:]\s*|\.\.\.\s*)(?:(?:and|but|no|oh),?\s+)?(?:wait|actually|oops|correction|sorry|no(?=[,.!:;])|hold\s+on"
     r"|hmm+|on\s+second\s+(?:thought|look)|let\s+me\s+(?:re\w*|correct|fix)|i\s+made\s+(?:a|an)\s+(?:mistake|error)"
     r"|that['’]?s\s+(?:wrong|incorrect|not\s+right)|that\s+is\s+(?:wrong|incorrect|not\s+right)"
     r"|(?:after|on|upon)\s+(?:re-?)?(?:check\w*|calculat\w*|comput\w*)|re-?check\w*|recalculat\w*|recomput\w*"
