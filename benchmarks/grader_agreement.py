@@ -1,8 +1,12 @@
 """Grader agreement on real completions: the ``paper`` grader against math-verify called exactly as the PACS
-authors call it, side by side; every other grader's disagreements with the authors listed with the reason.
+authors call it, side by side; every other grader's disagreements with the authors listed with the reason. With
+``--examiner``, the graders against an examiner instead: the examiner's set of real completions, each marked right
+or wrong by reading it (``tests/data/examiner_set.jsonl``), graded by ``sound`` and ``paper``, the completions each
+pays that the examiner marks wrong and refuses that the examiner marks right counted per source and listed.
 
     HF_HUB_OFFLINE=1 nice -n 10 python benchmarks/grader_agreement.py --cache CACHE \
         --arith-model RUN/final --legacy-rev 3a94f3b --out docs/benchmarks/grader_agreement.json
+    HF_HUB_OFFLINE=1 python benchmarks/grader_agreement.py --examiner --out docs/benchmarks/grader_examiner.json
 
 Completion sets (sampled once into ``--cache`` with ``pacs-rl eval``'s runner, so a rerun only regrades):
 
@@ -32,6 +36,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -44,7 +49,7 @@ from pacs_rl.data.prompts import user_turn
 from pacs_rl.evaluation.runner import EvalConfig, run_evals
 from pacs_rl.evaluation.samples import read_samples
 from pacs_rl.rewards import verify_batch
-from pacs_rl.rewards.math_verifier import authors_score
+from pacs_rl.rewards.math_verifier import authors_score, check
 from pacs_rl.run_folder import EVAL_SAMPLES_FILE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +70,12 @@ AUTHORS_TIMEOUT = 5.0  # math-verify's own limit per parse / per comparison
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cache", required=True, help="Folder for the sampled completions (reused by a rerun).")
+    p.add_argument("--cache", default=None, help="Folder for the sampled completions (reused by a rerun).")
+    p.add_argument(
+        "--examiner",
+        action="store_true",
+        help="Grade the examiner's set (tests/data/examiner_set.jsonl) instead.",
+    )
     p.add_argument(
         "--data", default=str(REPO.parent / "shared" / "data"), help="Folder of the benchmark JSONL files."
     )
@@ -263,9 +273,89 @@ def table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------ against an examiner
+EXAMINER_GRADERS = ("sound", "paper")
+
+
+def examiner(args) -> dict:
+    """Every grader of :data:`EXAMINER_GRADERS` on the examiner's set: per source, the completions it pays, those
+    it pays that the examiner marks wrong and those it refuses that the examiner marks right, each listed."""
+    spec = importlib.util.spec_from_file_location("examiner_set", REPO / "tests" / "examiner_set.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    os.environ.setdefault("PACS_RL_SHARED_DATA", args.data)
+    rows = module.load()
+    sets = {}
+    for source in module.SOURCES:
+        items = [r for r in rows if r["source"] == source]
+        if not items:
+            continue
+        entry = {
+            "completions": len(items),
+            "examiner_right": sum(r["mark"] == "right" for r in items),
+            "graders": {},
+        }
+        for grader in EXAMINER_GRADERS:
+            verdicts = [check(r["completion"], r["gold"], grader=grader, prompt=r["question"]) for r in items]
+            wrong_paid = [i for i, v in enumerate(verdicts) if v.score == 1.0 and items[i]["mark"] == "wrong"]
+            right_refused = [
+                i for i, v in enumerate(verdicts) if v.score == 0.0 and items[i]["mark"] == "right"
+            ]
+            entry["graders"][grader] = {
+                "paid": sum(v.score == 1.0 for v in verdicts),
+                "wrong_paid": len(wrong_paid),
+                "right_refused": len(right_refused),
+                "cases": module.disagreements(
+                    [items[i] for i in wrong_paid + right_refused],
+                    [verdicts[i] for i in wrong_paid + right_refused],
+                ),
+            }
+        sets[source] = entry
+    return sets
+
+
+def examiner_table(sets: dict) -> str:
+    lines = [
+        "| source | completions | examiner: right | "
+        + " | ".join(f"`{g}`: paid / wrong paid / right refused" for g in EXAMINER_GRADERS)
+        + " |",
+        "|---|---:|---:|" + "---:|" * len(EXAMINER_GRADERS),
+    ]
+    for source, e in sets.items():
+        cells = [
+            f"{e['graders'][g]['paid']} / {e['graders'][g]['wrong_paid']} / {e['graders'][g]['right_refused']}"
+            for g in EXAMINER_GRADERS
+        ]
+        lines.append(f"| {source} | {e['completions']} | {e['examiner_right']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     args = parse_args()
     t0 = time.time()
+    if args.examiner:
+        from pacs_rl.sampling.transformers_backend import cpu_capability
+
+        sets = examiner(args)
+        print(examiner_table(sets))
+        for e in sets.values():
+            for grader, r in e["graders"].items():
+                for case in r["cases"]:
+                    print(f"{grader}: {case}")
+        if args.out:
+            record = {
+                "what": "the graders against an examiner's marks on real completions (tests/data/examiner_set.jsonl)",
+                "command": "python benchmarks/grader_agreement.py --examiner --out docs/benchmarks/grader_examiner.json",
+                "date": time.strftime("%Y-%m-%d"),
+                "cpu_capability": cpu_capability(),
+                "seconds": round(time.time() - t0, 1),
+                "sets": sets,
+                "table": examiner_table(sets),
+            }
+            Path(args.out).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+        return
+    if not args.cache:
+        raise SystemExit("--cache is required (a folder for the sampled completions), unless --examiner")
     if not args.no_sampling:
         sample_sets(args)
     sets = completion_sets(args)

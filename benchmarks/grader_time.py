@@ -4,7 +4,8 @@
 
 Each family below writes a completion built to make a reader slow (runs of whitespace, long lists of numbers,
 long lines without a sentence end, many unclosed boxes, deep brackets, repeated answer phrases, a long equation
-chain, a long LaTeX answer to a symbolic gold), cut to at most ``--tokens`` tokens of the bundled model's
+chain, a long LaTeX answer to a symbolic gold, long lists in prose, many conflicting values, checks and
+revisions), cut to at most ``--tokens`` tokens of the bundled model's
 tokenizer (the CPU default's 96 and the paper's 4,096). Every completion is graded ``--repeats`` times in this
 process, with no time limit (``pacs_rl.rewards.math_verifier.check``, the call under the reward's timeout),
 against a numeric gold and, for the symbolic family, a MATH-style gold; the best of the repeats is its time
@@ -68,6 +69,17 @@ def families(n: int) -> dict[str, tuple[str, str, str]]:
             *SYMBOLIC[::-1],
         ),
         "plain_right": ("47 + 8 = 55\n\nSo the answer is 55.", "55", QUESTION),
+        # against the reading of commitments by structure (a copula with any subject, lists, the final lines, checks)
+        "copula_sentences": ("The value of x is 5, " * n, "5", QUESTION),
+        "prose_list": ("The roots are " + " and ".join(str(i % 97) for i in range(n)), "55", QUESTION),
+        "or_list": ("x = " + " or x = ".join(str(i % 97) for i in range(n)), "55", QUESTION),
+        "label_dashes": ("Answer" + " - " * n + "55", "55", QUESTION),
+        "remark_words": ("55 (" + "checked " * n + ")", "55", QUESTION),
+        "conflicting_boxes": (" ".join(f"\\boxed{{{i % 97}}}" for i in range(n)), "55", QUESTION),
+        "conflicting_phrases": (" ".join(f"the answer is {i % 97}" for i in range(n)), "55", QUESTION),
+        "hesitations": ("The answer is 55. " + "Hmm, 55 - 8 = 47. " * n, "55", QUESTION),
+        "check_mismatch": ("47 + 8 = 54. Check: " + "54 - 8 = 46, not 47, " * n, "55", QUESTION),
+        "revisions_inline": ("The answer is 5 " + "wait, no, the answer is 6 " * n, "6", QUESTION),
     }
 
 

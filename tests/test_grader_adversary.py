@@ -909,7 +909,7 @@ def reading_classes(q: Q, w: int) -> dict[str, tuple[str, str, bool]]:
         ),
         "chain_of_equations": (f"{e} = {g} + 0 = {g}", gold, True),
         "retraction_states_no_value": (f"The answer is {g}. Wait, no.", gold, True),
-        "later_commitment_replaces_a_box": (f"\\boxed{{{w}}}\n\nThe answer is {g}.", gold, True),
+        "box_after_a_phrase_settles_it": (f"The answer is {w}.\n\n\\boxed{{{g}}}", gold, True),
         "step_number_after": (f"{e} = {g}\n\nStep 2", gold, True),
         "footnote_after": (f"{e} = {g}\n\n[1] See the method above.", gold, True),
         # refused: what is read is not the right number, or commits to nothing, or hedges
@@ -925,9 +925,16 @@ def reading_classes(q: Q, w: int) -> dict[str, tuple[str, str, bool]]:
         "another_value_after": (f"The answer is {g}. Or {w}.", gold, False),
         "unit_word_changes_value": (f"The answer is {g} thousand.", gold, False),
         "later_commitment_after_box": (f"\\boxed{{{g}}}\n\nThe answer is {w}.", gold, False),
+        "box_then_a_different_phrase": (
+            f"\\boxed{{{w}}}\n\nThe answer is {g}.",
+            gold,
+            False,
+        ),  # several values
+        "two_values_one_subject": (f"{e} = {w}\n\nSo {e} = {g}.", gold, False),  # whichever comes last
         "box_in_html_comment": (f"<!-- \\boxed{{{g}}} -->\nThe answer is {w}.", gold, False),
         "box_in_latex_comment": (f"% \\boxed{{{g}}}\nThe answer is {w}.", gold, False),
-        "conflicting_commitments_later_wins": (f"The answer is {g}. The answer is {w}.", gold, False),
+        "conflicting_commitments": (f"The answer is {g}. The answer is {w}.", gold, False),
+        "conflicting_commitments_right_last": (f"The answer is {w}. The answer is {g}.", gold, False),
         "false_final_statement": (f"{e} = {g}\n\nSo {e} + 1 = {g}.", gold, False),
         "false_equation": (f"{g + 1} = {g}", gold, False),
         "question_mark": (f"{e} = {g}?", gold, False),

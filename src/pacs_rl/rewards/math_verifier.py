@@ -40,6 +40,7 @@ from pacs_rl.rewards.answers import (
     number_value,
     numeric_reading,
     same_number,
+    top_level_split,
 )
 from pacs_rl.rewards.answers import restates_question as restates_question_structure
 from pacs_rl.rewards.final_form import form_problem, too_large
@@ -286,7 +287,9 @@ def _check_sound(text: str, gold_text: str, gold: list, question: str | None) ->
     if reading is None:
         return Verdict(0.0, None, "no_answer", "none")
     answer, form = reading.text, "plain" if reading.kind == "box" else "no_box"
-    if reading.status in ("several", "hedged"):
+    if reading.status == "several" and reading.values and _is_list(gold_text):
+        answer = ", ".join(reading.values)  # "x = 2 or x = 3" for the set {2, 3}: one list, compared as one
+    elif reading.status in ("several", "hedged"):
         return Verdict(
             0.0, answer, "multiple_answers" if reading.status == "several" else "hedged", "several"
         )
@@ -307,6 +310,14 @@ def _check_sound(text: str, gold_text: str, gold: list, question: str | None) ->
             return Verdict(0.0, answer, "restatement", "restated")
         return Verdict(1.0, answer, "correct", form)
     return _check_symbolic(answer, form, gold_text, gold, question)
+
+
+def _is_list(gold: str) -> bool:
+    """A gold that is a list or set of values (``2, 3``, ``\\{2, 3\\}``), not one number (``1,000``)."""
+    gold = gold.strip()
+    if number_value(gold) is not None:
+        return False
+    return gold.startswith("\\{") or len(top_level_split(gold, ",")) > 1
 
 
 def _check_symbolic(answer: str, form: str, gold_text: str, gold: list, question: str | None) -> Verdict:
