@@ -183,7 +183,7 @@ CASES = [
     (["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "n=abc"], "n='abc': expected int"),
     # ---- compare
     (["compare", "--methods", "pacs,nosuch"], "unknown method(s) ['nosuch']"),
-    (["compare", "--max-steps", "0", "--model", "tiny"], "max_steps=0"),
+    (["compare", "--max-steps", "0", "--model", "tiny"], "--max-steps 0: give a whole number >= 1"),
     (["compare", "--sweep", "nosuch=1,2"], "unknown setting 'nosuch' in --sweep 'nosuch=1,2'"),
     # ---- compare: every method, variant and sweep value checked as `pacs-rl train` checks it
     (["compare", "--sweep", "pacs_beta=0,1"], "--sweep pacs_beta=0 (pacs): pacs_beta=0.0: give a number > 0"),

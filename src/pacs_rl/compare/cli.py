@@ -154,9 +154,9 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def option(name: str, *flags: str, metavar: str) -> Any:
-    """The option of setting ``name``: its default and help from the declaration."""
-    f = FIELDS[name]
+def option(declared_in: type, name: str, *flags: str, metavar: str) -> Any:
+    """The option of setting ``name`` of the options ``declared_in``: its default and help from the declaration."""
+    f = declared_in.__dataclass_fields__[name]
     return typer.Option(f.default, flag(name), *flags, help=f.metadata["help"], metavar=metavar)
 
 
@@ -189,82 +189,101 @@ def _seeds(text: str | None) -> list[int] | None:
         fail(f"--seed {text!r}: give whole numbers, comma-separated (--seed 0,1,2)")
 
 
+@dataclass
+class CompareOptions(RunnerOptions):
+    """The options of `pacs-rl compare`, one declaration each (None where not given: the settings file, then the
+    preset, then the defaults decide)."""
+
+    methods: str | None = setting(
+        None,
+        "Comma-separated methods: {methods} (each as the PACS authors ran it: pacs unclipped, grpo as verl ran it; "
+        "pacs_clip = PACS with gradient clip 1.0; compare/methods.py), or variants of them such as "
+        "pacs[pacs_beta=0.5]. Default: from --config / --preset, else pacs,grpo.",
+    )
+    seed: str | None = setting(None, _help(TOP_FIELDS, "seeds", "Comma-separated; default: from the settings, else 0. "
+                                           "More seeds later go on in the same record."))  # fmt: skip
+    config: str | None = setting(None, "YAML/JSON settings file (model, methods, seeds, sweeps, train, "
+                                 "method_settings, eval).")  # fmt: skip
+    preset: str | None = setting(None, f"Named settings: {', '.join(PRESETS)}.")
+    sweep: list[str] | None = setting(
+        None,
+        "FIELD=V1,V2,...: another spelling of variants, one per value of a setting for each method it applies to "
+        "(a PACS option: the PACS methods), e.g. pacs_beta=0.1,0.5,1,2,10 is pacs[pacs_beta=0.1], ...; a value a "
+        "method already has is its plain run. Repeatable (each sweep is one-at-a-time, as in the paper).",
+    )
+    model: str | None = setting(None, _help(TOP_FIELDS, "model", "[default: smollm2-135m]"))
+    dataset: str | None = setting(
+        None, "Training problems (train.dataset), as `pacs-rl train --dataset` takes them."
+    )
+    benchmarks: str | None = setting(None, _help(EVAL_FIELDS, "benchmarks", "Comma-separated; default: from the "
+                                                 "settings."))  # fmt: skip
+    output_dir: str = setting("compare_runs", "Comparison folder: its record, run folders and report (resumed if "
+                              "it exists).")  # fmt: skip
+    max_steps: int | None = setting(
+        None, "Optimizer steps per run (train.max_steps).", check=at_least(1, null=True)
+    )
+    n: str | None = setting(None, _help(EVAL_FIELDS, "n"))
+    k: str | None = setting(None, _help(EVAL_FIELDS, "ks", "Comma-separated; a --n given here drops the settings' "
+                                        "ks above it."))  # fmt: skip
+
+    def settings(self) -> dict:
+        """The comparison's complete, checked settings: defaults, then the preset, then the settings file (a note
+        per older key spelling in it), then these options. Raises SettingsError naming a setting that cannot be
+        used."""
+        notes: list[str] = []
+        file_settings = load_settings_file(self.config, notes) if self.config else None
+        for message in notes:
+            note(message)
+        cli = self.overrides()
+        if self.n and not self.k:  # the settings' ks that a smaller n given here cannot have go
+            cli["eval"]["ks"] = _ks_within(self.preset, file_settings, cli["eval"]["n"])
+        return resolve_settings(preset=self.preset, config=file_settings, cli=cli)
+
+    def overrides(self) -> dict:
+        """These options as a settings dict (resolve_settings' ``cli``), None for a section not given."""
+        train = {"max_steps": self.max_steps, "dataset": self.dataset}
+        n = self.n
+        return {
+            "methods": split_methods(self.methods),
+            "seeds": _seeds(self.seed),
+            "model": self.model,
+            "sweeps": dict(parse_sweep(s) for s in self.sweep) if self.sweep else None,
+            "train": {key: value for key, value in train.items() if value is not None} or None,
+            "eval": {
+                **({"benchmarks": _split(self.benchmarks)} if self.benchmarks else {}),
+                **({"n": int(n) if n.strip().isdigit() else n} if n else {}),
+                **({"ks": _ks(self.k)} if self.k else {}),
+            }
+            or None,
+        }
+
+
+def _c(name: str, *flags: str, metavar: str) -> Any:
+    return option(CompareOptions, name, *flags, metavar=metavar)
+
+
+def _p(name: str, *flags: str, metavar: str) -> Any:
+    return option(PairedOptions, name, *flags, metavar=metavar)
+
+
 # ---------------------------------------------------------------------------------------------- pacs-rl compare
 def compare_command(
     ctx: typer.Context,
-    methods: str = typer.Option(
-        None,
-        "--methods",
-        help="Comma-separated methods: {methods} (each as the PACS authors ran it: pacs unclipped, grpo as verl "
-        "ran it; pacs_clip = PACS with gradient clip 1.0; compare/methods.py), or variants of them such as "
-        "pacs[pacs_beta=0.5]. Default: from --config / --preset, else pacs,grpo.",
-        metavar="NAME,...",
-    ),
-    seed: str = typer.Option(
-        None,
-        "--seed",
-        help=_help(
-            TOP_FIELDS,
-            "seeds",
-            "Comma-separated; default: from the settings, else 0. More seeds later: the same record.",
-        ),
-        metavar="SEED,...",
-    ),
-    config: str = typer.Option(
-        None,
-        "--config",
-        "-c",
-        help="YAML/JSON settings file (model, methods, seeds, sweeps, train, method_settings, eval).",
-        metavar="FILE",
-    ),
-    preset: str = typer.Option(
-        None, "--preset", help=f"Named settings: {', '.join(PRESETS)}.", metavar="NAME"
-    ),
-    sweep: list[str] = typer.Option(
-        None,
-        "--sweep",
-        help="FIELD=V1,V2,...: another spelling of variants, one per value of a setting for each method it applies "
-        "to (a PACS option: the PACS methods), e.g. pacs_beta=0.1,0.5,1,2,10 is pacs[pacs_beta=0.1], ...; a value a "
-        "method already has is its plain run. Repeatable (each sweep is one-at-a-time, as in the paper).",
-        metavar="FIELD=V1,...",
-    ),
-    model: str = typer.Option(
-        None, "--model", "-m", help=_help(TOP_FIELDS, "model", "[default: smollm2-135m]"), metavar="NAME"
-    ),
-    dataset: str = typer.Option(
-        None,
-        "--dataset",
-        "-d",
-        help="Training problems (train.dataset), as `pacs-rl train --dataset` takes them.",
-        metavar="SOURCE",
-    ),
-    benchmarks: str = typer.Option(
-        None,
-        "--benchmarks",
-        "-b",
-        help=_help(EVAL_FIELDS, "benchmarks", "Comma-separated; default: from the settings."),
-        metavar="SOURCE,...",
-    ),
-    output_dir: str = typer.Option(
-        "compare_runs",
-        "--output-dir",
-        "-o",
-        help="Comparison folder: its record, run folders and report (resumed if it exists).",
-        metavar="DIR",
-    ),
-    max_steps: int = typer.Option(
-        None, "--max-steps", help="Optimizer steps per run (train.max_steps).", metavar="N"
-    ),
-    n: str = typer.Option(None, "--n", help=_help(EVAL_FIELDS, "n"), metavar="N"),
-    k: str = typer.Option(
-        None,
-        "--k",
-        help=_help(EVAL_FIELDS, "ks", "Comma-separated; a --n given here drops the settings' ks above it."),
-        metavar="K,...",
-    ),
-    workers: int = option("workers", metavar="N"),
-    threads: int = option("threads", metavar="N"),
-    stop_after: float = option("stop_after", metavar="SECONDS"),
+    methods: str = _c("methods", metavar="NAME,..."),
+    seed: str = _c("seed", metavar="SEED,..."),
+    config: str = _c("config", "-c", metavar="FILE"),
+    preset: str = _c("preset", metavar="NAME"),
+    sweep: list[str] = _c("sweep", metavar="FIELD=V1,..."),
+    model: str = _c("model", "-m", metavar="NAME"),
+    dataset: str = _c("dataset", "-d", metavar="SOURCE"),
+    benchmarks: str = _c("benchmarks", "-b", metavar="SOURCE,..."),
+    output_dir: str = _c("output_dir", "-o", metavar="DIR"),
+    max_steps: int = _c("max_steps", metavar="N"),
+    n: str = _c("n", metavar="N"),
+    k: str = _c("k", metavar="K,..."),
+    workers: int = _c("workers", metavar="N"),
+    threads: int = _c("threads", metavar="N"),
+    stop_after: float = _c("stop_after", metavar="SECONDS"),
     report_only: bool = typer.Option(
         False, "--report-only", help="Only rewrite report.md and the PNGs from what the record holds."
     ),
@@ -286,21 +305,20 @@ def compare_command(
             fail(f"{', '.join(given)}: an option of the planned comparison; `pacs-rl compare {ctx.invoked_subcommand}` "
                  "takes its own options after its name")  # fmt: skip
         return
+    named = dict(locals())
+    given = CompareOptions(**{name: named[name] for name in CompareOptions.__dataclass_fields__})
     output = Path(output_dir)
-    runner = RunnerOptions(workers=workers, threads=threads, stop_after=stop_after)
-    given = CompareOptions(methods=methods, seed=seed, model=model, sweep=sweep, max_steps=max_steps,
-                           dataset=dataset, benchmarks=benchmarks, n=n, k=k)  # fmt: skip
     check = Preflight(network=not dry_run)
-    check.add(option_problems(runner))
+    check.add(option_problems(given))
     settings = None
     try:
-        settings = given.settings(preset, config)
+        settings = given.settings()
     except SettingsError as e:  # CompareError included: a method, variant or setting train refuses
         check.add(str(e))
     if settings is not None:
         preflight(settings, output, check, report_only)
     if dry_run:
-        _dry_run(settings, output, runner, check.refusals)
+        _dry_run(settings, output, given, check.refusals)
         return
     if check.refusals:
         fail("; ".join(check.refusals))
@@ -308,57 +326,10 @@ def compare_command(
     if note_line:
         note(note_line)
     try:
-        path = _compare(settings, output, runner, report_only)
+        path = _compare(settings, output, given, report_only)
     except SettingsError as e:
         fail(e)
     typer.echo(path.read_text())
-
-
-@dataclass
-class CompareOptions:
-    """The options of `pacs-rl compare` that override the settings file and the preset, as given (None where not
-    given)."""
-
-    methods: str | None
-    seed: str | None
-    model: str | None
-    sweep: list[str] | None
-    max_steps: int | None
-    dataset: str | None
-    benchmarks: str | None
-    n: str | None
-    k: str | None
-
-    def settings(self, preset: str | None, config: str | None) -> dict:
-        """The comparison's complete, checked settings: defaults, then ``preset``, then the settings file
-        ``config`` (a note per older key spelling in it), then these options. Raises SettingsError naming a
-        setting that cannot be used."""
-        notes: list[str] = []
-        file_settings = load_settings_file(config, notes) if config else None
-        for message in notes:
-            note(message)
-        cli = self.overrides()
-        if self.n and not self.k:  # the settings' ks that a smaller n given here cannot have go
-            cli["eval"]["ks"] = _ks_within(preset, file_settings, cli["eval"]["n"])
-        return resolve_settings(preset=preset, config=file_settings, cli=cli)
-
-    def overrides(self) -> dict:
-        """These options as a settings dict (resolve_settings' ``cli``), None for a section not given."""
-        train = {"max_steps": self.max_steps, "dataset": self.dataset}
-        n = self.n
-        return {
-            "methods": split_methods(self.methods),
-            "seeds": _seeds(self.seed),
-            "model": self.model,
-            "sweeps": dict(parse_sweep(s) for s in self.sweep) if self.sweep else None,
-            "train": {key: value for key, value in train.items() if value is not None} or None,
-            "eval": {
-                **({"benchmarks": _split(self.benchmarks)} if self.benchmarks else {}),
-                **({"n": int(n) if n.strip().isdigit() else n} if n else {}),
-                **({"ks": _ks(self.k)} if self.k else {}),
-            }
-            or None,
-        }
 
 
 def _ks(text: str) -> list[int]:
@@ -484,21 +455,21 @@ def merge_unused(options: PairedOptions, report_only: bool) -> str | None:
 
 
 def paired_command(
-    output_dir: str = option("output_dir", "-o", metavar="DIR"),
-    record: str = option("record", metavar="FILE"),
-    methods: str = option("methods", metavar="NAME,..."),
-    max_steps: int = option("max_steps", metavar="N"),
-    n: int = option("n", metavar="N"),
-    passk_every: int = option("passk_every", metavar="N"),
-    workers: int = option("workers", metavar="N"),
-    threads: int = option("threads", metavar="N"),
-    hours: float = option("hours", metavar="H"),
-    stop_after: float = option("stop_after", metavar="SECONDS"),
-    target: float = option("target", metavar="PP"),
-    max_pairs: int = option("max_pairs", metavar="N"),
-    full_seeds: int = option("full_seeds", metavar="SEED"),
-    first_seed: int = option("first_seed", metavar="SEED"),
-    merge: str = option("merge", metavar="FILE"),
+    output_dir: str = _p("output_dir", "-o", metavar="DIR"),
+    record: str = _p("record", metavar="FILE"),
+    methods: str = _p("methods", metavar="NAME,..."),
+    max_steps: int = _p("max_steps", metavar="N"),
+    n: int = _p("n", metavar="N"),
+    passk_every: int = _p("passk_every", metavar="N"),
+    workers: int = _p("workers", metavar="N"),
+    threads: int = _p("threads", metavar="N"),
+    hours: float = _p("hours", metavar="H"),
+    stop_after: float = _p("stop_after", metavar="SECONDS"),
+    target: float = _p("target", metavar="PP"),
+    max_pairs: int = _p("max_pairs", metavar="N"),
+    full_seeds: int = _p("full_seeds", metavar="SEED"),
+    first_seed: int = _p("first_seed", metavar="SEED"),
+    merge: str = _p("merge", metavar="FILE"),
     report_only: bool = typer.Option(
         False,
         "--report-only",
@@ -513,10 +484,8 @@ def paired_command(
 ) -> None:
     """PACS against its baselines, seed pair after seed pair, into one record, until PACS - GRPO's paired 95%
     interval is within --target (docs/RESULTS.md). Rerun the same command to go on after a stop."""
-    given = PairedOptions(output_dir=output_dir, record=record, methods=methods, max_steps=max_steps, n=n,
-                          passk_every=passk_every, workers=workers, threads=threads, hours=hours,
-                          stop_after=stop_after, target=target, max_pairs=max_pairs, full_seeds=full_seeds,
-                          first_seed=first_seed, merge=merge)  # fmt: skip
+    named = dict(locals())
+    given = PairedOptions(**{name: named[name] for name in FIELDS})
     problems = [*option_problems(given), *filter(None, [merge_unused(given, report_only)])]
     if problems:
         fail("; ".join(problems))

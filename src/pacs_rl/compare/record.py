@@ -232,20 +232,17 @@ def new_record(proto: dict, what: str = WHAT) -> dict:
     return {"what": what, "protocol": proto, "runs": [], "base": None}
 
 
-def open_record(path: Path, proto: dict, what: str) -> dict:
-    """The record at ``path`` going on under ``proto`` (a new one if absent); refused, listing what differs, when
-    it was made under another protocol."""
+def open_record(path: Path, proto: dict, what: str = WHAT) -> dict:
+    """The record at ``path`` going on under ``proto`` (a new one if absent); refused, naming what differs, when it
+    was made under another protocol (its version, the CPU default it holds, or any of its settings)."""
     if not path.is_file():
         return new_record(proto, what)
     record = json.loads(path.read_text())
     have = record.get("protocol", {})
-    why = protocol_difference(have) or (
-        None if have == proto else f"with other settings ({'; '.join(differences(have, proto))})"
-    )
+    why = protocol_difference(have) or (None if have == proto else "; ".join(differences(have, proto)))
     if why:
-        raise CompareError(f"{path} was recorded {why if why.startswith('with') else f'under another protocol: {why}'}; "
-                           "give a new --output-dir (or --record) to start another, or the settings it was made with "
-                           "to go on with it")  # fmt: skip
+        raise CompareError(f"{path} was recorded under another protocol ({why}); give a new --output-dir (or "
+                           "--record) to start another record, or the settings it was made with to go on with it")  # fmt: skip
     return record
 
 
@@ -257,32 +254,23 @@ def load_record(
     passk_every: int | None = None,
     started: tuple[int, ...] = (),
 ) -> dict:
-    """The paired record at ``path`` (a new one if absent). An existing record continues with its own methods when
-    ``methods`` is None; another protocol is refused, except one step: a record without pass@k takes it on
-    (``passk_every``) from the first seed that neither it nor a started run (``started``) has, its training
+    """The paired record at ``path`` (a new one if absent; `open_record`). An existing record continues with its own
+    methods when ``methods`` is None; another protocol is refused, except one step: a record without pass@k takes it
+    on (``passk_every``) from the first seed that neither it nor a started run (``started``) has, its training
     unchanged, and says so in its ``protocol_changes``."""
-    if not path.is_file():
-        return new_record(protocol(overrides, methods, passk, passk_every))
-    record = json.loads(path.read_text())
-    methods = methods or list(record.get("protocol", {}).get("methods", {}))
-    have = record.get("protocol", {})
-    why = protocol_difference(have)
-    if why:
-        raise CompareError(f"{path} was recorded with another protocol: {why}; pass --record with a new file to "
-                           "start another record")  # fmt: skip
+    have = json.loads(path.read_text()).get("protocol", {}) if path.is_file() else {}
+    methods = methods or list(have.get("methods", {})) or None
     start = (have.get("passk_seeds") or {}).get("from", 0)
-    if have == protocol(overrides, methods, passk, passk_every, start):
-        return record
-    if passk and passk_every and have == protocol(overrides, methods, passk=False):
+    if have and passk and passk_every and have == protocol(overrides, methods, passk=False):
+        record = json.loads(path.read_text())
         start = 1 + max([*(r["seed"] for r in record["runs"]), *started], default=-1)
         record["protocol"] = protocol(overrides, methods, passk, passk_every, start)
         change = f"pass@k added (n = {PROTOCOL['passk']['n']}) on seeds {start}, {start + passk_every}, ... and the base"
         record.setdefault("protocol_changes", []).append({"date": time.strftime("%Y-%m-%d"), "what": change})
         return record
-    raise CompareError(
-        f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to "
-        "start another record, or the same --methods/--max-steps/--n/--passk-every as it was made with to continue."
-    )
+    if have and protocol_difference(have):  # refused before its methods are read (a closed record's may not be)
+        return open_record(path, have)
+    return open_record(path, protocol(overrides, methods, passk, passk_every, start))
 
 
 def save_record(path: Path, record: dict) -> None:
