@@ -268,7 +268,9 @@ def load_record(
         change = f"pass@k added (n = {PROTOCOL['passk']['n']}) on seeds {start}, {start + passk_every}, ... and the base"
         record.setdefault("protocol_changes", []).append({"date": time.strftime("%Y-%m-%d"), "what": change})
         return record
-    if have and protocol_difference(have):  # refused before its methods are read (a closed record's may not be)
+    if have and protocol_difference(
+        have
+    ):  # refused before its methods are read: a closed record's may not be
         return open_record(path, have)
     return open_record(path, protocol(overrides, methods, passk, passk_every, start))
 
