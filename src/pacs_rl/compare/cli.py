@@ -326,10 +326,14 @@ def compare_command(
     if note_line:
         note(note_line)
     try:
-        path = _compare(settings, output, given, report_only)
+        path, missing = _compare(settings, output, given, report_only)
     except SettingsError as e:
         fail(e)
     typer.echo(path.read_text())
+    if missing and not report_only:
+        typer.echo(f"unfinished: {', '.join(missing)} (each run's log is beside its folder, {output}/<variant>/"
+                   "seed<s>.log); the same command goes on with them", err=True)  # fmt: skip
+        raise typer.Exit(1)
 
 
 def _ks(text: str) -> list[int]:
@@ -388,8 +392,11 @@ def preflight(settings: dict, output: Path, check: Preflight, report_only: bool 
         check.data(benchmark, "eval.benchmarks", **loader)
 
 
-def _compare(settings: dict, output: Path, runner: RunnerOptions, report_only: bool) -> Path:
-    """Run (or only report) the comparison: its runs into its record, then the report; return the report's path."""
+def _compare(
+    settings: dict, output: Path, runner: RunnerOptions, report_only: bool
+) -> tuple[Path, list[str]]:
+    """Run (or only report) the comparison: its runs into its record, then the report; return the report's path and
+    the planned runs the record lacks (a run that failed twice, or one --stop-after ended)."""
     from pacs_rl.compare import driver  # the executor and its tables
     from pacs_rl.compare.report import legacy_record, write_comparison_report  # numpy, matplotlib
 
@@ -405,7 +412,10 @@ def _compare(settings: dict, output: Path, runner: RunnerOptions, report_only: b
         opts = driver.Options(record=path, work=output, workers=runner.workers, threads=runner.threads, hours=None,
                               target=None, max_seeds=None, stop_after=runner.stop_after, seeds=settings["seeds"])  # fmt: skip
         record = driver.run(opts, comparison_protocol(settings), COMPARISON)
-    return write_comparison_report(record, output, settings["seeds"])
+    seeds = record.get("seeds", settings["seeds"])  # an earlier folder's own
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    missing = [f"{m} seed {s}" for s in seeds for m in record["protocol"]["methods"] if (m, s) not in have]
+    return write_comparison_report(record, output, seeds), missing
 
 
 def _dry_run(settings: dict | None, output: Path, runner: RunnerOptions, refusals: list[str]) -> None:

@@ -241,6 +241,8 @@ class _Driver:
     def stop_children(self, *_) -> None:
         for proc in self.running:
             proc.terminate()
+        print(f"stopped: every finished run is in {self.args.record}; the same command goes on from there (a run "
+              "from its last checkpoint)", flush=True)  # fmt: skip
         raise SystemExit(130)
 
     def reap(self) -> None:
