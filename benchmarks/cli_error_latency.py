@@ -75,10 +75,36 @@ COMMANDS = [
         "dry run: compare training file missing",
         ["compare", "--preset", "smoke", "-d", "missing.jsonl", "--dry-run"],
     ),
+    # every method and variant of a comparison checked as `pacs-rl train` checks it, in the dry run
+    (
+        "dry run: compare, a sweep value train refuses",
+        ["compare", "--preset", "smoke", "--sweep", "pacs_beta=0,1", "--dry-run"],
+    ),
+    (
+        "dry run: compare, a method named twice",
+        ["compare", "--preset", "smoke", "--methods", "pacs,grpo,pacs", "--dry-run"],
+    ),
+    (
+        "dry run: compare paired, a variant's value train refuses",
+        ["compare", "paired", "--methods", "pacs[pacs_beta=0],grpo", "--dry-run"],
+    ),
+    (
+        "dry run: compare paired, a variant's unknown setting",
+        ["compare", "paired", "--methods", "pacs[nosuchkey=1],grpo", "--dry-run"],
+    ),
+    (
+        "dry run: compare paired, a method named twice",
+        ["compare", "paired", "--methods", "pacs,grpo,pacs", "--dry-run"],
+    ),
+    (
+        "dry run: compare paired, no GRPO arm",
+        ["compare", "paired", "--methods", "pacs,pacs_clip", "--dry-run"],
+    ),
     # dry runs that pass and print the plan
     ("dry run plan: train, the tiny model", ["train", "--model", "tiny", "--dry-run"]),
     ("dry run plan: eval", ["eval", "--model", "tiny", "-b", "arithmetic?n=10", "--dry-run"]),
     ("dry run plan: compare", ["compare", "--preset", "smoke", "--dry-run"]),
+    ("dry run plan: compare paired", ["compare", "paired", "--dry-run"]),
 ]
 
 

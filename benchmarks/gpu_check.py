@@ -25,7 +25,7 @@ Where CUDA is present it runs, each as its own `pacs-rl` process:
    2 GiB allowance (the CUDA context and the allocator's slack, which max_memory_allocated does not count). A
    check fails where the two differ by more than 15%: then the plan is fixed, and the record says what.
 
-8. `pacs-rl compare paired`'s engine (pacs_rl.compare.paired) with 4 runs at once on the one GPU, each
+8. `pacs-rl compare paired`'s engine (pacs_rl.compare) with 4 runs at once on the one GPU, each
    its own process: the base model and seeds 0 and 1 of PACS and GRPO on the tiny model, 2 steps each, recorded
    with the device each ran on.
 
@@ -481,7 +481,7 @@ PAIRED_WORKERS = 4
 def paired_check(out: Path, check) -> None:
     """Check 8: `pacs-rl compare paired`'s engine with PAIRED_WORKERS runs at once on the one GPU,
     each its own process: the base model and two seeds of PACS and GRPO on the tiny model, 2 steps each."""
-    from pacs_rl.compare.paired import driver
+    from pacs_rl.compare import driver
 
     folder = out / "paired"
     opts = driver.Options(record=folder / "record.json", work=folder, workers=PAIRED_WORKERS, max_seeds=2,

@@ -1,6 +1,6 @@
 """The PACS-vs-GRPO records: the current one (docs/benchmarks/pacs_vs_grpo.json, made by its first run) and the
 closed ones (CLOSED: each named by what it measured), `pacs-rl compare paired` with the current record's file and
-settings, and the figures and tables of docs/RESULTS.md. The engine is pacs_rl.compare.paired.
+settings, and the figures and tables of docs/RESULTS.md. The engine is pacs_rl.compare.
 
     python benchmarks/pacs_vs_grpo.py run --hours 8      # add seeds to the record (resumes; two runs at a time)
     python benchmarks/pacs_vs_grpo.py summary --markdown # the tables of docs/RESULTS.md (--dynamics: the runs' logs)
@@ -30,10 +30,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pacs_rl.compare.paired import collapses, tables
-from pacs_rl.compare.paired import job as run_job
-from pacs_rl.compare.paired import record as records
-from pacs_rl.compare.paired.figures import critic_table, plot_comparison, plot_critic
+from pacs_rl.compare import collapses, tables
+from pacs_rl.compare import job as run_job
+from pacs_rl.compare import record as records
+from pacs_rl.compare.figures import critic_table, plot_comparison, plot_critic
 
 # the fourth record (protocol version 3): the CPU default at its own budget (24 steps), every run trained and evaluated
 # by the code of commit PINNED (its runs are made from a worktree of that commit, so that main can move meanwhile)
@@ -105,7 +105,7 @@ def replay(record: dict, method: str, seed: int, steps: int, work: Path) -> dict
     recorded = loss_rows(work / records.slug(method) / f"seed{seed}" / "metrics.jsonl", steps)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / records.slug(method) / f"seed{seed}" / "metrics.jsonl"
-        cmd = [sys.executable, "-m", "pacs_rl.compare.paired.job", "job", "--work", tmp, "--threads", "1",
+        cmd = [sys.executable, "-m", "pacs_rl.compare.job", "job", "--work", tmp, "--threads", "1",
                "--protocol", json.dumps(record["protocol"]), "--method", method, "--seed", str(seed)]  # fmt: skip
         job = subprocess.Popen(cmd, env={**os.environ, **run_job.JOB_ENV}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip

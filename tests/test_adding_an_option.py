@@ -37,8 +37,8 @@ CHECK = textwrap.dedent(
     import torch
 
     from pacs_rl.algorithms import compute_policy_loss
-    from pacs_rl.compare.paired.record import parse_method
-    from pacs_rl.compare.plan import CompareError, parse_sweep
+    from pacs_rl.compare.methods import CompareError, parse_method
+    from pacs_rl.compare.plan import parse_sweep
     from pacs_rl.integrations.verl import options as verl
     from pacs_rl.integrations.verl.guard import verl_config_problems
     from pacs_rl.training.checks import config_problems, split_settings

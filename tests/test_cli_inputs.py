@@ -183,11 +183,18 @@ CASES = [
     (["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "n=abc"], "n='abc': expected int"),
     # ---- compare
     (["compare", "--methods", "pacs,nosuch"], "unknown method(s) ['nosuch']"),
-    (["compare", "--max-steps", "0", "--model", "tiny"], "max_steps=0"),
-    (["compare", "--sweep", "nosuch=1,2"], "'nosuch' is not a PACSConfig field"),
+    (["compare", "--max-steps", "0", "--model", "tiny"], "--max-steps 0: give a whole number >= 1"),
+    (["compare", "--sweep", "nosuch=1,2"], "unknown setting 'nosuch' in --sweep 'nosuch=1,2'"),
+    # ---- compare: every method, variant and sweep value checked as `pacs-rl train` checks it
+    (["compare", "--sweep", "pacs_beta=0,1"], "--sweep pacs_beta=0 (pacs): pacs_beta=0.0: give a number > 0"),
+    (["compare", "--methods", "pacs,pacs[pacs_bta=1]"], "Did you mean: pacs_beta?"),
+    (["compare", "--methods", "pacs,grpo,pacs[pacs_beta=1]"], "pacs[pacs_beta=1] trains as pacs"),
     (["compare", "--config", "missing.yaml"], "--config missing.yaml: the file does not exist"),
     (["compare", "--config", "syntax.yaml"], "syntax.yaml:3:1: YAML syntax error"),
-    (["compare", "--config", "compare_typo.yaml"], "train.lerning_rate is neither a data setting nor"),
+    (
+        ["compare", "--config", "compare_typo.yaml"],
+        "unknown setting 'lerning_rate' in train. Did you mean: learning_rate",
+    ),
     (["compare", "--preset", "nosuch"], "--preset 'nosuch' is unknown"),
     (["compare", "--seed", "a,b"], "--seed 'a,b': give whole numbers"),
     (["compare", "--model", "tiny", "-o", "a_file.txt"], "--output-dir a_file.txt is a file"),
@@ -247,6 +254,8 @@ def test_mistakes_are_answered_before_torch_or_trl_load(workdir):
         ["train", "--model", "tiny", "--dataset", "two.jsonl"],
         ["compare", "--methods", "nosuch"],
         ["compare", "--config", "compare_eval.yaml"],
+        ["compare", "--sweep", "pacs_beta=0,1"],
+        ["compare", "paired", "--methods", "pacs[nosuchkey=1],grpo"],
         ["eval", "--model", "tiny", "-b", "missing.jsonl"],
         ["eval", "--model", "tiny", "-b", "arithmetic?n=2", "--set", "temperature=-1"],
     ):

@@ -99,11 +99,12 @@ def test_compare_reads_the_shared_names_and_its_older_ones(tmp_path):
         },
     )
     assert settings["train"]["dataset"] == "arithmetic?n=16&split=train" and "data" not in settings["train"]
-    from pacs_rl.compare.plan import eval_data_settings, run_settings
+    from pacs_rl.compare.plan import comparison_protocol
 
-    assert run_settings(settings, "tiny").instruction == "Answer."
+    proto = comparison_protocol(settings)  # what every run of its record trains and is evaluated with
+    assert proto["train"]["instruction"] == "Answer."
     # the model is evaluated with the prompt it was trained with
-    assert eval_data_settings(settings) == {"instruction": "Answer."}
+    assert proto["eval"]["data"] == {"instruction": "Answer."}
     with pytest.raises(SettingsError, match="max_steps=0"):
         resolve_settings(preset="smoke", cli={"train": {"max_steps": 0}})
 

@@ -1,5 +1,6 @@
-"""pacs-rl compare without training: the plan, sweeps, manifest refusal, the paper-style table with
-mean ± SE, and the paired sign-flip test against hand-computed values."""
+"""pacs-rl compare without training: the plan (methods, variants and sweeps, each checked as `pacs-rl train` checks
+it), a record of other settings refused, the paper-style table with mean ± SE, and the paired sign-flip test against
+hand-computed values."""
 
 from __future__ import annotations
 
@@ -9,19 +10,17 @@ import math
 import numpy as np
 import pytest
 
-from pacs_rl.compare.methods import METHODS
+from pacs_rl.compare.methods import METHODS, CompareError
 from pacs_rl.compare.plan import (
     PRESETS,
-    CompareError,
-    ManifestMismatch,
-    as_recorded,
-    build_plan,
+    comparison_protocol,
     grader_note,
     parse_sweep,
     resolve_settings,
     sweep_table,
-    write_or_check_manifest,
+    variants,
 )
+from pacs_rl.compare.record import open_record, save_record
 from pacs_rl.compare.report import passk_table
 from pacs_rl.compare.stats import mean_se, paired_interval, sign_flip_test
 
@@ -104,8 +103,10 @@ def test_parse_sweep_types_and_errors():
     assert parse_sweep("pacs_weighted=true,false") == ("pacs_weighted", [True, False])
     with pytest.raises(CompareError, match=r"pacs_beta=.big.: expected float"):
         parse_sweep("pacs_beta=big")
-    with pytest.raises(CompareError, match="not a PACSConfig field"):
-        parse_sweep("nonsense=1")
+    with pytest.raises(
+        CompareError, match=r"unknown setting 'pacs_bta' in --sweep 'pacs_bta=1'. Did you mean: pacs_beta\?"
+    ):
+        parse_sweep("pacs_bta=1")
 
 
 def test_plan_sweep_variants_and_dedupe():
@@ -113,26 +114,61 @@ def test_plan_sweep_variants_and_dedupe():
         preset="smoke",
         cli={"methods": ["pacs", "grpo"], "seeds": [0, 1], "sweeps": {"pacs_beta": [0.1, 1.0, 10.0]}},
     )
-    plan = build_plan(s)
-    variants = list(dict.fromkeys(p.variant for p in plan))
     # β = 1 is PACS's default: it is the plain "pacs" run, not trained twice; GRPO has no β
-    assert variants == ["pacs", "grpo", "pacs[pacs_beta=0.1]", "pacs[pacs_beta=10]"]
-    assert len(plan) == 4 * 2
-    assert sweep_table(s, plan) == {
-        "pacs_beta": {"pacs": {0.1: "pacs[pacs_beta=0.1]", 1.0: "pacs", 10.0: "pacs[pacs_beta=10]"}}
+    assert list(variants(s)) == ["pacs", "grpo", "pacs[pacs_beta=0.1]", "pacs[pacs_beta=10]"]
+    assert sweep_table(s) == {
+        "pacs_beta": {"pacs": [[0.1, "pacs[pacs_beta=0.1]"], [1.0, "pacs"], [10.0, "pacs[pacs_beta=10]"]]}
     }
+    # the sweep is a spelling of variants: the same variants listed give the same plan
+    listed = resolve_settings(preset="smoke", cli={"methods": ["pacs", "grpo", "pacs[pacs_beta=0.1]",
+                                                               "pacs[pacs_beta=10]"]})  # fmt: skip
+    assert variants(listed) == variants(s)
     nw = resolve_settings(preset="smoke", cli={"methods": ["pacs_no_weight", "pacs_clip"]})
-    assert [p.overrides for p in build_plan(nw)] == [
+    assert list(variants(nw).values()) == [
         METHODS["pacs_no_weight"].overrides,
         METHODS["pacs_clip"].overrides,
     ]
+    # a variant of a listed variant, and every registered loss as a method
+    frozen = resolve_settings(preset="smoke", cli={"methods": ["pacs[reference=frozen]", "dr_grpo", "rloo", "ppo"],
+                                                   "sweeps": {"pacs_beta": [0.5]}})  # fmt: skip
+    assert list(variants(frozen)) == ["pacs[reference=frozen]", "dr_grpo", "rloo", "ppo",
+                                      "pacs[reference=frozen,pacs_beta=0.5]"]  # fmt: skip
+
+
+def test_every_variant_is_checked_as_train_checks_it():
+    """Each method and variant, each sweep value and each run's whole config, refused by name before anything runs
+    when `pacs-rl train` would refuse it; a method given twice, or one that trains as another, refused too."""
+    for cli, message in [
+        (
+            {"sweeps": {"pacs_beta": [0.0, 1.0]}},
+            r"--sweep pacs_beta=0 \(pacs\): pacs_beta=0.0: give a number > 0",
+        ),
+        (
+            {"methods": ["pacs[pacs_beta=0]"]},
+            r"--methods 'pacs\[pacs_beta=0\]': pacs_beta=0: give a number > 0",
+        ),
+        (
+            {"methods": ["pacs[nosuchkey=1]"]},
+            r"unknown setting 'nosuchkey' in --methods 'pacs\[nosuchkey=1\]'",
+        ),
+        ({"methods": ["pacs[pacs_bta=1]"]}, r"Did you mean: pacs_beta\?"),
+        ({"methods": ["pacs[seed=3]"]}, "seed is set by the comparison itself"),
+        ({"methods": ["grpo[num_generations=3]"]}, "with the train section: .*num_generations"),
+        ({"methods": ["pacs", "pacs"]}, "lists a method twice"),
+        ({"methods": ["pacs", "pacs[pacs_beta=1.0]"]}, r"pacs\[pacs_beta=1.0\] trains as pacs"),
+        ({"methods": ["grpo"], "sweeps": {"pacs_beta": [0.5]}}, "none of the methods .* has pacs_beta"),
+        ({"methods": ["nosuch"]}, r"unknown method\(s\) \['nosuch'\]"),
+    ]:
+        with pytest.raises(CompareError, match=message):
+            resolve_settings(preset="smoke", cli=cli)
 
 
 def test_one_method_table_one_meaning_per_name(tmp_path):
     """`pacs-rl compare` and `compare paired` read one table: pacs unclipped as its authors ran it, pacs_clip at 1.0;
-    a comparison folder made when pacs meant the CPU default's clip keeps its recorded overrides on resume."""
+    a record keeps the overrides its runs were trained with, so a comparison whose pacs meant otherwise is refused,
+    naming the difference, rather than trained on with another meaning."""
     from pacs_rl.compare.methods import method_names
-    from pacs_rl.compare.paired.record import protocol
+    from pacs_rl.compare.record import protocol
 
     assert (
         METHODS["pacs"].overrides["max_grad_norm"] is None
@@ -142,18 +178,14 @@ def test_one_method_table_one_meaning_per_name(tmp_path):
         m: METHODS[m].overrides for m in ("pacs", "pacs_clip", "grpo")
     }
     s = resolve_settings(preset="smoke")
-    assert {p.method: p.overrides for p in build_plan(s)} == {
-        m: METHODS[m].overrides for m in ("pacs", "grpo")
-    }
+    assert variants(s) == {m: METHODS[m].overrides for m in ("pacs", "grpo")}
     assert method_names()[:3] == ["pacs", "pacs_clip", "pacs_no_weight"] and "ppo" in method_names()
-    old = write_or_check_manifest(
-        tmp_path, s, build_plan(s)
-    )  # as an earlier version wrote it: pacs = loss_type only
-    old["runs"][0]["overrides"] = {"loss_type": "pacs"}
-    plan, lines = as_recorded(build_plan(s), old)
-    assert plan[0].overrides == {"loss_type": "pacs"} and plan[1].overrides == METHODS["grpo"].overrides
-    assert lines == [f"pacs: this folder's runs keep the settings they were trained with, {{'loss_type': 'pacs'}}; "
-                     f"a new folder's pacs is {METHODS['pacs'].overrides}"]  # fmt: skip
+    proto = comparison_protocol(s)
+    old = {"what": "", "protocol": json.loads(json.dumps(proto)), "runs": [], "base": None}
+    old["protocol"]["methods"]["pacs"] = {"loss_type": "pacs"}  # as an earlier version recorded it
+    save_record(tmp_path / "record.json", old)
+    with pytest.raises(CompareError, match=r"methods.pacs.max_grad_norm: absent against None"):
+        open_record(tmp_path / "record.json", proto, "")
 
 
 def test_settings_errors_name_the_setting():
@@ -161,9 +193,7 @@ def test_settings_errors_name_the_setting():
         resolve_settings(preset="smoke", cli={"methods": ["pacs", "ppo2"]})
     with pytest.raises(CompareError, match=r"train\.seed is set by the comparison"):
         resolve_settings(preset="smoke", config={"train": {"seed": 3}})
-    with pytest.raises(
-        CompareError, match="neither a data setting nor a PACSConfig field; did you mean max_steps"
-    ):
+    with pytest.raises(CompareError, match=r"unknown setting 'max_stepz' in train. Did you mean: max_steps"):
         resolve_settings(preset="smoke", config={"train": {"max_stepz": 3}})
     with pytest.raises(CompareError, match="unknown"):
         resolve_settings(preset="nope")
@@ -185,50 +215,52 @@ def test_method_settings_change_one_method_and_never_the_budget():
         "pacs": {"max_grad_norm": None},
     }
     s = resolve_settings(preset="smoke", config={"method_settings": per_method})
-    overrides = {p.variant: p.overrides for p in build_plan(s)}
+    overrides = variants(s)
     assert overrides["grpo"] == {
         "loss_type": "grpo",
         "max_grad_norm": 1.0,
         "loss_options": {"clip_ratio_c": 3.0},
     }
     assert overrides["pacs"] == {"loss_type": "pacs", "max_grad_norm": None}
-    from pacs_rl.compare.execute import check_methods_buildable
-
-    check_methods_buildable(s)
     ppo = resolve_settings(
         preset="smoke",
         cli={"methods": ["pacs", "ppo"]},
         config={"method_settings": {"ppo": {"critic_loss_agg_mode": "seq-mean-token-sum-norm"}}},
     )
-    assert build_plan(ppo)[1].overrides["critic_loss_agg_mode"] == "seq-mean-token-sum-norm"
+    assert variants(ppo)["ppo"]["critic_loss_agg_mode"] == "seq-mean-token-sum-norm"
     for bad, message in [
         ({"grpo": {"max_steps": 4}}, r"method_settings\.grpo\.max_steps: max_steps must be the same"),
         ({"grpo": {"temperature": 0.5}}, "must be the same for every method"),
         ({"ppo": {"max_grad_norm": 1.0}}, "not among the methods"),
-        ({"grpo": {"critic_loss_agg_mode": "token-mean"}}, r"not a field of grpo's config"),
-        ({"grpo": {"loss_type": "rloo"}}, "must be the same for every method"),
+        (
+            {"grpo": {"critic_loss_agg_mode": "token-mean"}},
+            r"critic_loss_agg_mode only apply to loss_type='ppo'",
+        ),
+        ({"grpo": {"loss_type": "rloo"}}, "loss_type is set by the comparison itself"),
+        ({"pacs": {"pacs_beta": -1}}, r"\(with method_settings.pacs\): pacs_beta=-1: give a number > 0"),
     ]:
         with pytest.raises(CompareError, match=message):
             resolve_settings(preset="smoke", config={"method_settings": bad})
-    assert "method_settings" not in resolve_settings(
-        preset="smoke"
-    )  # absent unless given: old manifests match
+    assert "method_settings" not in resolve_settings(preset="smoke")  # absent unless given
 
 
-def test_manifest_refuses_other_settings(tmp_path):
+def test_a_record_of_other_settings_is_refused_naming_each_and_more_seeds_go_on(tmp_path):
     s = resolve_settings(preset="smoke")
-    write_or_check_manifest(tmp_path, s, build_plan(s))
-    first = json.loads((tmp_path / "manifest.json").read_text())
-    assert [r["key"] for r in first["runs"]] == ["pacs/seed0", "grpo/seed0"]
-    write_or_check_manifest(tmp_path, s, build_plan(s))  # same settings: accepted
-    other = resolve_settings(preset="smoke", cli={"train": {"max_steps": 3}, "seeds": [0, 1]})
-    with pytest.raises(ManifestMismatch) as e:
-        write_or_check_manifest(tmp_path, other, build_plan(other))
+    path = tmp_path / "record.json"
+    record = open_record(path, comparison_protocol(s), "")
+    save_record(path, record)
+    first = json.loads(path.read_text())
+    more = resolve_settings(preset="smoke", cli={"seeds": [0, 1]})
+    assert (
+        open_record(path, comparison_protocol(more), "")["protocol"] == first["protocol"]
+    )  # seeds are added
+    other = resolve_settings(preset="smoke", cli={"train": {"max_steps": 3}, "eval": {"n": 2, "ks": [1, 2]}})
+    with pytest.raises(CompareError) as e:
+        open_record(path, comparison_protocol(other), "")
     msg = str(e.value)
-    assert "train.max_steps: folder has 2, this command has 3" in msg
-    assert "seeds: folder has [0], this command has [0, 1]" in msg
-    assert "another --output" in msg
-    np.testing.assert_equal(json.loads((tmp_path / "manifest.json").read_text()), first)  # unchanged
+    assert "train.max_steps: 2 against 3" in msg and "eval.n: 4 against 2" in msg
+    assert "give a new --output-dir" in msg
+    np.testing.assert_equal(json.loads(path.read_text()), first)  # unchanged
 
 
 def test_shipped_configs_resolve_and_cpu_small_matches_preset():
@@ -243,8 +275,7 @@ def test_shipped_configs_resolve_and_cpu_small_matches_preset():
         k: v for k, v in preset.items() if k != "preset"
     }
     sweep = resolve_settings(config=load_settings_file(configs / "compare_beta_sweep.yaml"))
-    variants = list(dict.fromkeys(s.variant for s in build_plan(sweep)))
-    assert variants == [
+    assert list(variants(sweep)) == [
         "pacs",
         "pacs[pacs_beta=0.1]",
         "pacs[pacs_beta=0.5]",
@@ -255,20 +286,16 @@ def test_shipped_configs_resolve_and_cpu_small_matches_preset():
     assert paper["eval"]["backend"] == "vllm" and paper["train"]["max_steps"] == 1200
 
 
-# ---------------------------------------------------------------- report from made-up finished folders
-def _fake_eval(folder, counts, n):
-    folder.mkdir(parents=True)
-    rows = [
-        {"problem_id": f"p{i}", "sample_index": j, "score": float(j < c)}
-        for i, c in enumerate(counts)
-        for j in range(n)
-    ]
-    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "metrics.json").write_text(json.dumps({"n": n, "ks": [1, 2], "num_problems": len(counts)}))
+# ---------------------------------------------------------------- the report, a view over made-up records
+def _evaluated(counts: list[int], n: int) -> dict:
+    """A run's evaluation as a record holds it: its pass@k (eq. 10 of the counts) and the counts."""
+    from pacs_rl.algorithms.passk import mean_pass_at_k
+
+    return {"n": n, "ks": [1, 2], "num_problems": len(counts), "correct": {f"p{i}": c for i, c in enumerate(counts)},
+            "pass_at_k": {str(k): v for k, v in mean_pass_at_k([n] * len(counts), counts, [1, 2]).items()}}  # fmt: skip
 
 
 def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
-    from pacs_rl.compare.plan import eval_dir_of
     from pacs_rl.compare.report import write_comparison_report
 
     s = resolve_settings(
@@ -279,7 +306,6 @@ def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
             "eval": {"benchmarks": ["b"], "n": 2, "ks": [1, 2]},
         },
     )
-    plan = build_plan(s)
     counts = {  # correct samples of 2 per problem, per (variant, seed)
         ("pacs", 0): [2, 1, 0, 2],
         ("pacs", 1): [2, 1, 1, 2],
@@ -288,16 +314,12 @@ def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
         ("pacs[pacs_beta=0.1]", 0): [0, 0, 0, 0],
         ("pacs[pacs_beta=0.1]", 1): [2, 2, 2, 2],
     }
-    _fake_eval(eval_dir_of(tmp_path, None, "b"), [0, 0, 0, 0], 2)
-    for spec in plan:
-        _fake_eval(eval_dir_of(tmp_path, spec, "b"), counts[(spec.variant, spec.seed)], 2)
-        run = tmp_path / spec.folder
-        rows = [{"step": t, "entropy": 1.0 + t, "grad_norm": 0.5, "completions/mean_length": 8, "reward": 0.1,
-                 "pacs/critic_auc": 0.6, "pacs/brier": 0.2, "pacs/prob_mean": 0.4, "pacs/reward_mean": 0.3}
-                for t in (1, 2)]  # fmt: skip
-        (run).mkdir(parents=True)
-        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    md = write_comparison_report(tmp_path, s, plan).read_text()
+    curves = {"entropy": [2.0, 3.0], "grad_norm": [0.5, 0.5], "length": [8, 8], "reward": [0.1, 0.1],
+              "critic_auc": [0.6, 0.6], "critic_prob": [0.4, 0.4], "critic_reward": [0.3, 0.3]}  # fmt: skip
+    record = {"protocol": comparison_protocol(s), "base": {"evals": {"b": _evaluated([0, 0, 0, 0], 2)}},
+              "runs": [{"method": v, "seed": seed, "evals": {"b": _evaluated(c, 2)},
+                        "dynamics": {"steps": 2, "curves": curves}} for (v, seed), c in counts.items()]}  # fmt: skip
+    md = write_comparison_report(record, tmp_path, [0, 1, 2]).read_text()
 
     # PACS per-problem pass@1 over seeds: (1, .5, .25, 1); GRPO: (.5, .25, 0, 0); d = (.5, .25, .25, 1), all
     # positive: only the all-+ and all-− sign patterns reach |Σd| = 2, so p = 2/16; mean d = 50 pp
@@ -313,32 +335,56 @@ def test_report_paired_test_and_sweep_from_made_up_runs(tmp_path):
     for png in ("passk_curves.png", "training_dynamics.png", "critic.png", "critic_calibration.png"):
         assert (tmp_path / png).stat().st_size > 1000
     assert any(tmp_path.glob("sweep_pacs_beta_pacs_*.png"))
-    assert "not finished" in md  # no run has its final model: the report says so
+    assert "3 of 9 training runs are not finished: pacs/seed2, grpo/seed2, pacs[pacs_beta=0.1]/seed2" in md
 
 
-def test_every_method_builds_its_config_before_training():
-    """PPO is built with PPOConfig (its own config class); a bad setting is refused before any training."""
-    from pacs_rl.compare.execute import check_methods_buildable
+def test_an_earlier_comparison_folder_reads_as_a_record():
+    """The cpu-small comparison in docs/results (made before comparisons kept a record: a manifest, its evaluations'
+    metrics) is read as a record: the report drawn from it gives the pass@k table its own report.md holds."""
+    from pathlib import Path
 
-    check_methods_buildable(resolve_settings(preset="smoke", cli={"methods": ["pacs", "grpo", "ppo"]}))
-    bad = resolve_settings(preset="smoke", cli={"methods": ["ppo"]})
-    bad["train"]["gae_lambda"] = 2.0
-    with pytest.raises(CompareError, match="'ppo' cannot be trained"):
-        check_methods_buildable(bad)
+    from pacs_rl.compare.methods import method_label
+    from pacs_rl.compare.report import collect, legacy_record, passk_section
+
+    folder = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu-small"
+    record = legacy_record(folder)
+    assert list(record["protocol"]["methods"]) == ["pacs", "grpo", "ppo"] and record["seeds"] == [0, 1]
+    assert record["protocol"]["methods"]["pacs"] == {"loss_type": "pacs"}  # as its runs were trained
+    labels = {v: method_label(v) for v in record["protocol"]["methods"]}
+    benches = collect(record)
+    table = "\n".join(passk_section(benches, labels, {b: [1, 2, 4] for b in benches})[0])
+    kept = (folder / "report.md").read_text()
+    for row in ("| Base | **7.03** | **11.98** | **20.31** |", "| PACS | <u>5.47 ± 1.56</u> | <u>9.90 ± 2.86</u> |",
+                "| GRPO | 4.30 ± 1.56 | 7.16 ± 1.69 | 11.72 ± 0.78 |", "| PPO | 2.34 ± 0.78 | 4.17 ± 1.04 | 7.03 ± 0.78 |"):  # fmt: skip
+        assert row in table and row in kept, row
+
+
+def test_every_method_is_checked_with_its_own_config_before_training():
+    """PPO's critic fields are PPO's (its own config class); a value out of a field's domain is refused before any
+    run starts, whether a method's setting or a variant's."""
+    resolve_settings(preset="smoke", cli={"methods": ["pacs", "grpo", "ppo[gae_lambda=0.9]"]})
+    for cli, config in [({"methods": ["ppo[gae_lambda=2.0]"]}, None),
+                        ({"methods": ["ppo"]}, {"method_settings": {"ppo": {"gae_lambda": 2.0}}})]:  # fmt: skip
+        with pytest.raises(CompareError, match=r"gae_lambda=2.0: give a number in \[0, 1\]"):
+            resolve_settings(preset="smoke", cli=cli, config=config)
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
-def test_each_preset_trains_and_evaluates_on_the_same_arithmetic_task(preset):
+def test_each_preset_trains_and_evaluates_on_the_same_arithmetic_task(preset, monkeypatch):
     """A comparison's arithmetic source strings read as the evaluation reads them (not as `pacs-rl train`'s
     CPU default task), so the training set loads and draws the operators and operand lengths it is tested on."""
-    from pacs_rl.compare.execute import check_training_data, training_settings
-    from pacs_rl.compare.plan import build_plan
+    from pacs_rl import device
+    from pacs_rl.compare.job import run_values
+    from pacs_rl.compare.plan import check_training_data
     from pacs_rl.data import load_problems
+    from pacs_rl.training.checks import split_settings
     from pacs_rl.training.data import load_run_data
 
+    monkeypatch.setattr(device, "cuda_info", lambda: device.CudaInfo(available=False))
     settings = resolve_settings(preset=preset)
     check_training_data(settings)
-    run, _ = training_settings(settings, build_plan(settings)[0], "base")
+    values, _ = run_values(comparison_protocol(settings), "pacs", 0)
+    run, _ = split_settings(values)
     train, _ = load_run_data(run, seed=0)
 
     def task(problems):

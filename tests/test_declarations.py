@@ -22,8 +22,8 @@ DECLARATIONS = [
     "pacs_rl.evaluation.runner",  # pacs-rl eval: EvalConfig
     "pacs_rl.integrations.verl.options",  # the verl plug-in: PACSLossSettings
     "pacs_rl.compare.plan",  # pacs-rl compare: Comparison (the top level), EvalSection (the eval section)
-    "pacs_rl.compare.paired.record",  # a paired record's protocol: Protocol and its parts
-    "pacs_rl.compare.paired.cli",  # pacs-rl compare paired: PairedOptions
+    "pacs_rl.compare.record",  # a paired record's protocol: Protocol and its parts
+    "pacs_rl.compare.cli",  # pacs-rl compare and compare paired: RunnerOptions, PairedOptions
 ]
 
 NUMBER = re.compile(r"\b(int|float)\b")

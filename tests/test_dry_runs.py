@@ -71,11 +71,32 @@ def test_compare_dry_run_counts_the_runs_and_what_is_done(tmp_path):
     assert code == 0, out
     assert "training runs: 6 = 3 variant(s) x seeds [0, 1]" in out
     assert "pacs_no_weight (PACS w/o weight)" in out
-    assert "(0 of 6 runs trained, 0 of 7 evaluations finished)" in out
+    assert "(its record holds 0 of 6 runs, the base model not yet)" in out
     assert not out_dir.exists()
-    code, out = invoke("compare", "--preset", "smoke", "-d", "missing.jsonl", "-o", str(out_dir), "--dry-run")
+    # what its record holds: a finished run of the same protocol counts, the base model's evaluation too
+    from pacs_rl.compare.plan import comparison_protocol, resolve_settings
+    from pacs_rl.compare.record import new_record, save_record
+
+    settings = resolve_settings(preset="smoke", cli={"methods": ["pacs", "grpo", "pacs_no_weight"]})
+    record = new_record(comparison_protocol(settings))
+    record["base"] = {"method": "base", "evals": {}}
+    record["runs"] = [
+        {
+            "method": "grpo",
+            "seed": 1,
+            "evals": {},
+            "dynamics": {"steps": 0, "curves": {"entropy": [], "length": []}},
+        }
+    ]
+    save_record(out_dir / "record.json", record)
+    code, out = invoke("compare", "--preset", "smoke", "--methods", "pacs,grpo,pacs_no_weight", "--seed", "0,1",
+                       "-o", str(out_dir), "--dry-run")  # fmt: skip
+    assert code == 0 and "(its record holds 1 of 6 runs, the base model evaluated)" in out, out
+    code, out = invoke(
+        "compare", "--preset", "smoke", "-d", "missing.jsonl", "-o", str(tmp_path / "x"), "--dry-run"
+    )
     assert code == 1 and "train.dataset cannot be used: file not found: missing.jsonl" in out
-    assert "Traceback" not in out and not out_dir.exists()
+    assert "Traceback" not in out and not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("command", ["eval", "compare"])

@@ -341,13 +341,11 @@ def test_every_shipped_gpu_training_config_fits_as_shipped(name, shared_data, mo
 def test_the_compare_paper_config_is_planned_as_it_says(tmp_path, monkeypatch):
     """Its header says one process cannot hold the 7B policy's training state on an 80 GB GPU: the plan agrees."""
     engines_installed(monkeypatch)
-    from pacs_rl.compare.execute import training_settings
-    from pacs_rl.compare.plan import build_plan, load_settings_file, resolve_settings
+    from pacs_rl.compare.job import run_values
+    from pacs_rl.compare.plan import comparison_protocol, load_settings_file, resolve_settings
 
     settings = resolve_settings(config=load_settings_file(REPO / "configs" / "compare_paper_7b.yaml"))
-    spec = next(s for s in build_plan(settings) if s.method == "pacs")
-    run_settings, cfg = training_settings(settings, spec, "Qwen/Qwen2.5-7B")
-    values = {**dataclasses.asdict(run_settings), **cfg}
+    values, _ = run_values(comparison_protocol(settings), "pacs", 0)  # a run as the comparison's job lays it
     assert values["dataset"].startswith("/path/to/")  # the config's placeholder: a missing file is refused
     values["dataset"] = "arithmetic"
     _lines, refusals = dry_run(values, tmp_path / "x", 1, gpu_memory_gib=79.0)

@@ -1,6 +1,6 @@
-"""The paired-seed engine behind `pacs-rl compare paired` (pacs_rl.compare.paired: its record, job, driver, tables,
-figures and command-line checks): its statistics, its job order, its cost per pair, resuming a record and refusing to mix
-protocols. Training itself is covered by the trainer's tests."""
+"""The comparison engine as `pacs-rl compare paired` drives it (pacs_rl.compare: its record, planner, job, driver,
+tables, figures and command-line checks): its statistics, its job order, its cost per pair, resuming a record and
+refusing to mix protocols. Training itself is covered by the trainer's tests."""
 
 from __future__ import annotations
 
@@ -20,17 +20,25 @@ from scipy.stats import t as student_t
 from typer.testing import CliRunner
 
 from pacs_rl.cli import app
-from pacs_rl.compare.paired import driver as drive
-from pacs_rl.compare.paired import figures, job, tables
-from pacs_rl.compare.paired import record as records
-from pacs_rl.compare.plan import CompareError
+from pacs_rl.compare import driver as drive
+from pacs_rl.compare import figures, job, methods, plan, tables
+from pacs_rl.compare import record as records
+from pacs_rl.compare.methods import CompareError
 from pacs_rl.settings.declarations import declared
 from train_helpers import load_script, rounded
 
 REPO = Path(__file__).resolve().parents[1]
 # the engine's modules as one namespace, to read from (a test that replaces a function patches its module)
 paired = types.SimpleNamespace(
-    **{**vars(figures), **vars(tables), **vars(job), **vars(drive), **vars(records)}
+    **{
+        **vars(methods),
+        **vars(plan),
+        **vars(figures),
+        **vars(tables),
+        **vars(job),
+        **vars(drive),
+        **vars(records),
+    }
 )
 
 
@@ -96,7 +104,9 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     tight = {
         "protocol": driver.protocol(),
         "runs": [
-            _run(m, s, 0.5 + (0.001 * (s % 4) if m == "pacs" else 0)) for s in range(n) for m in ("pacs", "grpo")
+            _run(m, s, 0.5 + (0.001 * (s % 4) if m == "pacs" else 0))
+            for s in range(n)
+            for m in ("pacs", "grpo")
         ],
     }
     assert driver.target_reached(tight)
@@ -145,7 +155,7 @@ def test_a_record_holds_the_cpu_default_and_refuses_a_changed_one_by_name(driver
     from pacs_rl.training.schema import CPU_DEFAULTS, default_settings
 
     path = tmp_path / "record.json"
-    record = driver.new_record(methods=["pacs", "grpo"], passk=False)
+    record = driver.new_record(driver.protocol(methods=["pacs", "grpo"], passk=False))
     held = record["protocol"]["cpu_default"]
     assert held == driver.cpu_default() and {**held, **default_settings()} == held
     assert {k: held[k] for k in CPU_DEFAULTS} == CPU_DEFAULTS and "pacs_beta" in held  # PACS's own fields too
@@ -424,7 +434,7 @@ def test_results_page_quotes_the_records(driver):
 def test_the_closed_third_record_says_what_it_measured(driver):
     """pacs_vs_grpo_noise_steps.json's `closed` figures are its runs' own (steps_on_no_signal over its curves), and
     RESULTS quotes them: PACS took optimizer steps with no group of both labels in its rollout, GRPO none."""
-    from pacs_rl.compare.paired.collapses import steps_on_no_signal
+    from pacs_rl.compare.collapses import steps_on_no_signal
 
     third = json.loads((REPO / "docs" / "benchmarks" / "pacs_vs_grpo_noise_steps.json").read_text())
     figures = third["closed"]["steps_on_no_signal"]
@@ -477,7 +487,7 @@ def test_regrade_scores_kept_samples_with_this_grader(driver, tmp_path):
 
 
 def test_methods_split_outside_brackets():
-    from pacs_rl.compare.paired.cli import split_methods
+    from pacs_rl.compare.methods import split_methods
 
     assert split_methods("pacs, grpo") == ["pacs", "grpo"]
     assert split_methods("pacs[reference=frozen,ref_reset_steps=8],grpo") == [
@@ -492,7 +502,10 @@ def test_methods_split_outside_brackets():
     [
         (["paired", "--seed", "1"], "No such option: --seed"),  # its protocol sets the seeds
         (["paired", "--model", "tiny"], "No such option: --model"),
-        (["--workers", "3"], "No such option: --workers"),  # the planned comparison has no paired option
+        (
+            ["--hours", "3"],
+            "No such option: --hours",
+        ),  # the planned comparison has no stopping rule of its own
         (["--preset", "smoke", "--record", "r.json"], "No such option: --record"),
         (["--seed", "1", "paired"], "--seed: an option of the planned comparison"),
         (["paired", "--n", "32"], "--n 32; use one of [64]."),
@@ -519,7 +532,7 @@ def _paired_command(record: Path, work: Path) -> list[str]:
 
 def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
     record = tmp_path / "record.json"
-    made = paired.new_record(passk=True, passk_every=2)
+    made = paired.new_record(paired.protocol(passk=True, passk_every=2))
     made["runs"] = [_run(m, s, 0.3 + 0.1 * s * (m == "pacs")) for s in range(3) for m in paired.ARMS]
     paired.save_record(record, made)
     saved = json.loads(record.read_text())
@@ -550,7 +563,7 @@ def test_dry_run_reads_the_record_and_names_the_next_runs(tmp_path):
 
 def test_a_paired_record_runs_end_to_end_in_run_processes(tmp_path):
     """Two methods and the base model, one seed, on the tiny model: each run its own `python -m
-    pacs_rl.compare.paired job` process, the record written as runs finish, and read back on a second call."""
+    pacs_rl.compare.job job` process, the record written as runs finish, and read back on a second call."""
     opts = paired.Options(record=tmp_path / "record.json", work=tmp_path / "work", workers=2, max_seeds=1,
                           methods=["pacs", "grpo"], no_passk=False, passk_every=2,
                           overrides={"model": "tiny", "max_steps": 2, "max_completion_length": 8})  # fmt: skip
@@ -617,7 +630,9 @@ def test_the_other_methods_run_once_the_primary_pair_is_answered(tmp_path):
     record = {
         "protocol": paired.protocol(methods=["pacs", "grpo", "pacs_clip"], passk=False),
         "runs": [
-            _run(m, s, 0.5 + (0.001 * (s % 4) if m == "pacs" else 0)) for s in range(n) for m in ("pacs", "grpo")
+            _run(m, s, 0.5 + (0.001 * (s % 4) if m == "pacs" else 0))
+            for s in range(n)
+            for m in ("pacs", "grpo")
         ],
         "base": {"greedy": {"accuracy": 0.1}},
     }
@@ -778,7 +793,9 @@ def test_a_record_of_two_devices_gives_each_devices_pairs_and_the_pooled_interva
     for label, diffs in [("pooled", [0.0, 0.1, 0.0, 0.1, 0.0]), ("cpu alone", [0.0, 0.1, 0.0]),
                          ("NVIDIA H100 80GB HBM3 alone", [0.1, 0.0])]:  # fmt: skip
         gap = driver.paired_interval(diffs)
-        expected = f"{label} {100 * gap['mean']:+.1f} [{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}]"
+        expected = (
+            f"{label} {100 * gap['mean']:+.1f} [{100 * gap['ci95'][0]:+.1f}, {100 * gap['ci95'][1]:+.1f}]"
+        )
         assert f"{expected} over {len(diffs)} pairs" in line
     assert line in driver.markdown_tables(record)
     cost = driver.cost_line(record).splitlines()
@@ -825,7 +842,7 @@ def test_the_protocol_is_declared_once_and_every_record_reads_as_recorded():
 
 
 def test_every_option_of_compare_paired_is_declared_with_its_check():
-    from pacs_rl.compare.paired.cli import FIELDS, PairedOptions, option_problems
+    from pacs_rl.compare.cli import FIELDS, PairedOptions, option_problems
 
     for name, f in FIELDS.items():
         if f.type.startswith(("int", "float")):
@@ -833,7 +850,7 @@ def test_every_option_of_compare_paired_is_declared_with_its_check():
     assert option_problems(PairedOptions()) == []
     many = PairedOptions(workers=0, threads=0, max_pairs=0, first_seed=-1, full_seeds=-1, n=32, passk_every=0)
     assert [re.split("[:;]", p)[0] for p in option_problems(many)] == [
-        "--n 32", "--passk-every 0", "--workers 0", "--threads 0", "--max-pairs 0", "--full-seeds -1",
+        "--workers 0", "--threads 0", "--n 32", "--passk-every 0", "--max-pairs 0", "--full-seeds -1",
         "--first-seed -1",
     ]  # fmt: skip
 
@@ -883,7 +900,7 @@ def test_stop_after_ends_the_driver_in_time_keeping_its_finished_runs_for_merge(
     assert sorted((r["method"], r["seed"]) for r in held["runs"]) == [("grpo", 0), ("pacs", 0)]
     assert held["base"]["greedy"]["accuracy"] == 0.1
     assert json.loads((tmp_path / "gpu" / drive.WORK_PROTOCOL).read_text()) == held["protocol"]
-    paired.save_record(record, paired.new_record(methods=["pacs", "grpo"], passk=False))
+    paired.save_record(record, paired.new_record(paired.protocol(methods=["pacs", "grpo"], passk=False)))
     merged = CliRunner().invoke(app, [*_paired_command(record, tmp_path / "w"), "--merge", str(copy)])
     assert merged.exit_code == 0 and "added 2 runs" in merged.output and "run on NVIDIA H100" in merged.output
 
@@ -921,3 +938,22 @@ def test_a_folder_of_another_protocols_runs_is_refused(tmp_path):
     )
     other = paired.protocol(methods=["pacs", "grpo"], overrides={"max_steps": 24}, passk=False)
     assert "holds the runs of another protocol" in paired.work_problem(tmp_path / "mine", other)
+
+
+def test_the_growing_record_goes_on_under_this_code_in_its_own_format(tmp_path):
+    """The fourth record (docs/benchmarks/pacs_vs_grpo.json, grown by the driver of an older pinned commit) is
+    continued by this engine: read with the settings it is made with, it is taken as it is, and saved again it is
+    the same file byte for byte, so the pinned driver and this one can each go on with what the other wrote."""
+    script = load_script("benchmarks/pacs_vs_grpo.py")
+    copy = tmp_path / "record.json"
+    copy.write_text((REPO / script.RECORD).read_text())
+    args = script.RUN[script.RUN.index("--methods") :]
+    methods = args[1].split(",")
+    steps = int(args[args.index("--max-steps") + 1])
+    record = records.load_record(copy, {"max_steps": steps}, methods, passk=False)
+    assert record == json.loads(copy.read_text())
+    records.save_record(copy, record)
+    assert copy.read_text() == (REPO / script.RECORD).read_text()
+    result = CliRunner().invoke(app, ["compare", *script.RUN[:1], "--record", str(copy), "--output-dir",
+                                      str(tmp_path / "w"), *args, "--dry-run"])  # fmt: skip
+    assert result.exit_code == 0 and "every check passed" in result.output, result.output

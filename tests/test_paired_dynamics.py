@@ -1,6 +1,6 @@
-"""What a paired record keeps of each run's training (pacs_rl.compare.paired.job.dynamics: the cut-off share, the
+"""What a paired record keeps of each run's training (pacs_rl.compare.record.dynamics: the cut-off share, the
 clips, the groups with both labels, the skipped steps, dynamic sampling), and the tables read from it
-(pacs_rl.compare.paired.collapses: per method, and the collapsed runs against the others in their first steps; the
+(pacs_rl.compare.collapses: per method, and the collapsed runs against the others in their first steps; the
 stopping rule's line), on metrics files and records made here."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from pacs_rl.compare.paired import collapses, job, tables
-from pacs_rl.compare.paired import record as records
+from pacs_rl.compare import collapses, tables
+from pacs_rl.compare import record as records
 
 
 def _rows(loss_type: str = "grpo") -> list[dict]:
@@ -35,7 +35,7 @@ def _write(path, rows):
 
 
 def test_a_run_keeps_its_cut_offs_clips_groups_and_skipped_steps(tmp_path):
-    out = job.dynamics(_write(tmp_path / "metrics.jsonl", _rows()), "grpo", max_grad_norm=1.0)
+    out = records.dynamics(_write(tmp_path / "metrics.jsonl", _rows()), "grpo", max_grad_norm=1.0)
     c = out["curves"]
     assert c["cut_off"] == [0.25, None, 0.5, None, 0.0, None]  # logged at the rollout's step only
     assert c["mixed_groups"] == [0.5, None, 0.0, None, 0.25, None]
@@ -45,7 +45,7 @@ def test_a_run_keeps_its_cut_offs_clips_groups_and_skipped_steps(tmp_path):
     # the gradient clip acted where the norm passed 1.0 on a step the optimizer took (step 3 was skipped)
     assert c["grad_clipped"] == [0.0, 1.0, 0.0, 0.0, 1.0, 0.0]
     assert not any(k.startswith("dynamic_sampling/") for k in c)  # a run without dynamic sampling
-    unclipped = job.dynamics(tmp_path / "metrics.jsonl", "pacs", max_grad_norm=None)["curves"]
+    unclipped = records.dynamics(tmp_path / "metrics.jsonl", "pacs", max_grad_norm=None)["curves"]
     assert "grad_clipped" not in unclipped  # no clip: no fraction of it
     assert "ratio_clipped" not in unclipped  # PACS logs no ratio clip (its rows are grpo's here)
 
@@ -55,7 +55,7 @@ def test_a_run_with_dynamic_sampling_keeps_its_figures(tmp_path):
     for row, (sampled, kept) in zip(rows[::2], [(8, 4), (12, 2), (4, 4)], strict=True):
         row.update({"dynamic_sampling/groups_sampled": sampled, "dynamic_sampling/groups_kept": kept,
                     "dynamic_sampling/rounds": sampled / 4})  # fmt: skip
-    c = job.dynamics(_write(tmp_path / "m.jsonl", rows), "pacs", None)["curves"]
+    c = records.dynamics(_write(tmp_path / "m.jsonl", rows), "pacs", None)["curves"]
     assert c["dynamic_sampling/groups_kept"] == [4.0, None, 2.0, None, 4.0, None]
     run = {"method": "pacs", "seed": 0, "greedy": {"accuracy": 0.5}, "dynamics": {"curves": c}}
     whole, early = collapses.run_figures(run), collapses.run_figures(run, first=2)
@@ -134,7 +134,7 @@ def _pairs(diffs):
 
 def test_the_stopping_rule_says_where_it_stands():
     assert tables.verdict(_pairs([0.1])) == "PACS - grpo: 1 pair(s), no interval yet"
-    narrow = tables.verdict(_pairs([0.01, 0.02, 0.0, 0.01] * 3))
+    narrow = tables.verdict(_pairs([0.01, 0.02, 0.0, 0.01] * 3))  # at least MIN_PAIRS pairs, within ±5 pp
     assert narrow.startswith("PACS - grpo (greedy, last step): +1.0 pp [") and narrow.endswith("answered")
     early = tables.verdict(_pairs([0.01, 0.02, 0.0, 0.01]))  # as narrow, under ten pairs: not yet
     assert early.endswith(f"but the rule holds from {records.MIN_PAIRS} pairs on ({records.MIN_PAIRS - 4} more)")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pacs_rl.compare.execute import training_settings
-from pacs_rl.compare.plan import build_plan, load_settings_file, resolve_settings
+from pacs_rl.compare.job import run_values
+from pacs_rl.compare.plan import comparison_protocol, load_settings_file, resolve_settings
+from pacs_rl.training.checks import split_settings
 from pacs_rl.training.run import build_config
 from train_helpers import resolve
 
@@ -103,11 +104,11 @@ def test_the_table_covers_every_setting_of_the_issue():
 def test_compare_paper_7b_runs_each_method_as_the_authors_did(tmp_path):
     settings = resolve_settings(config=load_settings_file(REPO / "configs" / "compare_paper_7b.yaml"))
     trl, _ = _tables()
-    methods = {spec.method: spec for spec in build_plan(settings)}
-    assert set(methods) == {m for ms in COLUMNS.values() for m in ms}
+    proto = comparison_protocol(settings)
+    assert set(proto["methods"]) == {m for ms in COLUMNS.values() for m in ms}
     for column, names in COLUMNS.items():
         for name in names:
-            _, kwargs = training_settings(settings, methods[name], "base")  # CPU default ← train ← method
+            _, kwargs = split_settings(run_values(proto, name, 0)[0])  # CPU default ← train ← method
             config = build_config({**kwargs, **ON_CPU}, tmp_path / name)
             for row in trl:
                 _check(config, row, column, f"configs/compare_paper_7b.yaml, method {name}")

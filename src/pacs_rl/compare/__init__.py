@@ -1,12 +1,14 @@
-"""``pacs-rl compare``: the paper's experiments in miniature.
+"""``pacs-rl compare``: the paper's experiments in miniature, and PACS against GRPO powered by seed pairs.
 
-Trains each method (and each sweep value) from one base model on the same data, prompts, seeds and
-rollout budget, evaluates every final model and the base model with one pass@k protocol, and writes a
-paper-style report (tables with mean ± SE over seeds, curves, training dynamics, sweep heatmaps, the PACS
-critic's accuracy/calibration, paired tests). Resumable; a manifest pins the settings of the folder.
+One engine: a planner (methods × variants × seeds, `pacs_rl.compare.plan`), an executor that runs each training and
+evaluation in a process of its own and resumes what is half done (`pacs_rl.compare.driver`, `job`), one record
+format (`pacs_rl.compare.record`), and views over a record (the planned comparison's report.md with its tables,
+curves, sweep heatmaps and paired tests, `report`; a paired record's tables and figures, `tables`, `figures`).
 
-    from pacs_rl.compare import resolve_settings, run_comparison
-    run_comparison(resolve_settings(preset="smoke"), "runs/smoke")
+    from pacs_rl.compare import Options, comparison_protocol, resolve_settings, run
+    settings = resolve_settings(preset="smoke")
+    run(Options(record=Path("runs/smoke/record.json"), work=Path("runs/smoke"), seeds=settings["seeds"],
+                hours=None, target=None, max_seeds=None), comparison_protocol(settings))
 
 Names load lazily, so ``import pacs_rl.compare`` does not import torch.
 """
@@ -17,14 +19,14 @@ from pacs_rl.lazy import lazy_face
 
 _EXPORTS = {
     "PRESETS": "pacs_rl.compare.plan",
-    "CompareError": "pacs_rl.compare.plan",
-    "ManifestMismatch": "pacs_rl.compare.plan",
-    "RunSpec": "pacs_rl.compare.plan",
-    "build_plan": "pacs_rl.compare.plan",
+    "CompareError": "pacs_rl.compare.methods",
+    "Options": "pacs_rl.compare.driver",
+    "comparison_protocol": "pacs_rl.compare.plan",
     "method_names": "pacs_rl.compare.methods",
-    "parse_sweep": "pacs_rl.compare.plan",
+    "parse_method": "pacs_rl.compare.methods",
     "resolve_settings": "pacs_rl.compare.plan",
-    "run_comparison": "pacs_rl.compare.execute",
+    "run": "pacs_rl.compare.driver",
+    "variants": "pacs_rl.compare.plan",
     "write_comparison_report": "pacs_rl.compare.report",
 }
 

@@ -1,94 +1,62 @@
-"""What a comparison runs: methods, sweeps, presets, the run plan and the manifest that pins it.
+"""The one planner of a comparison: which methods and variants it trains (methods × variants), on which seeds, in
+which order, and, for `pacs-rl compare`, its settings (presets, a settings file, the options) made into the protocol
+its record holds (`pacs_rl.compare.record`).
 
-A *method* is a named set of `PACSConfig` overrides, one table for every comparison (compare/methods.py:
-``pacs`` = PACS unclipped as its authors ran it, ``pacs_clip`` = PACS with clip 1.0, ...).
-A *variant* is a method plus sweep overrides (``pacs[pacs_beta=0.1]``). A *run* is a variant and a seed.
-Every run starts from the same base model, sees the same training problems in the same order for a given
-seed, and has the same rollout budget (steps × prompts × G × tokens): methods and sweeps change only loss
-fields, and the budget fields live in the shared ``train`` section of the settings.
+A *method* is a name of the method table (compare/methods.py: ``pacs`` = PACS unclipped as its authors ran it,
+``pacs_clip`` = PACS with clip 1.0, ...) or any registered loss; a *variant* is a method with settings of its own,
+spelt ``pacs[pacs_beta=0.1]``; a *run* is a variant and a seed. Every variant is read and checked as `pacs-rl train`
+reads and checks its settings (its names known, close matches named; each value typed and in its domain; the whole
+run's config too), before anything runs, in the dry run and the run alike.
 
-Settings (a YAML/JSON file, a preset, then the command-line options, each overriding the previous)::
+`pacs-rl compare`'s settings (a YAML/JSON file, a preset, then the command-line options, each over the previous)::
 
     model: smollm2-135m            # base model: bundled alias, Hub id or local folder ("tiny" = a tiny random one)
-    methods: [pacs, grpo]
+    methods: [pacs, grpo, "pacs[pacs_beta=0.5]"]
     seeds: [0, 1]
-    sweeps: {pacs_beta: [0.1, 1, 10]}
-    train:  {dataset: "arithmetic?n=256&split=train", max_steps: 8, ...a data setting or a PACSConfig field}
+    sweeps: {pacs_beta: [0.1, 1, 10]}   # another spelling of variants: pacs[pacs_beta=0.1], pacs[pacs_beta=10]
+    train:  {dataset: "arithmetic?n=256&split=train", max_steps: 8, ...a data setting or a trainer config field}
     method_settings: {grpo: {max_grad_norm: 1.0}, pacs: {max_grad_norm: null}}   # optional, per method
     eval:   {benchmarks: ["arithmetic?n=40&split=test&seed=1"], n: 8, ks: [1, 2, 4, 8], temperature: 0.6, ...}
 
-Both sections take the data settings of `pacs-rl train` and `eval` (pacs_rl.settings.DataSettings: split,
-problem_field, answer_field, prompt_field, instruction, system_prompt, skip_bad_rows); the prompt of the training
-section (instruction, system_prompt) is the evaluation's too unless the eval section sets its own. ``eval.n`` is
-written as `pacs-rl eval --n` is: 32, math500=32,aime24=512, or paper.
-
-``method_settings`` sets config fields for one method only (the PACS authors clipped their baselines but
-not PACS, and only PPO has a critic); the budget fields (BUDGET_KEYS) may not differ between methods.
+Every run starts from the same base model, sees the same training problems in the same order for a given seed, and
+has the same rollout budget (the ``train`` section, shared); a variant or ``method_settings`` changes what it names.
+Both sections take the data settings of `pacs-rl train` and `eval` (pacs_rl.settings.DataSettings); the prompt of
+the training section (instruction, system_prompt) is the evaluation's too unless the eval section sets its own.
+``eval.n`` is written as `pacs-rl eval --n` is: 32, math500=32,aime24=512, or paper.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import difflib
-import functools
+import itertools
 import json
-import re
-import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pacs_rl.compare.methods import method_names, method_overrides
+from pacs_rl.compare.methods import (
+    RESERVED_KEYS,
+    CompareError,
+    base_method,
+    method_names,
+    split_methods,
+    variant_overrides,
+    variant_values,
+)
+from pacs_rl.compare.record import PRIMARY, PROTOCOL, complete_seeds, cpu_default
 from pacs_rl.data import ARITHMETIC_DIGITS, ARITHMETIC_OPS, benchmark_name
-from pacs_rl.evaluation.runner import EvalConfig, bench_slug, parse_samples
+from pacs_rl.evaluation.runner import EvalConfig, parse_samples, samples_per_benchmark
 from pacs_rl.rewards.graders import TRAINING_GRADER
 from pacs_rl.settings.aliases import rename_keys
 from pacs_rl.settings.data import DATA_KEYS
 from pacs_rl.settings.declarations import Check, declared, declared_problems, setting
 from pacs_rl.settings.errors import SettingsError
 from pacs_rl.settings.reading import coerce, read_yaml
-from pacs_rl.training.checks import coerce_setting, config_problems
+from pacs_rl.training.checks import coerce_setting, config_problems, read_settings, split_typed
 from pacs_rl.training.data import load_run_data
-from pacs_rl.training.schema import (
-    CONFIG_FIELDS,
-    CRITIC_FIELDS,
-    CRITIC_LOSS_TYPES,
-    RunSettings,
-)
-from pacs_rl.training.trl_fields import GRPO_FIELDS
+from pacs_rl.training.schema import RUN_FIELDS
 
-MANIFEST_FILE = "manifest.json"
-MANIFEST_VERSION = 1
-
-# The comparison folder (OUT = --output-dir), named here beside RunSpec.folder so that the runner and the
-# report read one layout:
-#   OUT/manifest.json                      the settings and the plan (a rerun must match them)
-#   OUT/base_model/                        only for model "tiny": the tiny random model used as base
-#   OUT/runs/<variant>/seed<s>/            a `pacs-rl train` run folder; TRAIN_DONE_FILE once finished
-#   OUT/evals/<variant>/seed<s>/<bench>/   a `pacs-rl eval` folder (run.json, samples.jsonl, metrics.json)
-#   OUT/evals/base/<bench>/                the base model's evaluation
-#   OUT/report.md, OUT/*.png               the report
-TRAIN_DONE_FILE = "compare_train_done.json"
-TRAIN_CONFIG_FILE = "train_config.yaml"
-BASE = "base"
-
-
-@functools.cache
-def _training():
-    """The training library (torch, TRL), imported on first use so that `pacs-rl --help` stays fast."""
-    from pacs_rl.training import run
-
-    return run
-
-
-def method_config_overrides(settings: dict[str, Any], method: str) -> dict[str, Any]:
-    """The config overrides of ``method`` in a comparison: the method's own (compare/methods.py), then its
-    ``method_settings``."""
-    return {**method_overrides(method), **settings.get("method_settings", {}).get(method, {})}
-
-
-# Fields a comparison sets for every run itself (they must not differ between methods).
-RESERVED_TRAIN_KEYS = ("output_dir", "seed", "data_seed", "loss_type")
 # The rollout budget (steps × prompts × G × tokens, and how completions are sampled): shared by every method,
 # so never in method_settings.
 BUDGET_KEYS = (
@@ -247,46 +215,6 @@ def grader_note(ev: dict[str, Any]) -> str:
     return " (" + ", ".join(f"{g} on {b}" for b, g in graders.items()) + ")"
 
 
-class CompareError(SettingsError):
-    """A comparison setting that cannot be run; the message names it and what to do."""
-
-
-class ManifestMismatch(CompareError):
-    """The comparison folder was made with other settings."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSpec:
-    """One training run: a variant (method + sweep overrides) and a seed."""
-
-    variant: str  # e.g. "pacs" or "pacs[pacs_beta=0.1]"
-    method: str
-    seed: int
-    overrides: dict[str, Any]  # PACSConfig overrides of the method and sweep
-    sweep: tuple[str, Any] | None = None  # (field, value) when this is a sweep variant
-
-    @property
-    def key(self) -> str:
-        return f"{self.variant}/seed{self.seed}"
-
-    @property
-    def folder(self) -> str:
-        """Relative folder of the run, a plain name per variant: runs/pacs__pacs_beta=0.1/seed0."""
-        return f"runs/{variant_slug(self.variant)}/seed{self.seed}"
-
-
-def eval_dir_of(out: Path, spec: RunSpec | None, benchmark: str) -> Path:
-    """The evaluation folder of one run (``spec``) or of the base model (None) on one benchmark, named as `pacs-rl
-    eval` names a benchmark's folder (:func:`pacs_rl.evaluation.runner.bench_slug`)."""
-    if spec is None:
-        return out / "evals" / BASE / bench_slug(benchmark)
-    return out / "evals" / spec.folder.removeprefix("runs/") / bench_slug(benchmark)
-
-
-def variant_slug(variant: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]", "_", variant.replace("[", "__").replace("]", ""))
-
-
 # ----------------------------------------------------------------------------------------------- settings
 def deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     """``top`` over ``base``; nested dicts merge, everything else is replaced."""
@@ -330,7 +258,7 @@ def load_settings_file(path: str | Path, notes: list[str] | None = None) -> dict
 def _methods(name: str, value: Any) -> str | None:
     if not value:
         return "--methods is empty; give e.g. --methods pacs,grpo."
-    unknown = [m for m in value if m not in method_names()]
+    unknown = [m for m in value if base_method(m) not in method_names()]
     if unknown:
         return f"--methods: unknown method(s) {unknown}; known: {', '.join(method_names())}."
     return f"--methods lists a method twice: {list(value)}." if len(set(value)) != len(value) else None
@@ -351,7 +279,9 @@ class Comparison:
         "Base model: bundled alias smollm2-135m, tiny (a tiny random model), Hub id or local folder.",
     )
     methods: tuple[str, ...] = setting(
-        ("pacs", "grpo"), "Methods, each a run per seed (compare/methods.py).", check=_methods
+        ("pacs", "grpo"),
+        "Methods and variants (pacs[pacs_beta=0.5]), each a run per seed (compare/methods.py).",
+        check=_methods,
     )
     seeds: tuple[int, ...] = setting((0,), "Seeds: one run per method and seed.", check=_seeds)
 
@@ -391,40 +321,22 @@ def resolve_settings(
     return settings
 
 
-def _pacs_fields() -> dict[str, dataclasses.Field]:
-    """The trainer config fields every method shares (PACSConfig's: a PPO critic field is per method)."""
-    return _training().config_fields("pacs")
-
-
-def _field_default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    return dataclasses.MISSING
-
-
-def shared_config_keys(loss_type: str | None = None) -> set[str]:
-    """The trainer config fields a comparison may set: every method's (a critic field only for a critic loss)."""
-    critic = set(CRITIC_FIELDS) if loss_type not in CRITIC_LOSS_TYPES else set()
-    return {*GRPO_FIELDS, *CONFIG_FIELDS, *CRITIC_FIELDS} - critic
-
-
 def check_settings(settings: dict[str, Any]) -> None:
-    """Refuse unknown methods, unknown or mistyped fields, reserved fields and empty lists, by name: all of it
-    without torch or TRL. A comma-separated ``methods`` and a number of ``seeds`` are made lists in place."""
+    """Refuse, by name and without torch or TRL, what `pacs-rl train` would refuse in any run of the comparison and
+    what the comparison cannot run: unknown methods and settings (close matches named), values out of their domain,
+    a method or variant named twice, a setting the comparison sets itself, a sweep that varies nothing, empty lists.
+    A comma-separated ``methods`` and a number of ``seeds`` are made lists in place."""
     _check_methods_and_seeds(settings)
     _check_train(settings["train"])
-    _check_sweeps(settings.get("sweeps", {}))
     _check_method_settings(settings)
     _check_eval(settings["eval"])
+    variants(settings)  # every method, variant and sweep value, and every run's whole config
 
 
 def _check_methods_and_seeds(settings: dict[str, Any]) -> None:
-    """methods and seeds by their declared checks, a comma-separated ``methods`` made a list and a number N of
-    ``seeds`` made seeds 0..N-1 first."""
-    if isinstance(settings["methods"], str):
-        settings["methods"] = [m.strip() for m in settings["methods"].split(",") if m.strip()]
+    """methods and seeds by their declared checks, a comma-separated ``methods`` made a list (a variant's own commas
+    kept) and a number N of ``seeds`` made seeds 0..N-1 first."""
+    settings["methods"] = split_methods(settings["methods"]) or []
     if isinstance(settings["seeds"], int) and not isinstance(settings["seeds"], bool):
         settings["seeds"] = list(range(settings["seeds"]))
     problems = declared_problems(settings, TOP_FIELDS.values())
@@ -433,44 +345,29 @@ def _check_methods_and_seeds(settings: dict[str, Any]) -> None:
 
 
 def _check_train(train: dict[str, Any]) -> None:
-    """The train section: a dataset, then only data settings and PACSConfig fields every method shares (none the
-    comparison sets itself), each of its type and usable together (the packages are checked where it runs)."""
-    fields = shared_config_keys()
+    """The train section: a dataset, then settings every run shares, read and checked as `pacs-rl train` reads them
+    (known names, close matches named; typed; in their domain): data settings and trainer config fields, none the
+    comparison sets itself (the packages are checked where it runs)."""
     if "dataset" not in train:
         raise CompareError(
             "train.dataset is missing: the training problems (e.g. 'arithmetic?n=256&split=train')."
         )
-    for key in train:
-        if key in ("dataset", *DATA_KEYS):
-            continue
-        if key in RESERVED_TRAIN_KEYS:
-            raise CompareError(
-                f"train.{key} is set by the comparison itself (per run / per method); remove it from the settings."
-            )
-        if key not in fields:
-            close = difflib.get_close_matches(key, [*fields, "dataset", *DATA_KEYS], n=3, cutoff=0.6)
-            hint = f"did you mean {', '.join(close)}?" if close else "see `pacs-rl train --list-keys`."
-            raise CompareError(f"train.{key} is neither a data setting nor a PACSConfig field; {hint}")
     try:
-        typed = {k: coerce_setting(k, v) for k, v in train.items()}
+        typed = read_settings(train, "train")
     except SettingsError as e:
-        raise CompareError(f"train: {e}") from None
-    problems = config_problems(typed, installed=False)  # the packages: where it runs (pacs-rl compare checks)
+        raise CompareError(str(e)) from None
+    for key in typed:
+        if key in RESERVED_KEYS or (key in RUN_FIELDS and key not in ("dataset", *DATA_KEYS)):
+            raise CompareError(f"train.{key} is set by the comparison itself (the model, every run's seed and "
+                               "folder, the method's loss, its own evaluation); remove it from the settings.")  # fmt: skip
+    problems = config_problems(train_config(train), installed=False)
     if problems:
         raise CompareError(f"train: {problems[0]}")
 
 
-def _check_sweeps(sweeps: dict[str, Any]) -> None:
-    """Each sweep: a shared PACSConfig field the comparison does not set itself, with at least one value."""
-    fields = shared_config_keys()
-    for name, values in sweeps.items():
-        if name not in fields or name in RESERVED_TRAIN_KEYS:
-            raise CompareError(
-                f"--sweep {name}=...: {name!r} is not a PACSConfig field that can be swept "
-                "(e.g. pacs_beta, pacs_score, pacs_weighted, reference, ref_reset_steps)."
-            )
-        if not isinstance(values, list) or not values:
-            raise CompareError(f"--sweep {name}: give at least one value, e.g. --sweep {name}=0.1,1,10.")
+def train_config(train: dict[str, Any]) -> dict[str, Any]:
+    """The trainer config fields of a train section, typed (its dataset and data settings left out)."""
+    return {k: coerce_setting(k, v) for k, v in train.items() if k not in ("dataset", *DATA_KEYS)}
 
 
 def _check_eval(ev: dict[str, Any]) -> None:
@@ -501,15 +398,16 @@ def _check_eval(ev: dict[str, Any]) -> None:
 
 
 def _check_method_settings(settings: dict[str, Any]) -> None:
-    """method_settings: {method: {field: value}} for methods of this comparison, fields of that method's config
-    class, never a budget or reserved field."""
+    """method_settings: {method: {field: value}} for methods of this comparison, never a budget field (each value
+    is read and checked with the method's variants, by `variants`)."""
     per_method = settings.get("method_settings") or {}
     if not isinstance(per_method, dict):
         raise CompareError(
             f"method_settings must map method -> {{field: value}}, got {type(per_method).__name__}."
         )
+    bases = [base_method(m) for m in settings["methods"]]
     for method, values in per_method.items():
-        if method not in settings["methods"]:
+        if method not in bases:
             raise CompareError(
                 f"method_settings.{method}: {method!r} is not among the methods of this comparison "
                 f"({', '.join(settings['methods'])})."
@@ -518,56 +416,163 @@ def _check_method_settings(settings: dict[str, Any]) -> None:
             raise CompareError(
                 f"method_settings.{method} must map field -> value, got {type(values).__name__}."
             )
-        fields = shared_config_keys(method_overrides(method)["loss_type"])
         for key in values:
-            if key in BUDGET_KEYS or key in RESERVED_TRAIN_KEYS:
+            if key in BUDGET_KEYS:
                 raise CompareError(
-                    f"method_settings.{method}.{key}: {key} must be the same for every method (the rollout budget or a "
-                    "field the comparison sets itself); set it in train."
-                )
-            if key not in fields:
-                raise CompareError(
-                    f"method_settings.{method}.{key} is not a field of {method}'s config; see `pacs-rl train --list-keys`."
+                    f"method_settings.{method}.{key}: {key} must be the same for every method (the rollout budget); "
+                    "set it in train."
                 )
 
 
 def parse_sweep(text: str) -> tuple[str, list[Any]]:
-    """``"pacs_beta=0.1,0.5,1"`` -> ``("pacs_beta", [0.1, 0.5, 1.0])``, each value typed as the field is."""
-    if "=" not in text:
-        raise CompareError(f"--sweep {text!r}: expected FIELD=V1,V2,... e.g. --sweep pacs_beta=0.1,1,10.")
-    name, _, raw = text.partition("=")
-    name = name.strip()
-    if name not in shared_config_keys():
-        raise CompareError(
-            f"--sweep {text!r}: {name!r} is not a PACSConfig field (e.g. pacs_beta, pacs_score)."
-        )
+    """``"pacs_beta=0.1,0.5,1"`` -> ``("pacs_beta", [0.1, 0.5, 1.0])``, the name read and each value typed as
+    `pacs-rl train` reads them (an unknown name refused with its close matches)."""
+    name, eq, raw = text.partition("=")
     values = [v.strip() for v in raw.split(",") if v.strip()]
-    if not values:
-        raise CompareError(f"--sweep {text!r}: no values after '='.")
+    if not eq or not values:
+        raise CompareError(f"--sweep {text!r}: expected FIELD=V1,V2,... e.g. --sweep pacs_beta=0.1,1,10.")
     try:
-        return name, [coerce_setting(name, v) for v in values]
-    except ValueError as e:
-        raise CompareError(f"--sweep {text!r}: {e}.") from None
+        return name.strip(), [
+            read_settings({name.strip(): v}, f"--sweep {text!r}")[name.strip()] for v in values
+        ]
+    except SettingsError as e:
+        raise CompareError(str(e)) from None
 
 
+# ----------------------------------------------------------------------------------------------- variants
+def _text(value: Any) -> str:
+    """A value as a variant's name writes it, read back as the same value: 0.1, 1e-05, true, null, rloo."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def variant_name(spec: str, key: str, value: Any) -> str:
+    """``spec`` (a method or variant) with ``key`` set to ``value``: pacs[reference=frozen] -> pacs[reference=frozen,
+    pacs_beta=0.1]."""
+    name, _, rest = spec.partition("[")
+    items = [i for i in rest.rstrip("]").split(",") if i and i.partition("=")[0].strip() != key]
+    return f"{name}[{','.join([*items, f'{key}={_text(value)}'])}]"
+
+
+def variants(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every variant a comparison trains, name -> its config overrides: the methods as listed (their
+    ``method_settings`` under a variant's own settings), then one variant per sweep value of each method the swept
+    setting applies to (a PACS option: the PACS methods), unless it trains as an earlier one (a value a method
+    already has is its plain run). Each is read and checked as `pacs-rl train` checks it, alone and as the whole run's
+    config with the train section; refused (CompareError) too: a method that trains as another listed before it, a
+    sweep that varies none of the methods."""
+    return _expand(settings)[0]
+
+
+def sweep_table(settings: dict[str, Any]) -> dict[str, dict[str, list]]:
+    """{setting: {method: [[value, variant], ...]}}: which variant holds each sweep value (a value a method already
+    has: its plain run)."""
+    return _expand(settings)[1]
+
+
+def _expand(settings: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, list]]]:
+    shared = {**cpu_default(), **train_config(settings["train"])}
+    per_method = settings.get("method_settings") or {}
+    out: dict[str, dict[str, Any]] = {}
+    given: dict[str, dict[str, Any]] = {}  # a listed variant's own settings, method_settings under them
+
+    def add(name: str, values: dict[str, Any], where: str) -> str:
+        overrides = _checked(settings, base_method(name), values, where)
+        first = next((v for v, o in out.items() if {**shared, **o} == {**shared, **overrides}), name)
+        out.setdefault(first, overrides)
+        return first
+
+    for spec in settings["methods"]:
+        base, values = variant_values(spec)
+        given[spec] = {**per_method.get(base, {}), **values}
+        first = add(
+            spec,
+            given[spec],
+            f"--methods {spec!r}" + (f" (with method_settings.{base})" if base in per_method else ""),
+        )
+        if first != spec:
+            raise CompareError(same_training(spec, first))
+    table: dict[str, dict[str, list]] = {}
+    for key, values in (settings.get("sweeps") or {}).items():
+        if not isinstance(values, list) or not values:
+            raise CompareError(f"--sweep {key}: give at least one value, e.g. --sweep {key}=0.1,1,10.")
+        applies = [
+            m for m in settings["methods"] if not key.startswith("pacs_") or out[m]["loss_type"] == "pacs"
+        ]
+        if not applies:
+            raise CompareError(f"--sweep {key}=...: none of the methods {settings['methods']} has {key} (a PACS "
+                               "option varies the PACS methods); add one, or sweep another setting")  # fmt: skip
+        for spec in applies:
+            table.setdefault(key, {})[spec] = [
+                [
+                    v,
+                    add(
+                        variant_name(spec, key, v),
+                        {**given[spec], key: v},
+                        f"--sweep {key}={_text(v)} ({spec})",
+                    ),
+                ]
+                for v in values
+            ]
+    return out, table
+
+
+def same_training(name: str, first: str) -> str:
+    """The refusal of a method listed after one it trains as."""
+    return f"--methods: {name} trains as {first} (every setting the same); list it once."
+
+
+def duplicate_problem(methods: dict[str, dict[str, Any]], shared: dict[str, Any]) -> str | None:
+    """Why ``methods`` (name -> config overrides) name one training twice (None when they do not), each over the
+    settings every run shares (``shared``)."""
+    for i, (name, overrides) in enumerate(methods.items()):
+        first = next(
+            (m for m, o in list(methods.items())[:i] if {**shared, **o} == {**shared, **overrides}), None
+        )
+        if first is not None:
+            return same_training(name, first)
+    return None
+
+
+def _checked(settings: dict[str, Any], method: str, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """The overrides of a variant of ``method`` (``values`` over the method's own), checked alone and as the whole
+    run's config with the train section (a group that does not fit the batch, a critic field without a critic,
+    ...); a refusal starts with ``where``."""
+    overrides = variant_overrides(method, values, where)
+    problems = config_problems({**train_config(settings["train"]), **overrides}, installed=False)
+    if problems:
+        raise CompareError(f"{where} with the train section: {'; '.join(problems)}")
+    return overrides
+
+
+def sweep_note(settings: dict[str, Any]) -> str | None:
+    """What the sweeps expand to, in one line (`pacs-rl compare` prints it): each a spelling of variants."""
+    parts = [f"{key}={_text(v)} of {spec}: {name if name != spec else 'its own run'}"
+             for key, by_method in sweep_table(settings).items() for spec, pairs in by_method.items()
+             for v, name in pairs]  # fmt: skip
+    return f"--sweep is a spelling of variants: {'; '.join(parts)}" if parts else None
+
+
+# ----------------------------------------------------------------------------------------------- the protocol
 PROMPT_KEYS = ("instruction", "system_prompt")  # the training section's prompt is the evaluation's too
 
 
-def run_settings(settings: dict[str, Any], base_model: str) -> RunSettings:
-    """The RunSettings of every training run of a comparison (`pacs-rl train`'s run keys): the train section's
-    dataset and data settings, no held-out evaluation (the comparison evaluates every model itself)."""
+def run_keys(settings: dict[str, Any]) -> dict[str, Any]:
+    """The `pacs-rl train` run keys of every run of a comparison: the base model, the train section's dataset and
+    data settings, no held-out evaluation (the comparison evaluates every model itself)."""
     train = settings["train"]
-    return RunSettings(
-        model=base_model,
-        dataset=train["dataset"],
-        train_size=0,
-        eval_size=0,  # the comparison evaluates every model itself, with one protocol
+    return {
+        "model": settings["model"],
+        "dataset": train["dataset"],
+        "train_size": 0,
+        "eval_size": 0,  # the comparison evaluates every model itself, with one protocol
         # an arithmetic source string means here what it means to the evaluation (load_problems): its own
         # ops=/digits=, else the task's defaults, not `pacs-rl train`'s CPU default task
-        arithmetic_ops=ARITHMETIC_OPS,
-        arithmetic_digits=str(ARITHMETIC_DIGITS),
+        "arithmetic_ops": ARITHMETIC_OPS,
+        "arithmetic_digits": str(ARITHMETIC_DIGITS),
         **{k: coerce_setting(k, train[k]) for k in DATA_KEYS if k in train},
-    )
+    }
 
 
 def eval_data_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -575,6 +580,28 @@ def eval_data_settings(settings: dict[str, Any]) -> dict[str, Any]:
     train, ev = settings["train"], settings["eval"]
     given = {**{k: train[k] for k in PROMPT_KEYS if k in train}, **{k: ev[k] for k in DATA_KEYS if k in ev}}
     return {k: coerce_setting(k, v) for k, v in given.items()}
+
+
+def comparison_protocol(settings: dict[str, Any]) -> dict[str, Any]:
+    """What every run of a planned comparison shares, as its record holds it: the runs' `pacs-rl train` settings
+    (``train``, over the CPU default it holds, ``cpu_default``), the variants with their config overrides
+    (``methods``), which variant holds each sweep value (``sweeps``), and the evaluation (``eval``: the section's
+    settings, its data settings, and per benchmark the n and ks drawn)."""
+    ev = {k: v for k, v in settings["eval"].items() if k not in DATA_KEYS}
+    default_n, by_bench = parse_samples(str(ev["n"]), ev["benchmarks"])
+    ns = samples_per_benchmark(ev["benchmarks"], by_bench, default_n)
+    drawn = {b: {"n": n, "ks": EvalConfig(model="-", benchmark=b, n=n, ks=ev.get("ks")).resolved_ks()}
+             for b, n in zip(ev["benchmarks"], ns, strict=True)}  # fmt: skip
+    trained, table = _expand(settings)
+    proto = {
+        "version": PROTOCOL["version"],
+        "train": {**run_keys(settings), **train_config(settings["train"])},
+        "methods": trained,
+        "sweeps": table,
+        "eval": {**ev, "data": eval_data_settings(settings), "samples": drawn},
+        "cpu_default": cpu_default(),
+    }
+    return json.loads(json.dumps(proto, default=str))
 
 
 _DATA_CHECKED: set[str] = (
@@ -589,139 +616,53 @@ def check_training_data(settings: dict[str, Any]) -> None:
     if key in _DATA_CHECKED:
         return
     try:
-        load_run_data(run_settings(settings, settings["model"]), seed=0)
+        run, _ = split_typed({**run_keys(settings), "model": settings["model"]})
+        load_run_data(run, seed=0)
     except SettingsError as e:
         raise CompareError(f"train.dataset cannot be used: {e}") from None
     _DATA_CHECKED.add(key)
 
 
-# ----------------------------------------------------------------------------------------------- plan
-def _fmt(value: Any) -> str:
-    return f"{value:g}" if isinstance(value, float) else str(value)
+# ----------------------------------------------------------------------------------------------- the runs' order
+def paired_arms_problem(methods: Iterable[str], max_pairs_given: bool) -> str | None:
+    """Why a paired record of ``methods`` could never stop by its rule (PACS − GRPO within the target): it lacks a
+    ``pacs`` or a ``grpo`` arm, and no --max-pairs stops it instead (None when it can stop)."""
+    missing = [m for m in ("pacs", PRIMARY) if m not in methods]
+    if not missing or max_pairs_given:
+        return None
+    return (f"--methods {','.join(methods)}: a paired record without a {' and a '.join(missing)} arm never reaches "
+            f"its stopping rule (PACS − {PRIMARY} within the target); add {','.join(missing)}, or give --max-pairs N "
+            "to stop after N seeds")  # fmt: skip
 
 
-def build_plan(settings: dict[str, Any]) -> list[RunSpec]:
-    """Every (variant, seed) to train, methods first, then one variant per sweep value.
-
-    A sweep applies to the methods it can change: PACS fields (``pacs_*``) to methods with
-    loss_type='pacs', other fields to every method. A sweep value that equals what a method already
-    uses is not trained twice: it maps onto that method's run (see :func:`sweep_table`)."""
-    fields = _pacs_fields()
-    specs: list[RunSpec] = []
-    seen: dict[str, str] = {}  # effective overrides -> variant name
-
-    def effective(overrides: dict[str, Any]) -> str:
-        """The overrides that change something relative to the shared train settings / field defaults."""
-        eff = {}
-        for k, v in overrides.items():
-            base = settings["train"].get(k, _field_default(fields[k]) if k in fields else dataclasses.MISSING)
-            if k == "loss_type" or base is dataclasses.MISSING or base != v:
-                eff[k] = v
-        return json.dumps(eff, sort_keys=True, default=str)
-
-    variants: list[tuple[str, str, dict[str, Any], tuple[str, Any] | None]] = []
-    for m in settings["methods"]:
-        variants.append((m, m, method_config_overrides(settings, m), None))
-    for name, values in settings.get("sweeps", {}).items():
-        for m in settings["methods"]:
-            if name.startswith("pacs_") and method_overrides(m)["loss_type"] != "pacs":
-                continue
-            for v in values:
-                overrides = {**method_config_overrides(settings, m), name: v}
-                variants.append((f"{m}[{name}={_fmt(v)}]", m, overrides, (name, v)))
-    for variant, method, overrides, sweep in variants:
-        eff = effective(overrides)
-        if eff in seen:
-            continue  # same training as an earlier variant
-        seen[eff] = variant
-        for s in settings["seeds"]:
-            specs.append(RunSpec(variant, method, int(s), overrides, sweep))
-    return specs
+def next_jobs(
+    record: dict,
+    methods: list[str],
+    full_seeds: int | None = None,
+    first_seed: int = 0,
+    seeds: Iterable[int] | None = None,
+) -> Iterator[tuple[str | None, int | None]]:
+    """(method, seed) in order: the base model, then seed after seed (``seeds``, else from ``first_seed`` on without
+    end), every method of a seed together, what the record does not hold. From seed ``full_seeds`` on, only PACS and
+    PRIMARY (the pair a paired record's stopping rule is on) when the record has both."""
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    base = record.get("base")
+    if base is None or (
+        record.get("protocol", {}).get("passk") and "passk" not in base
+    ):  # pass@k taken on later
+        yield None, None
+    pair = [m for m in methods if m in ("pacs", PRIMARY)]
+    for seed in itertools.count(first_seed) if seeds is None else seeds:
+        later = full_seeds is not None and seed >= full_seeds and len(pair) == 2
+        for method in pair if later else methods:
+            if (method, seed) not in have:
+                yield method, seed
 
 
-def sweep_table(settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, dict[str, dict[Any, str]]]:
-    """{field: {method: {value: variant}}}: which trained variant holds each sweep value.
-
-    A value equal to the method's own setting points at the method's plain run."""
-    fields = _pacs_fields()
-    variants = {s.variant for s in plan}
-    out: dict[str, dict[str, dict[Any, str]]] = {}
-    for name, values in settings.get("sweeps", {}).items():
-        for m in settings["methods"]:
-            if name.startswith("pacs_") and method_overrides(m)["loss_type"] != "pacs":
-                continue
-            own = method_config_overrides(settings, m).get(
-                name, settings["train"].get(name, _field_default(fields[name]))
-            )
-            for v in values:
-                variant = f"{m}[{name}={_fmt(v)}]"
-                if variant not in variants and v == own:
-                    variant = m
-                if variant in variants:
-                    out.setdefault(name, {}).setdefault(m, {})[v] = variant
-    return out
-
-
-# ----------------------------------------------------------------------------------------------- manifest
-def manifest_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """The part of the settings that defines the results (everything but the preset's name)."""
-    return json.loads(json.dumps({k: v for k, v in settings.items() if k != "preset"}, default=str))
-
-
-def write_or_check_manifest(out: Path, settings: dict[str, Any], plan: list[RunSpec]) -> dict[str, Any]:
-    """Create ``manifest.json``, or check that the one there was written with the same settings.
-
-    Raises ManifestMismatch listing every differing setting."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / MANIFEST_FILE
-    wanted = manifest_settings(settings)
-    runs = [{"key": s.key, "variant": s.variant, "method": s.method, "seed": s.seed,
-             "overrides": s.overrides, "folder": s.folder} for s in plan]  # fmt: skip
-    if path.is_file():
-        old = json.loads(path.read_text())
-        # an evaluation key added to this version after the folder was made counts at its default value
-        recorded = deep_merge({"eval": EVAL_DEFAULTS}, renamed(old.get("settings", {}), str(path)))
-        diffs = _diff(recorded, wanted)
-        if diffs:
-            lines = "\n".join(f"  {k}: folder has {a!r}, this command has {b!r}" for k, a, b in diffs)
-            raise ManifestMismatch(
-                f"{out} holds a comparison made with other settings:\n{lines}\n"
-                "Rerun with the same settings to resume it, or choose another --output-dir."
-            )
-        return old
-    manifest = {
-        "version": MANIFEST_VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "preset": settings.get("preset"),
-        "settings": wanted,
-        "runs": json.loads(json.dumps(runs, default=str)),
-    }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2))
-    tmp.replace(path)
-    return manifest
-
-
-def as_recorded(plan: list[RunSpec], manifest: dict[str, Any]) -> tuple[list[RunSpec], list[str]]:
-    """The plan with each run the folder's manifest records taking its recorded overrides (a folder keeps what its
-    runs were trained with, where a method's name has since changed meaning), and a line per variant that does."""
-    recorded = {r["key"]: r.get("overrides") for r in manifest.get("runs", [])}
-    out, changed = [], {}
-    for spec in plan:
-        old = recorded.get(spec.key)
-        if old is not None and old != json.loads(json.dumps(spec.overrides, default=str)):
-            changed[spec.variant] = (old, spec.overrides)
-            spec = dataclasses.replace(spec, overrides=old)
-        out.append(spec)
-    lines = [f"{v}: this folder's runs keep the settings they were trained with, {old}; a new folder's {v} is {new}"
-             for v, (old, new) in changed.items()]  # fmt: skip
-    return out, lines
-
-
-def _diff(a: Any, b: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b), key=str):
-            out += _diff(a.get(k), b.get(k), f"{prefix}.{k}" if prefix else str(k))
-        return out
-    return [] if a == b else [(prefix or "settings", a, b)]
+def other_jobs(record: dict, methods: list[str]) -> list[tuple[str, int]]:
+    """Once PACS − PRIMARY has its interval: the record's other methods on the seeds that hold that pair, seed by
+    seed, what the record does not have yet."""
+    have = {(r["method"], r["seed"]) for r in record["runs"]}
+    paired_seeds = complete_seeds(record, ["pacs", PRIMARY])
+    others = [m for m in methods if m not in ("pacs", PRIMARY)]
+    return [(m, s) for s in paired_seeds for m in others if (m, s) not in have]

@@ -1,13 +1,15 @@
-"""The paired record's driver: runs in processes of their own (:mod:`pacs_rl.compare.paired.job`), ``workers`` at a
-time, each result into the record as it lands, until the stopping rule: the time is up, the seeds asked for are
-complete (40 by default), or PACS − GRPO's interval is within the target and the record's other methods have run on
-its seeds.
+"""The one executor of a comparison: runs in processes of their own (:mod:`pacs_rl.compare.job`), ``workers`` at a
+time, each result into the record as it lands, until the plan is done or the stopping rule holds: the time is up,
+the seeds asked for are complete, or (a paired record) PACS − GRPO's interval is within the target and the record's
+other methods have run on its seeds.
 
 Stopped (Ctrl-C, end of session, or its own ``stop_after``) and started again, it goes on: a run in the record is
-done, a run folder left half-way resumes from its last checkpoint. ``stop_after`` ends it cleanly inside a time
-limit it cannot outlive (a lent machine's call): the runs still going are stopped, every finished one is in the
-record. Each run has ``threads`` torch threads (default 1: two single-threaded
-runs use 2 cores better than one two-threaded run, and a run at one thread repeats itself).
+done, a run folder left half-way resumes from its last checkpoint, an evaluation from the samples it has.
+``stop_after`` ends it cleanly inside a time limit it cannot outlive (a lent machine's call): the runs still going
+are stopped, every finished one is in the record. Each run has ``threads`` torch threads (default 1: two
+single-threaded runs use 2 cores better than one two-threaded run, and a run at one thread repeats itself); on a
+GPU, as many run at once as its memory holds. A second machine adds to a copy of the record from ``first_seed`` on,
+and :func:`pacs_rl.compare.record.merge_records` brings its runs back.
 """
 
 from __future__ import annotations
@@ -25,22 +27,25 @@ from pathlib import Path
 
 from filelock import Timeout
 
+from pacs_rl.compare.job import JOB_ENV
 from pacs_rl.compare.lock import lock_of
-from pacs_rl.compare.paired.job import JOB_ENV
-from pacs_rl.compare.paired.record import (
+from pacs_rl.compare.methods import CompareError
+from pacs_rl.compare.plan import next_jobs, other_jobs
+from pacs_rl.compare.record import (
     MAX_PAIRS,
     PRIMARY,
     RESULT_FILE,
     TARGET,
     complete_seeds,
+    is_comparison,
     load_record,
+    open_record,
     passk_due,
     save_record,
     slug,
     target_reached,
 )
-from pacs_rl.compare.paired.tables import cost_line, run_line, summary_text, verdict
-from pacs_rl.compare.plan import CompareError
+from pacs_rl.compare.tables import cost_line, run_line, summary_text, verdict
 from pacs_rl.device import cuda_info
 
 
@@ -48,22 +53,22 @@ from pacs_rl.device import cuda_info
 class Options:
     """How :func:`run` adds to a record: where it and the run folders are, how many runs at once with how many
     threads each, when to stop (hours: no run starts after them; the target half-width of PACS − PRIMARY; a number
-    of complete seeds; ``stop_after`` seconds: the driver ends, its running runs stopped), from which seed on only
-    PACS and PRIMARY run (``full_seeds``; None: every method on every seed), from which seed new seeds start
-    (``first_seed``: a second machine adding to a copy of the record takes seeds the first will not reach, and its
-    runs are merged back with :func:`merge_records`), and the protocol of a new record (methods, train overrides,
-    pass@k)."""
+    of complete seeds; ``stop_after`` seconds: the driver ends, its running runs stopped; None: no such limit), which
+    seeds (``seeds``: these, a planned comparison's; else from ``first_seed`` on, a second machine taking seeds the
+    first will not reach), from which seed on only PACS and PRIMARY run (``full_seeds``; None: every method on every
+    seed), and the protocol of a new paired record (methods, train overrides, pass@k)."""
 
     record: Path
     work: Path
     workers: int = 2
     threads: int = 1
-    hours: float = 8.0
-    target: float = TARGET
+    hours: float | None = 8.0
+    target: float | None = TARGET
     max_seeds: int | None = MAX_PAIRS
     stop_after: float | None = None
     full_seeds: int | None = None
     first_seed: int = 0
+    seeds: list[int] | None = None
     methods: list[str] | None = None
     overrides: dict | None = None
     no_passk: bool = False
@@ -113,6 +118,7 @@ def gpu_slots(workers: int, cuda) -> tuple[int, str | None]:
 
 
 WORK_PROTOCOL = "protocol.json"  # in a record's folder of run folders: the protocol they train under
+LEGACY_MANIFEST = "manifest.json"  # a comparison folder of the engine before records (its own layout)
 
 
 def _training(proto: dict) -> dict:
@@ -122,13 +128,17 @@ def _training(proto: dict) -> dict:
 
 def work_problem(work: Path, proto: dict) -> str | None:
     """Why the run folders under ``work`` cannot serve a record of ``proto``, or None: they were made under another
-    protocol (their WORK_PROTOCOL), or by an older record that wrote none. A finished run folder there would be taken
-    as this record's run."""
+    protocol (their WORK_PROTOCOL), by an older record that wrote none, or by the comparisons before records (a
+    manifest.json). A finished run folder there would be taken as this record's run."""
     marker = work / WORK_PROTOCOL
     if marker.is_file():
         if _training(json.loads(marker.read_text())) == _training(proto):
             return None
         return f"--output-dir {work} holds the runs of another protocol ({marker}): give this record a folder of its own"
+    if (work / LEGACY_MANIFEST).is_file():
+        return (f"--output-dir {work} holds a comparison made before comparisons kept a record (its "
+                f"{LEGACY_MANIFEST}): `pacs-rl compare --report-only -o {work}` reads it; give a new comparison a "
+                "folder of its own")  # fmt: skip
     if started_seeds(work) or (work / "base").is_dir():
         return (f"--output-dir {work} holds run folders without a {WORK_PROTOCOL} (an older record's): give this "
                 "record a folder of its own")  # fmt: skip
@@ -140,38 +150,11 @@ def started_seeds(work: Path) -> tuple[int, ...]:
     return tuple(int(p.name[4:]) for p in work.glob("*/seed*") if p.is_dir() and p.name[4:].isdigit())
 
 
-def other_jobs(record: dict, methods: list[str]) -> list[tuple[str, int]]:
-    """Once PACS − PRIMARY has its interval: the record's other methods on the seeds that hold that pair, seed by
-    seed, what the record does not have yet."""
-    have = {(r["method"], r["seed"]) for r in record["runs"]}
-    paired_seeds = complete_seeds(record, ["pacs", PRIMARY])
-    others = [m for m in methods if m not in ("pacs", PRIMARY)]
-    return [(m, s) for s in paired_seeds for m in others if (m, s) not in have]
-
-
-def next_jobs(record: dict, methods: list[str], full_seeds: int | None = None, first_seed: int = 0):
-    """(method, seed) in order: the base model, then seed after seed from ``first_seed``, every method of a seed
-    together. From seed ``full_seeds`` on, only PACS and PRIMARY (the pair the stopping rule is on) when the record
-    has both."""
-    have = {(r["method"], r["seed"]) for r in record["runs"]}
-    base = record.get("base")
-    if base is None or (
-        record.get("protocol", {}).get("passk") and "passk" not in base
-    ):  # pass@k taken on later
-        yield None, None
-    pair = [m for m in methods if m in ("pacs", PRIMARY)]
-    seed = first_seed
-    while True:
-        later = full_seeds is not None and seed >= full_seeds and len(pair) == 2
-        for method in pair if later else methods:
-            if (method, seed) not in have:
-                yield method, seed
-        seed += 1
-
-
-def run(args: Options) -> None:
-    """Add runs to the record ``args.record`` until its stopping rule (:class:`Options`), ``args.workers`` at a
-    time, each a process of its own; prints a line per finished run and the summary at the end."""
+def run(args: Options, proto: dict | None = None, what: str = "") -> dict:
+    """Add runs to the record ``args.record`` until its plan is done or its stopping rule holds (:class:`Options`),
+    ``args.workers`` at a time, each a process of its own; prints a line per finished run, and for a paired record
+    its summary at the end. ``proto``: a planned comparison's protocol (its record is ``what``); None: a paired
+    record's, from ``args``. Returns the record."""
     started = time.time()  # stop_after counts from here
     lock = lock_of(args.work / args.record.name)  # in the run folders: the record may sit among the docs
     try:
@@ -181,14 +164,17 @@ def run(args: Options) -> None:
             f"{args.record} is being added to by another process (it holds {lock.lock_file}); let it finish or stop it"
         ) from None
     try:
-        _run(args, started)
+        return _run(args, started, proto, what)
     finally:
         lock.release()
 
 
-def _run(args: Options, started: float) -> None:
-    record = load_record(args.record, args.overrides, args.methods, not args.no_passk, args.passk_every,
-                         started_seeds(args.work))  # fmt: skip
+def _run(args: Options, started: float, proto: dict | None, what: str) -> dict:
+    if proto is not None:
+        record = open_record(args.record, proto, what)
+    else:
+        record = load_record(args.record, args.overrides, args.methods, not args.no_passk, args.passk_every,
+                             started_seeds(args.work))  # fmt: skip
     problem = work_problem(args.work, record["protocol"])
     if problem:
         raise CompareError(problem)
@@ -207,9 +193,11 @@ def _run(args: Options, started: float) -> None:
         driver.loop()
     except KeyboardInterrupt:
         driver.stop_children()
-    print(summary_text(record))
-    print(verdict(record, args.target, args.max_seeds))
-    print(cost_line(record))
+    if not is_comparison(record["protocol"]):
+        print(summary_text(record))
+        print(verdict(record, args.target or TARGET, args.max_seeds))
+        print(cost_line(record))
+    return record
 
 
 def run_seconds(record: dict, device: str) -> float | None:
@@ -229,10 +217,10 @@ class _Driver:
         self.args, self.record = args, record
         self.methods = list(record["protocol"]["methods"])
         started = time.time() if started is None else started
-        self.deadline = started + args.hours * 3600  # no run starts after it
+        self.deadline = None if args.hours is None else started + args.hours * 3600  # no run starts after it
         self.end = None if args.stop_after is None else started + args.stop_after  # the driver ends here
         self.run_seconds = run_seconds(record, device)  # how long a run takes here, by the record
-        self.jobs = next_jobs(record, self.methods, args.full_seeds, args.first_seed)
+        self.jobs = next_jobs(record, self.methods, args.full_seeds, args.first_seed, args.seeds)
         self.running: dict[subprocess.Popen, tuple] = {}
         self.failures: dict[tuple, int] = {}
         self.pending: list[tuple] = []
@@ -253,6 +241,8 @@ class _Driver:
     def stop_children(self, *_) -> None:
         for proc in self.running:
             proc.terminate()
+        print(f"stopped: every finished run is in {self.args.record}; the same command goes on from there (a run "
+              "from its last checkpoint)", flush=True)  # fmt: skip
         raise SystemExit(130)
 
     def reap(self) -> None:
@@ -276,9 +266,11 @@ class _Driver:
         pair = [m for m in self.methods if m in ("pacs", PRIMARY)]
         counted = pair if args.full_seeds is not None and len(pair) == 2 else self.methods
         done = len(complete_seeds(self.record, counted))
-        if time.time() > self.deadline or (args.max_seeds is not None and done >= args.max_seeds):
+        if (self.deadline is not None and time.time() > self.deadline) or (
+            args.max_seeds is not None and done >= args.max_seeds
+        ):
             return True
-        if not target_reached(self.record, args.target):
+        if args.target is None or not target_reached(self.record, args.target):
             return False
         if not self.answered:
             self.answered = True
@@ -309,7 +301,7 @@ class _Driver:
     def start(self, method, seed) -> None:
         args, folder = self.args, self.folder_of(method, seed)
         folder.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pacs_rl.compare.paired.job", "job", "--work", str(args.work),
+        cmd = [sys.executable, "-m", "pacs_rl.compare.job", "job", "--work", str(args.work),
                "--threads", str(args.threads), "--protocol", json.dumps(self.record["protocol"])]  # fmt: skip
         cmd += [] if method is None else ["--method", method, "--seed", str(seed)]
         env = {
@@ -320,7 +312,7 @@ class _Driver:
         }
         log = open(f"{folder}.log", "a")  # noqa: SIM115 (closed with the process)
         self.running[subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)] = (method, seed)
-        print(f"started {method or 'base'} seed {seed}", flush=True)
+        print(f"started {'base' if method is None else f'{method} seed {seed}'}", flush=True)
 
     def may_start(self) -> bool:
         """Whether a run started now would end before stop_after, by how long the record's runs took on this device
@@ -366,7 +358,7 @@ class _Driver:
             stop = self.stopping() or self.disk_short() or not self.may_start()
             while not stop and len(self.running) < args.workers:
                 method, seed = self.pending.pop(0) if self.pending else next(self.jobs, (False, None))
-                if method is False:  # the other methods' jobs are all out
+                if method is False:  # the plan, or the other methods' jobs, are all out
                     break
                 if seed is not None and self.seeds_full(seed):
                     break

@@ -1,8 +1,9 @@
-"""One run of a paired record, in a process of its own (``python -m pacs_rl.compare.paired.job``, started by the
-driver): `pacs-rl train`'s CPU default under the record's protocol, the method and the seed, on the device the
-machine offers (:func:`pacs_rl.device.with_device`), then evaluated greedy on the whole held-out split at each of
-the protocol's steps and, where the protocol has it, with pass@k; its result (``result.json``) is what the record
-keeps. Only the result is kept: a run folder loses its weights once evaluated.
+"""One run of a record, in a process of its own (``python -m pacs_rl.compare.job job ...``, started by the driver):
+`pacs-rl train`'s CPU default under the record's protocol, the method and the seed, on the device the machine offers
+(:func:`pacs_rl.device.with_device`), then evaluated as the protocol says (a paired record: greedy on the whole
+held-out split at each of its steps and, where it has it, with pass@k; a planned comparison: pass@k on each of its
+benchmarks); its result (``result.json``) is what the record keeps. A paired record keeps only the result: its run
+folder loses its weights once evaluated; a planned comparison's run folder stays an ordinary `pacs-rl train` folder.
 """
 
 from __future__ import annotations
@@ -22,11 +23,21 @@ import subprocess  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from pacs_rl.compare.paired.record import KS, PROTOCOL, RESULT_FILE, passk_due, slug, tail_mean  # noqa: E402
+from pacs_rl.compare.record import (  # noqa: E402
+    CALIBRATION,
+    KS,
+    PROTOCOL,
+    RESULT_FILE,
+    dynamics,
+    is_comparison,
+    passk_due,
+    slug,
+)
 from pacs_rl.data import arithmetic_pool_size, arithmetic_problems  # noqa: E402
 from pacs_rl.device import CPU_ONLY, cuda_info, with_device  # noqa: E402
 from pacs_rl.evaluation.audit import audit  # noqa: E402
-from pacs_rl.evaluation.runner import EvalConfig, build_sampler, run_eval  # noqa: E402
+from pacs_rl.evaluation.runner import EvalConfig, bench_slug, build_sampler, run_eval  # noqa: E402
+from pacs_rl.evaluation.samples import count_correct, read_samples  # noqa: E402
 from pacs_rl.models import TINY_MODEL, resolve_model, tiny_model_folder  # noqa: E402
 from pacs_rl.run_folder import (  # noqa: E402
     CHECKPOINT_PREFIX,
@@ -35,7 +46,6 @@ from pacs_rl.run_folder import (  # noqa: E402
     FINISHED_FILE,
     HELDOUT_SEED,
     METRICS_FILE,
-    read_jsonl,
 )
 from pacs_rl.training.checks import split_settings  # noqa: E402
 from pacs_rl.training.schema import default_settings  # noqa: E402
@@ -51,8 +61,8 @@ def heldout_problems():
 
 
 def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: str = "cpu") -> dict:
-    """Greedy accuracy on the whole held-out split and pass@k on its first problems (resumable), in fp32 on
-    ``device``."""
+    """A paired record's evaluation: greedy accuracy on the whole held-out split and pass@k on its first problems
+    (resumable), in fp32 on ``device``."""
     problems = heldout_problems()
     g, pk = PROTOCOL["greedy"], PROTOCOL["passk"]
     base = {
@@ -109,82 +119,54 @@ def evaluate(model: str, out: Path, threads: int, passk: bool = True, device: st
     return result
 
 
-# a run's per-step curves: the metric of metrics.jsonl -> its name in the record (None on a step without it;
-# rollout metrics are logged at the rollout's steps only)
-CURVES = {
-    "reward": "reward",
-    "entropy": "entropy",
-    "completions/mean_length": "length",
-    "completions/clipped_ratio": "cut_off",  # the rollout's completions cut at the token limit
-    "groups/mixed_frac": "mixed_groups",  # the rollout's groups holding both labels
-    "groups/mixed_frac_minibatch": "mixed_groups_minibatch",  # the optimizer step's
-    "grad_norm": "grad_norm",  # before any clip
-    "optimizer/skipped_no_signal": "skipped_no_signal",  # 1.0: no group with both labels, no step
-    "optimizer/skipped_nonfinite": "skipped_nonfinite",
-    "pacs/critic_auc": "critic_auc",
-}
-
-
-def _curve(rows: list[dict], key: str) -> list[float | None]:
-    return [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
-
-
-def grad_clipped(curves: dict, max_grad_norm: float | None) -> list[float | None] | None:
-    """Per step, 1.0 where the gradient clip scaled the step's gradient (its norm above ``max_grad_norm`` on a step
-    the optimizer took), else 0.0; None for a run without a clip (no step is clipped: not a fraction of 0)."""
-    if not max_grad_norm:
-        return None
-    skipped = [
-        bool(a) or bool(b)
-        for a, b in zip(curves["skipped_no_signal"], curves["skipped_nonfinite"], strict=True)
-    ]
-    return [
-        None if norm is None else float(norm > max_grad_norm and not skip)
-        for norm, skip in zip(curves["grad_norm"], skipped, strict=True)
-    ]
-
-
-def dynamics(metrics_file: Path, loss_type: str = "pacs", max_grad_norm: float | None = None) -> dict:
-    """Per-step curves (CURVES; the loss's ratio clip fraction, ``<loss_type>/clip_ratio_region``, where it logs one;
-    whether the gradient clip acted; the dynamic-sampling figures when the run sampled so) and first/last summaries
-    from a run's metrics.jsonl (a line cut mid-write is skipped, as everywhere the file is read)."""
-    rows = [r for r in read_jsonl(metrics_file) if "step" in r and "loss" in r]
-    curves = {name: _curve(rows, key) for key, name in CURVES.items()}
-    ratio = f"{loss_type}/clip_ratio_region"  # the baselines' share of tokens whose ratio the clip held
-    if any(ratio in r for r in rows):
-        curves["ratio_clipped"] = _curve(rows, ratio)
-    clipped = grad_clipped(curves, max_grad_norm)
-    if clipped is not None:
-        curves["grad_clipped"] = clipped
-    for key in sorted({k for r in rows for k in r if k.startswith("dynamic_sampling/")}):
-        curves[key] = _curve(rows, key)
-    logged = {k: [v for v in c if v is not None] for k, c in curves.items()}
-    return {
-        "steps": len(rows),
-        "entropy_first_3": tail_mean(logged["entropy"][:3]),
-        "entropy_last_3": tail_mean(logged["entropy"], 3),
-        "length_first_3": tail_mean(logged["length"][:3]),  # logged at rollout steps only
-        "length_last_3": tail_mean(logged["length"], 3),
-        "reward_last_3": tail_mean(logged["reward"], 3),
-        "critic_auc_second_minibatch": tail_mean(curves["critic_auc"][1::2]),
-        # the steps' own times, summed: the training time whatever stops and resumes the run had
-        "train_seconds": round(sum(float(r.get("step_time") or 0.0) for r in rows)),
-        "curves": curves,
-    }
+def evaluate_benchmarks(proto: dict, model: str, out: Path, threads: int, device: str, label: str) -> dict:
+    """A planned comparison's evaluation: pass@k on each of its benchmarks by its one protocol (the same problems,
+    n, k, temperature, top-p and seed for every model), resumable, with each problem's right answers (the report's
+    paired test reads them) and `pacs-rl eval`'s metrics (``metrics``, for the model card)."""
+    ev, evals, metrics = proto["eval"], {}, []
+    for bench, drawn in ev["samples"].items():
+        folder = out / bench_slug(bench)
+        config = EvalConfig(
+            model=model, benchmark=bench, output_dir=str(folder), n=drawn["n"], ks=drawn["ks"],
+            temperature=ev["temperature"], top_p=ev["top_p"], max_new_tokens=ev["max_new_tokens"],
+            batch_size=ev["batch_size"], seed=ev["seed"], grader=ev["grader"], verify_workers=ev["verify_workers"],
+            plain_prompt=ev["plain_prompt"], backend=ev["backend"], dtype=ev["dtype"], device=device,
+            num_threads=threads, label=label, progress=False, **ev["data"],
+        )  # fmt: skip
+        t0 = time.time()
+        m = run_eval(config)
+        rows, _ = read_samples(folder / EVAL_SAMPLES_FILE)
+        counts = count_correct(rows, drawn["n"])
+        evals[bench] = {
+            "n": m["n"],
+            "ks": m["ks"],
+            "num_problems": m["num_problems"],
+            "pass_at_k": m["pass_at_k"],
+            "mean_length": m["mean_completion_tokens"],
+            "seconds": round(time.time() - t0),
+            "correct": {pid: c.correct for pid, c in sorted(counts.items()) if c.samples == drawn["n"]},
+        }
+        metrics.append(m)
+    return {"evals": evals, "metrics": metrics}
 
 
 def run_values(proto: dict, method: str, seed: int) -> tuple[dict, object]:
     """(the flat settings of one run of ``proto``, the device choice): `pacs-rl train`'s CPU default under the
-    protocol, the method and the seed, on the device the machine offers (pacs_rl.device), in fp32 and with
-    the CPU default's sampler and update pieces wherever it trains, so that a run on a GPU differs from one on a
-    CPU only in its kernels. On a CPU these are the CPU default's own settings (fp32 whatever the CPU: the record
-    began before the CPU default could choose bf16). The CPU default is the one the protocol holds (``cpu_default``,
-    since version 3), over this code's for a setting it lacks."""
+    protocol, the method and the seed, on the device the machine offers (pacs_rl.device). A paired record's runs
+    train in fp32 with the CPU default's sampler and update pieces wherever they train, so that a run on a GPU
+    differs from one on a CPU only in its kernels (fp32 whatever the CPU: the record began before the CPU default
+    could choose bf16); a planned comparison's take the device's own choices unless its train section sets them.
+    The CPU default is the one the protocol holds (``cpu_default``, since version 3), over this code's for a setting
+    it lacks."""
     defaults = {**default_settings(), **proto.get("cpu_default", {})}
-    pinned = {k: defaults[k] for k in CPU_ONLY}  # kept on CUDA too: the same sampler on every device
-    return with_device(
-        {**pinned, "bf16": False, **proto["train"], **proto["methods"][method], "seed": seed}, defaults
-    )
+    user = {**proto["train"], **proto["methods"][method], "seed": seed}
+    if not is_comparison(proto):
+        user = {
+            **{k: defaults[k] for k in CPU_ONLY},
+            "bf16": False,
+            **user,
+        }  # the same sampler on every device
+    return with_device(user, defaults)
 
 
 def job(method: str | None, seed: int | None, work: Path, threads: int, proto: dict) -> None:
@@ -198,7 +180,6 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # sympy's, once per graded answer
     torch.set_num_threads(threads)
     imports = round(time.time() - STARTED)  # the run process's imports (torch, transformers, TRL)
-    train, passk = proto["train"], passk_due(proto, seed)
     cuda = cuda_info()
     device = "cuda" if cuda.available else "cpu"  # the base model's evaluation; a run's is its training's
     host = {
@@ -210,7 +191,7 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
         "date": time.strftime("%Y-%m-%d"),
     }
     if method is None:
-        _evaluate_base(train, work / "base", threads, passk, device, host)
+        _evaluate_base(proto, work / "base", threads, device, host)
         return
     folder = work / slug(method) / f"seed{seed}"
     t0 = time.time()
@@ -220,27 +201,43 @@ def job(method: str | None, seed: int | None, work: Path, threads: int, proto: d
     if not (folder / FINISHED_FILE).is_file():
         settings, cfg = split_settings(values)
         run_training(settings, build_config(cfg, folder), resume=any(folder.glob(f"{CHECKPOINT_PREFIX}*")))
-    result = {
-        "method": method,
-        "seed": seed,
-        **evaluate(str(folder / FINAL_DIR), folder / "eval", threads, passk, device),
-    }
-    result["greedy_at"] = greedy_at_checkpoints(proto, folder, threads, device)
-    result["dynamics"] = dynamics(folder / METRICS_FILE, values["loss_type"], values.get("max_grad_norm"))
+    result = {"method": method, "seed": seed, **_evaluate(proto, str(folder / FINAL_DIR), folder, seed, threads,
+                                                          device, f"{method} seed {seed}")}  # fmt: skip
+    if not is_comparison(proto):
+        result["greedy_at"] = greedy_at_checkpoints(proto, folder, threads, device)
+    extra = CALIBRATION if is_comparison(proto) else None
+    result["dynamics"] = dynamics(
+        folder / METRICS_FILE, values["loss_type"], values.get("max_grad_norm"), extra
+    )
     # wall: this process's training (if any) and evaluation; the training's own time is in the dynamics
     result["host"] = {**host, "wall_seconds": round(time.time() - t0)}
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1))
+    if is_comparison(proto):
+        return  # an ordinary run folder: `pacs-rl eval --model RUN/final`, `pacs-rl train --resume` work on it
     for checkpoint in folder.glob(f"{CHECKPOINT_PREFIX}*"):  # ~1.6 GB each; the record keeps what matters
         shutil.rmtree(checkpoint, ignore_errors=True)
     for weights in (folder / FINAL_DIR).glob("*.safetensors"):
         weights.unlink()
 
 
-def _evaluate_base(train: dict, folder: Path, threads: int, passk: bool, device: str, host: dict) -> None:
+def _evaluate(proto: dict, model: str, folder: Path, seed, threads: int, device: str, label: str) -> dict:
+    """A model's evaluation under ``proto``, into ``folder``/eval; a planned comparison's run folder also gets a
+    model card with its evaluations."""
+    if not is_comparison(proto):
+        return evaluate(model, folder / "eval", threads, passk_due(proto, seed), device)
+    found = evaluate_benchmarks(proto, model, folder / "eval", threads, device, label)
+    if seed is not None:
+        from pacs_rl.training.card import write_model_card  # transformers
+
+        write_model_card(folder, evaluations=found["metrics"])
+    return {"evals": found["evals"]}
+
+
+def _evaluate_base(proto: dict, folder: Path, threads: int, device: str, host: dict) -> None:
     """The base model's run: its evaluation, into ``folder``/result.json."""
-    model = train.get("model", default_settings()["model"])
+    model = proto["train"].get("model", default_settings()["model"])
     model = str(tiny_model_folder(folder / "model")) if model == TINY_MODEL else resolve_model(model)
-    result = {"method": "base", **evaluate(model, folder / "eval", threads, passk, device)}
+    result = {"method": "base", **_evaluate(proto, model, folder, None, threads, device, "Base")}
     (folder / RESULT_FILE).write_text(json.dumps({**result, "host": host}, indent=1))
 
 
@@ -261,9 +258,10 @@ def greedy_at_checkpoints(proto: dict, folder: Path, threads: int, device: str) 
 
 
 def regrade(work: Path) -> dict:
-    """Every evaluation's samples under ``work`` (the run folders) scored again with the protocol's grader by
-    ``pacs-rl audit``'s code (pacs_rl.evaluation.audit): the share right as recorded and now, and pass@k now. For a
-    record whose grader has since been fixed; `pacs-rl audit <work>` prints the same with examples of each change."""
+    """Every evaluation's samples under ``work`` (a paired record's run folders) scored again with the protocol's
+    grader by ``pacs-rl audit``'s code (pacs_rl.evaluation.audit): the share right as recorded and now, and pass@k
+    now. For a record whose grader has since been fixed; `pacs-rl audit <work>` prints the same with examples of
+    each change."""
     folders = sorted(p.parent for p in work.glob(f"*/seed*/eval*/*/{EVAL_SAMPLES_FILE}"))
     if not folders:
         return {}
@@ -298,8 +296,8 @@ def commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m pacs_rl.compare.paired.job job ...``: one run of a record, the process the driver starts."""
-    p = argparse.ArgumentParser(prog="python -m pacs_rl.compare.paired.job")
+    """``python -m pacs_rl.compare.job job ...``: one run of a record, the process the driver starts."""
+    p = argparse.ArgumentParser(prog="python -m pacs_rl.compare.job")
     sub = p.add_subparsers(dest="command", required=True)
     j = sub.add_parser("job", help="train (or resume) and evaluate one run of a record's protocol")
     j.add_argument("--method", default=None)

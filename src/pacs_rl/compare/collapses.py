@@ -2,7 +2,7 @@
 the others in its first steps: the share of completions cut at the token limit, how often the gradient clip and the
 ratio clip acted, the groups holding both labels (per rollout and per optimizer step), the steps skipped for want of
 a signal, the dynamic-sampling figures where the runs sampled so, with the reward, entropy and gradient norm beside
-them. Read from the curves each run keeps (:func:`pacs_rl.compare.paired.job.dynamics`); a figure a run did not log
+them. Read from the curves each run keeps (:func:`pacs_rl.compare.record.dynamics`); a figure a run did not log
 (an older record, a run without a clip) is left out of its means.
 
 A run *collapses* when its greedy held-out accuracy at the last step is below ``COLLAPSE_BELOW``.
@@ -10,7 +10,7 @@ A run *collapses* when its greedy held-out accuracy at the last step is below ``
 
 from __future__ import annotations
 
-from pacs_rl.compare.paired.record import tail_mean
+from pacs_rl.compare.record import tail_mean
 
 COLLAPSE_BELOW = 0.20  # greedy held-out accuracy at the last step
 FIRST_STEPS = 6  # the early window: three rollouts of two optimizer steps each

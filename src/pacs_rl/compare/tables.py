@@ -1,9 +1,9 @@
-"""A paired-seed record as tables: a plain one for the terminal, the markdown ones docs/RESULTS.md quotes, the line
-a driver prints per finished run, and the cost per pair."""
+"""A record as tables: the line a driver prints per finished run; and a paired record's plain table for the terminal,
+the markdown ones docs/RESULTS.md quotes, where its stopping rule stands, and the cost per pair."""
 
 from __future__ import annotations
 
-from pacs_rl.compare.paired.record import MAX_PAIRS, MIN_PAIRS, PRIMARY, TARGET, cost, summarize
+from pacs_rl.compare.record import MAX_PAIRS, MIN_PAIRS, PRIMARY, TARGET, cost, is_comparison, summarize
 
 
 def _fmt(value, spec: str = ".3f") -> str:
@@ -78,14 +78,19 @@ def verdict(record: dict, target: float = TARGET, max_pairs: int | None = MAX_PA
 
 
 def run_line(record: dict, method, seed, result) -> str:
+    """The line a driver prints as a run lands in ``record``: what it scored (a planned comparison: pass@1 and
+    pass@(largest k) on each benchmark) and, in a paired record, PACS − PRIMARY so far."""
+    name = "base" if method is None else f"{method} seed {seed}"
+    if is_comparison(record["protocol"]):
+        scores = [f"pass@1 {_fmt(e['pass_at_k'].get('1'))}, pass@{e['ks'][-1]} {_fmt(e['pass_at_k'].get(str(e['ks'][-1])))} "
+                  f"on {b}" for b, e in result["evals"].items()]  # fmt: skip
+        wall = "" if method is None else f", {result['host']['wall_seconds']} s"
+        return f"{name}: {'; '.join(scores)}{wall}"
     pass64 = (result.get("passk") or {}).get("pass_at_k", {}).get("64")
     if method is None:
         return f"base: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}"
     gap = summarize(record).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
-    text = (
-        f"{method} seed {seed}: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}, "
-        f"{result['host']['wall_seconds']} s"
-    )
+    text = f"{name}: greedy {result['greedy']['accuracy']:.3f}, pass@64 {_fmt(pass64)}, {result['host']['wall_seconds']} s"
     if gap.get("half_width") is not None:
         text += f" | PACS - {PRIMARY}: {gap['mean']:+.3f} ± {gap['half_width']:.3f} ({gap['pairs']} pairs)"
     return text
@@ -172,7 +177,12 @@ def by_device(record: dict) -> str | None:
     steps = record["protocol"]["train"].get("max_steps", 24)
     figures = []
     for where, runs in [("pooled", record["runs"]), *[(f"{d} alone", r) for d, r in devices.items()]]:
-        gap = summarize({**record, "runs": runs}).get(PRIMARY, {}).get("pacs_minus_this", {}).get("greedy_accuracy", {})
+        gap = (
+            summarize({**record, "runs": runs})
+            .get(PRIMARY, {})
+            .get("pacs_minus_this", {})
+            .get("greedy_accuracy", {})
+        )
         if gap.get("ci95"):
             lo, hi = gap["ci95"]
             figures.append(f"{where} {100 * gap['mean']:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] over {gap['pairs']} "

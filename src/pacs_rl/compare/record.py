@@ -1,13 +1,16 @@
-"""A paired-seed record: its protocol, declared once (what every run shares, with each value's check), the record
-file (new, loaded, saved, merged with a second machine's copy) and what is read from it: each method's mean over
-its seeds, PACS − method paired by seed with its 95% interval (Student t over seeds, :mod:`pacs_rl.compare.stats`)
-and the pairs a ±5 pp interval would need, the cost per pair.
+"""The record of a comparison, one format for both (`pacs-rl compare paired` and `pacs-rl compare`): one JSON file
+holding the protocol every run shares (``protocol``), every run's result (``runs``: its method, seed, evaluations,
+what it logged while training, where it ran), the base model's evaluation (``base``), and what is read from them
+(``summary``: each method's mean over its seeds, PACS − method paired by seed with its 95% interval, Student t over
+seeds, :mod:`pacs_rl.compare.stats`, and the pairs a ±5 pp interval would need; ``cost``: the time per pair).
 
-A record made with another protocol is refused (start a new record instead of mixing two); its methods keep the
-config overrides they were recorded with (the protocol's ``methods``). Since version 3 the protocol also holds the
-`pacs-rl train` CPU default its runs train on (``cpu_default``, the values as they were when the record was made):
-when the CPU default changes, a record made before is refused, naming what changed, and a new record follows the new
-default.
+Two protocols share the format. A paired record's (:class:`Protocol`, declared once: every run the `pacs-rl train`
+CPU default of the record's first day, evaluated greedy on the whole held-out arithmetic split and, where the
+record has it, with pass@k). A planned comparison's (`pacs_rl.compare.plan.comparison_protocol`: its own model,
+training data and budget, ``eval``: pass@k on its benchmarks, and the sweeps it expands). Either way a record made
+with another protocol is refused (start a new record instead of mixing two); its methods keep the config overrides
+they were recorded with. Since version 3 the protocol also holds the `pacs-rl train` CPU default its runs train on
+(``cpu_default``): when that default changes, a record made before is refused, naming what changed.
 """
 
 from __future__ import annotations
@@ -20,13 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from pacs_rl.compare import stats
-from pacs_rl.compare.methods import METHODS, variant_overrides
-from pacs_rl.compare.plan import CompareError
+from pacs_rl.compare.methods import CompareError, parse_method
+from pacs_rl.run_folder import read_jsonl
 from pacs_rl.settings.declarations import at_least, declared_problems, interval, one_of, rule, setting, whole
-from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.schema import PACSFields, default_settings
 
 WHAT = (
@@ -36,7 +36,7 @@ WHAT = (
 RESULT_FILE = "result.json"  # a run folder's result, as the record holds it
 
 
-# What every run shares, on top of `pacs-rl train`'s CPU default (training/schema.py: RunSettings, CPU_DEFAULTS).
+# What every run of a paired record shares, on top of `pacs-rl train`'s CPU default (training/schema.py).
 @dataclasses.dataclass(frozen=True)
 class TrainProtocol:
     """The protocol's `pacs-rl train` settings (a record made with --max-steps holds its own max_steps)."""
@@ -87,8 +87,8 @@ class PassKEval:
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
-    """What every run of a record shares. Version 3: the `pacs-rl train` CPU default of the day, held in the record
-    (``cpu_default``), the arms pacs, grpo and pacs_clip on every seed. Closed: version 2
+    """What every run of a paired record shares. Version 3: the `pacs-rl train` CPU default of the day, held in the
+    record (``cpu_default``), the arms pacs, grpo and pacs_clip on every seed. Closed: version 2
     (pacs_vs_grpo_noise_steps.json: the sound grader of its day, PACS stepping on float rounding) and version 1
     (pacs_vs_grpo_restatement_rule.json and _leak.json: graders that paid restated questions)."""
 
@@ -127,6 +127,11 @@ MAX_PAIRS = 40
 # simulation, from the tenth 93-95%
 MIN_PAIRS = 10
 ARMS = ("pacs", PRIMARY, "pacs_clip")  # a new record's methods, every one on every seed
+
+
+def is_comparison(proto: dict) -> bool:
+    """Whether ``proto`` is a planned comparison's (evaluated on its ``eval`` benchmarks), not a paired record's."""
+    return "eval" in proto
 
 
 def cpu_default() -> dict[str, Any]:
@@ -168,30 +173,23 @@ def protocol_difference(have: dict) -> str | None:
     return None
 
 
+class _Absent:
+    def __repr__(self) -> str:
+        return "absent"
+
+
+def differences(have: Any, want: Any, prefix: str = "") -> list[str]:
+    """Where two protocols (or parts) differ, one item a setting: 'train.max_steps: 2 against 3'."""
+    if isinstance(have, dict) and isinstance(want, dict):
+        gone = _Absent()
+        return [line for k in sorted(set(have) | set(want), key=str)
+                for line in differences(have.get(k, gone), want.get(k, gone), f"{prefix}.{k}" if prefix else str(k))]  # fmt: skip
+    return [] if have == want else [f"{prefix or 'protocol'}: {have!r} against {want!r}"]
+
+
 def paired_interval(diffs: list[float], target: float | None = TARGET) -> dict:
     """pacs_rl.compare.stats.paired_interval with this record's target half-width."""
     return stats.paired_interval(diffs, target)
-
-
-def parse_method(spec: str) -> dict:
-    """The config overrides of a method: a name of METHODS, or a variant ``name[key=value,...]`` of one
-    (``pacs[reference=frozen,ref_reset_steps=8]``; values read as YAML, then typed and checked as `pacs-rl train`
-    checks them: `pacs_rl.compare.methods.variant_overrides`)."""
-    name, _, rest = spec.partition("[")
-    if name not in METHODS or (rest and not rest.endswith("]")):
-        raise CompareError(
-            f"--methods {spec!r}: give one of {', '.join(METHODS)}, or a variant like pacs[pacs_beta=0.5]"
-        )
-    values = {}
-    for item in filter(None, rest[:-1].split(",")):
-        key, eq, value = item.partition("=")
-        if not eq:
-            raise CompareError(f"--methods {spec!r}: {item!r} is not key=value")
-        values[key.strip()] = yaml.safe_load(value)
-    try:
-        return variant_overrides(name, values, f"--methods {spec!r}")
-    except SettingsError as e:
-        raise CompareError(str(e)) from None
 
 
 def protocol(
@@ -201,10 +199,11 @@ def protocol(
     passk_every: int | None = None,
     passk_from: int = 0,
 ) -> dict:
-    """What every run of a record shares: PROTOCOL, ``overrides`` (--set) in its train part, the `pacs-rl train`
-    CPU default under them (``cpu_default``), the methods with their config overrides (ARMS unless named), and the
-    ks (none when pass@k is off). With ``passk_every`` E, pass@k is evaluated on the seeds ``passk_from``,
-    ``passk_from`` + E, ... only (and on the base model): a pair in E pays for it."""
+    """What every run of a paired record shares: PROTOCOL, ``overrides`` (--set) in its train part, the `pacs-rl
+    train` CPU default under them (``cpu_default``), the methods with their config overrides (ARMS unless named;
+    each read by `pacs_rl.compare.methods.parse_method`), and the ks (none when pass@k is off). With ``passk_every``
+    E, pass@k is evaluated on the seeds ``passk_from``, ``passk_from`` + E, ... only (and on the base model): a pair
+    in E pays for it."""
     out = {**PROTOCOL, "train": {**PROTOCOL["train"], **(overrides or {})}, "cpu_default": cpu_default()}
     problems = declared_problems(out["train"], dataclasses.fields(TrainProtocol))
     if problems:
@@ -219,7 +218,7 @@ def protocol(
 
 
 def passk_due(proto: dict, seed: int | None) -> bool:
-    """Whether the run of ``seed`` (None: the base model) is evaluated with pass@k under ``proto``."""
+    """Whether the run of ``seed`` (None: the base model) of a paired record is evaluated with pass@k."""
     if proto.get("passk") is None:
         return False
     rule = proto.get("passk_seeds")
@@ -228,15 +227,23 @@ def passk_due(proto: dict, seed: int | None) -> bool:
     )
 
 
-def new_record(
-    overrides: dict | None = None,
-    methods: list[str] | None = None,
-    passk=True,
-    passk_every: int | None = None,
-) -> dict:
-    """An empty record of this protocol."""
-    proto = protocol(overrides, methods, passk, passk_every)
-    return {"what": WHAT, "protocol": proto, "runs": [], "base": None}
+def new_record(proto: dict, what: str = WHAT) -> dict:
+    """An empty record of the protocol ``proto``."""
+    return {"what": what, "protocol": proto, "runs": [], "base": None}
+
+
+def open_record(path: Path, proto: dict, what: str = WHAT) -> dict:
+    """The record at ``path`` going on under ``proto`` (a new one if absent); refused, naming what differs, when it
+    was made under another protocol (its version, the CPU default it holds, or any of its settings)."""
+    if not path.is_file():
+        return new_record(proto, what)
+    record = json.loads(path.read_text())
+    have = record.get("protocol", {})
+    why = protocol_difference(have) or (None if have == proto else "; ".join(differences(have, proto)))
+    if why:
+        raise CompareError(f"{path} was recorded under another protocol ({why}); give a new --output-dir (or "
+                           "--record) to start another record, or the settings it was made with to go on with it")  # fmt: skip
+    return record
 
 
 def load_record(
@@ -247,32 +254,25 @@ def load_record(
     passk_every: int | None = None,
     started: tuple[int, ...] = (),
 ) -> dict:
-    """The record at ``path`` (a new one if absent). An existing record continues with its own methods when
-    ``methods`` is None; another protocol is refused, except one step: a record without pass@k takes it on
-    (``passk_every``) from the first seed that neither it nor a started run (``started``) has, its training
+    """The paired record at ``path`` (a new one if absent; `open_record`). An existing record continues with its own
+    methods when ``methods`` is None; another protocol is refused, except one step: a record without pass@k takes it
+    on (``passk_every``) from the first seed that neither it nor a started run (``started``) has, its training
     unchanged, and says so in its ``protocol_changes``."""
-    if not path.is_file():
-        return new_record(overrides, methods, passk, passk_every)
-    record = json.loads(path.read_text())
-    methods = methods or list(record.get("protocol", {}).get("methods", {}))
-    have = record.get("protocol", {})
-    why = protocol_difference(have)
-    if why:
-        raise CompareError(f"{path} was recorded with another protocol: {why}; pass --record with a new file to "
-                           "start another record")  # fmt: skip
+    have = json.loads(path.read_text()).get("protocol", {}) if path.is_file() else {}
+    methods = methods or list(have.get("methods", {})) or None
     start = (have.get("passk_seeds") or {}).get("from", 0)
-    if have == protocol(overrides, methods, passk, passk_every, start):
-        return record
-    if passk and passk_every and have == protocol(overrides, methods, passk=False):
+    if have and passk and passk_every and have == protocol(overrides, methods, passk=False):
+        record = json.loads(path.read_text())
         start = 1 + max([*(r["seed"] for r in record["runs"]), *started], default=-1)
         record["protocol"] = protocol(overrides, methods, passk, passk_every, start)
         change = f"pass@k added (n = {PROTOCOL['passk']['n']}) on seeds {start}, {start + passk_every}, ... and the base"
         record.setdefault("protocol_changes", []).append({"date": time.strftime("%Y-%m-%d"), "what": change})
         return record
-    raise CompareError(
-        f"{path} was recorded with another protocol (see its 'protocol'); pass --record with a new file to "
-        "start another record, or the same --methods/--max-steps/--n/--passk-every as it was made with to continue."
-    )
+    if have and protocol_difference(
+        have
+    ):  # refused before its methods are read: a closed record's may not be
+        return open_record(path, have)
+    return open_record(path, protocol(overrides, methods, passk, passk_every, start))
 
 
 def save_record(path: Path, record: dict) -> None:
@@ -300,27 +300,114 @@ def tail_mean(values: list, last: int | None = None) -> float | None:
     return sum(logged) / len(logged) if logged else None
 
 
+# ---------------------------------------------------------------------------------------------- what a run logged
+# a run's per-step curves: the metric of metrics.jsonl -> its name in the record (None on a step without it;
+# rollout metrics are logged at the rollout's steps only)
+CURVES = {
+    "reward": "reward",
+    "entropy": "entropy",
+    "completions/mean_length": "length",
+    "completions/clipped_ratio": "cut_off",  # the rollout's completions cut at the token limit
+    "groups/mixed_frac": "mixed_groups",  # the rollout's groups holding both labels
+    "groups/mixed_frac_minibatch": "mixed_groups_minibatch",  # the optimizer step's
+    "grad_norm": "grad_norm",  # before any clip
+    "optimizer/skipped_no_signal": "skipped_no_signal",  # 1.0: no group with both labels, no step
+    "optimizer/skipped_nonfinite": "skipped_nonfinite",
+    "pacs/critic_auc": "critic_auc",
+}
+# a planned comparison's runs keep the critic's calibration in the large too (its report draws it)
+CALIBRATION = {"pacs/prob_mean": "critic_prob", "pacs/reward_mean": "critic_reward"}
+
+
+def _curve(rows: list[dict], key: str) -> list[float | None]:
+    return [None if r.get(key) is None else round(float(r[key]), 5) for r in rows]
+
+
+def grad_clipped(curves: dict, max_grad_norm: float | None) -> list[float | None] | None:
+    """Per step, 1.0 where the gradient clip scaled the step's gradient (its norm above ``max_grad_norm`` on a step
+    the optimizer took), else 0.0; None for a run without a clip (no step is clipped: not a fraction of 0)."""
+    if not max_grad_norm:
+        return None
+    skipped = [
+        bool(a) or bool(b)
+        for a, b in zip(curves["skipped_no_signal"], curves["skipped_nonfinite"], strict=True)
+    ]
+    return [
+        None if norm is None else float(norm > max_grad_norm and not skip)
+        for norm, skip in zip(curves["grad_norm"], skipped, strict=True)
+    ]
+
+
+def dynamics(
+    metrics_file: Path, loss_type: str = "pacs", max_grad_norm: float | None = None, extra: dict | None = None
+) -> dict:
+    """Per-step curves (CURVES and ``extra``; the loss's ratio clip fraction, ``<loss_type>/clip_ratio_region``,
+    where it logs one; whether the gradient clip acted; the dynamic-sampling figures when the run sampled so) and
+    first/last summaries from a run's metrics.jsonl (a line cut mid-write is skipped, as everywhere the file is
+    read)."""
+    rows = [r for r in read_jsonl(metrics_file) if "step" in r and "loss" in r]
+    curves = {name: _curve(rows, key) for key, name in {**CURVES, **(extra or {})}.items()}
+    ratio = f"{loss_type}/clip_ratio_region"  # the baselines' share of tokens whose ratio the clip held
+    if any(ratio in r for r in rows):
+        curves["ratio_clipped"] = _curve(rows, ratio)
+    clipped = grad_clipped(curves, max_grad_norm)
+    if clipped is not None:
+        curves["grad_clipped"] = clipped
+    for key in sorted({k for r in rows for k in r if k.startswith("dynamic_sampling/")}):
+        curves[key] = _curve(rows, key)
+    logged = {k: [v for v in c if v is not None] for k, c in curves.items()}
+    return {
+        "steps": len(rows),
+        "entropy_first_3": tail_mean(logged["entropy"][:3]),
+        "entropy_last_3": tail_mean(logged["entropy"], 3),
+        "length_first_3": tail_mean(logged["length"][:3]),  # logged at rollout steps only
+        "length_last_3": tail_mean(logged["length"], 3),
+        "reward_last_3": tail_mean(logged["reward"], 3),
+        "critic_auc_second_minibatch": tail_mean(curves["critic_auc"][1::2]),
+        # the steps' own times, summed: the training time whatever stops and resumes the run had
+        "train_seconds": round(sum(float(r.get("step_time") or 0.0) for r in rows)),
+        "curves": curves,
+    }
+
+
+# ---------------------------------------------------------------------------------------------- what is read
+def _passk_readers(proto: dict) -> dict:
+    """A planned comparison's accuracies: pass@k on each benchmark, in [0, 1] ('pass@1 math500')."""
+    return {
+        f"pass@{k} {b}": (
+            lambda r, k=k, b=b: (r.get("evals", {}).get(b) or {}).get("pass_at_k", {}).get(str(k))
+        )
+        for b, drawn in proto["eval"]["samples"].items()
+        for k in drawn["ks"]
+    }
+
+
 def metric_readers(record: dict) -> dict:
     """name -> how to read it from a run's result (accuracies in [0, 1], then the dynamics)."""
-    readers = {"greedy_accuracy": lambda r: r["greedy"]["accuracy"]}
-    at = record["protocol"].get("greedy_at", [])
-    readers.update(  # None where a run stops before that step (a record with --set max_steps=24)
-        {
-            f"greedy_accuracy@{s}": (lambda r, s=s: r.get("greedy_at", {}).get(str(s), {}).get("accuracy"))
-            for s in at
-        }
-    )
-    readers.update(
-        {  # None where the run was not evaluated with pass@k (passk_seeds)
-            f"pass@{k}": (lambda r, k=k: (r.get("passk") or {}).get("pass_at_k", {}).get(str(k)))
-            for k in record["protocol"]["ks"]
-        }
-    )
+    proto = record["protocol"]
+    if is_comparison(proto):
+        readers = _passk_readers(proto)
+    else:
+        readers = {"greedy_accuracy": lambda r: r["greedy"]["accuracy"]}
+        readers.update(  # None where a run stops before that step (a record with --set max_steps=24)
+            {
+                f"greedy_accuracy@{s}": (
+                    lambda r, s=s: r.get("greedy_at", {}).get(str(s), {}).get("accuracy")
+                )
+                for s in proto.get("greedy_at", [])
+            }
+        )
+        readers.update(
+            {  # None where the run was not evaluated with pass@k (passk_seeds)
+                f"pass@{k}": (lambda r, k=k: (r.get("passk") or {}).get("pass_at_k", {}).get(str(k)))
+                for k in proto["ks"]
+            }
+        )
     readers.update(
         {
             "entropy_last": lambda r: tail_mean(r["dynamics"]["curves"]["entropy"], 3),
             "length_last": lambda r: tail_mean(r["dynamics"]["curves"]["length"], 3),
-            "greedy_length": lambda r: r["greedy"]["mean_length"],
+            **({} if is_comparison(proto) else {"greedy_length": lambda r: r["greedy"]["mean_length"]}),
             # reference = the rollout policy: ψ ≡ 0 on a rollout's first mini-batch (odd steps), so only the
             # second mini-batch's AUC can differ from chance
             "critic_auc_second_minibatch": lambda r: tail_mean(
@@ -374,8 +461,8 @@ def cost(record: dict, methods: tuple[str, ...] = ("pacs", PRIMARY)) -> dict:
     """Where a run's time went, per method (medians over its runs, seconds at the record's threads): training (the
     steps' own times, whatever stops and resumes the run had) and evaluation with start-up (the run process's wall
     time less its training, from runs trained in one go only: a resumed run's wall time leaves out the training
-    before the stop), apart for runs evaluated greedy only and with pass@k; and a pair of ``methods`` of each
-    kind, the sum of their medians."""
+    before the stop), apart for runs evaluated greedy only (a planned comparison's: on its benchmarks) and with
+    pass@k; and a pair of ``methods`` of each kind, the sum of their medians."""
     out: dict = {"per_method": {}, "pair": {}}
     for method in record["protocol"]["methods"]:
         runs = [
@@ -415,7 +502,7 @@ def _phases(runs: list[dict]) -> dict:
     2026-11-26): the greedy evaluations (every step evaluated, loading the model included), pass@k (runs that have
     it), the process's imports."""
     greedy = [r["greedy"]["seconds"] + sum(g.get("seconds", 0) for g in r.get("greedy_at", {}).values())
-              for r in runs if "seconds" in r["greedy"]]  # fmt: skip
+              for r in runs if "seconds" in r.get("greedy", {})]  # fmt: skip
     passk = [r["passk"]["seconds"] for r in runs if "seconds" in (r.get("passk") or {})]
     imports = [r["host"]["import_seconds"] for r in runs if "import_seconds" in r.get("host", {})]
     found = {"greedy_eval_seconds_median": _median(greedy), "passk_seconds_median": _median(passk),
@@ -461,11 +548,15 @@ def merge_records(into: dict, other: dict, name: str = "the other record") -> tu
 
 
 def _how_they_differ(theirs: dict, ours: dict) -> str:
-    """Where two protocols differ, for a refusal: their versions, else their CPU defaults, else see the files."""
+    """Where two protocols differ, for a refusal: their versions, else their CPU defaults, else their settings."""
     if theirs.get("version") != ours.get("version"):
         return f" (version {theirs.get('version')} against {ours.get('version')})"
     changed = default_changes(ours.get("cpu_default") or {}, theirs.get("cpu_default") or {})
-    return f" (its CPU default: {'; '.join(changed)})" if changed else " (see each one's 'protocol')"
+    return (
+        f" (its CPU default: {'; '.join(changed)})"
+        if changed
+        else f" ({'; '.join(differences(theirs, ours))})"
+    )
 
 
 def complete_seeds(record: dict, methods: list[str]) -> list[int]:

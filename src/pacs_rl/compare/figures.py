@@ -1,14 +1,29 @@
-"""Figures and tables of paired-seed records (:mod:`pacs_rl.compare.paired.record`): greedy accuracy per seed and step,
-pass@k, entropy and length per step by method; the implicit critic's within-group AUC by steps since π_ref was
-last set to the policy, pooled over records of PACS variants."""
+"""Every figure of a record (:mod:`pacs_rl.compare.record`). A paired record's: greedy accuracy per seed and step,
+pass@k, entropy and length per step by method; the implicit critic's within-group AUC by steps since π_ref was last
+set to the policy, pooled over records of PACS variants. A planned comparison's report (:mod:`pacs_rl.compare.report`):
+pass@k against k, the training dynamics as in the paper's Figure 4, the critic's calibration, a heatmap per sweep as
+in its Figure 3."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
-from pacs_rl.compare.paired.record import tail_mean
-from pacs_rl.compare.report import _plt
+import numpy as np
+
+from pacs_rl.compare.record import tail_mean
+from pacs_rl.compare.stats import mean_se
+
+
+def _plt():
+    """matplotlib.pyplot on the file-only Agg backend (imported on first plot: it is slow to import)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def steps_since_reset(method_overrides: dict, step: int, mini_batches: int = 2) -> int:
@@ -169,3 +184,109 @@ def plot_critic(records: list[dict], out: Path) -> Path:
         fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)
     )  # beside the axes: the bins stay visible
     return _save(fig, out)
+
+
+# ----------------------------------------------------------------------------------------------- a planned comparison's
+def plot_passk_curves(
+    bench_rows: dict[str, list[tuple[str, dict[int, list[float]]]]], ks, path: Path
+) -> Path:
+    """pass@k against k per benchmark, a line per row (mean over seeds, ± standard-error bars)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(bench_rows), figsize=(5.5 * len(bench_rows), 4), squeeze=False)
+    for ax, (bench, rows) in zip(axes[0], bench_rows.items(), strict=True):
+        for label, r in rows:
+            kk = [k for k in ks[bench] if r.get(k)]
+            if not kk:
+                continue
+            ms = [mean_se(r[k]) for k in kk]
+            ax.errorbar(kk, [m for m, _ in ms], yerr=[0 if math.isnan(s) else s for _, s in ms],
+                        marker="o", capsize=3, label=label)  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks[bench], [str(k) for k in ks[bench]])  # each k named, one or two of them too
+        ax.ticklabel_format(axis="y", useOffset=False)
+        ax.set(xlabel="k", ylabel="pass@k (%)")
+        ax.set_title(bench, fontsize=9)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _points(curve: list) -> dict[int, float]:
+    """A record's per-step curve as {optimizer step: value}, the steps it logged."""
+    return {i + 1: v for i, v in enumerate(curve) if v is not None}
+
+
+def plot_dynamics(by_row: dict[str, list[dict[str, list]]], panels, path: Path, title: str) -> Path:
+    """One panel per (title, curve) of ``panels``; per row (its runs' curves) the mean over seeds (line) and the
+    min-max over seeds (band)."""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for ax, (name, key) in zip(axes[0], panels, strict=True):
+        drawn: set[int] = set()
+        for label, runs in by_row.items():
+            per_seed = [pts for curves in runs if (pts := _points(curves.get(key, [])))]
+            if not per_seed:
+                continue
+            steps = sorted(set().union(*per_seed))
+            drawn.update(steps)
+            vals = np.array([[s.get(t, np.nan) for t in steps] for s in per_seed])
+            few = len(steps) <= 3  # a line of one point draws nothing: mark the points
+            ax.plot(steps, np.nanmean(vals, axis=0), marker="o" if few else None,
+                    label=f"{label} ({len(per_seed)} seed{'s' if len(per_seed) > 1 else ''})")  # fmt: skip
+            if len(per_seed) > 1:
+                ax.fill_between(steps, np.nanmin(vals, axis=0), np.nanmax(vals, axis=0), alpha=0.2)
+        ax.set_title(name, fontsize=9)
+        if 0 < len(drawn) <= 3:
+            ax.set_xticks(sorted(drawn))  # each step named (a locator would split one step into fractions)
+        else:
+            from matplotlib.ticker import MaxNLocator
+
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.ticklabel_format(axis="y", useOffset=False)  # no "+1e-5" offset label over one value
+        ax.set_xlabel("optimizer step")
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    return _save(fig, path)
+
+
+def plot_calibration(by_row: dict[str, list[dict[str, list]]], path: Path) -> Path | None:
+    """Calibration in the large: per logged step, mean σ(ψ) (x) against the mean reward (y); None when no run of
+    ``by_row`` logged both."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(4.2, 4))
+    for label, runs in by_row.items():
+        pairs = [(p, y) for c in runs for p, y in zip(c.get("critic_prob", []), c.get("critic_reward", []), strict=False)
+                 if p is not None and y is not None]  # fmt: skip
+        if pairs:
+            ax.scatter(*zip(*pairs, strict=True), s=14, alpha=0.7, label=f"{label} ({len(pairs)} steps)")
+    if not ax.collections:
+        plt.close(fig)
+        return None
+    ax.plot([0, 1], [0, 1], "k--", lw=0.8, label="perfect calibration")
+    ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="mean predicted P(correct) = mean σ(ψ)",
+           ylabel="mean reward (fraction correct)")  # fmt: skip
+    ax.set_title("PACS critic: calibration in the large", fontsize=9)
+    ax.legend(fontsize=7)
+    ax.grid(True, alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_sweep_heatmap(
+    field: str, values: list[Any], grid: np.ndarray, ks: list[int], path: Path, bench: str
+) -> Path:
+    """Figure 3 style: rows = sweep values, columns = k, colour = mean pass@k (%)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1.0 + 0.9 * len(ks), 1.2 + 0.5 * len(values)))
+    im = ax.imshow(grid, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(len(ks)), [str(k) for k in ks])
+    ax.set_yticks(range(len(values)), [str(v) for v in values])
+    ax.set(xlabel="k", ylabel=field)
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            if not np.isnan(grid[i, j]):
+                ax.text(j, i, f"{grid[i, j]:.1f}", ha="center", va="center", fontsize=7, color="w")
+    fig.colorbar(im, ax=ax, label="pass@k (%)")
+    ax.set_title(f"PACS pass@k by {field}\n{bench}", fontsize=8)
+    return _save(fig, path)
