@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from train_helpers import child_output
+
 G = 4
 
 
@@ -27,7 +29,7 @@ def _launch(out: Path, *extra: str) -> None:
         "--mixed_precision", "no", "--dynamo_backend", "no", __file__, str(out), *extra,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, child_output(proc)
 
 
 @pytest.mark.slow
