@@ -54,6 +54,7 @@ WORKER = textwrap.dedent(
         },
         f"{result}.rank{rank}.pt",
     )
+    trainer.end()  # leave the process group before the interpreter ends (a gloo process left in it can abort)
     """
 )
 

@@ -183,5 +183,8 @@ def _child(out: str, tag: str, resume: str | None, dynamic: bool = False) -> Non
 
 
 if __name__ == "__main__":
+    from pacs_rl.training.run import end_processes
+
     resume_from = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
     _child(sys.argv[1], sys.argv[2], resume_from, dynamic="dynamic" in sys.argv[4:])
+    end_processes()  # leave the process group before the interpreter ends (a gloo process left in it can abort)

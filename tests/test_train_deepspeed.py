@@ -23,7 +23,7 @@ import torch
 
 from pacs_rl.settings import SettingsError
 from pacs_rl.training.engine import zero_stage
-from pacs_rl.training.run import _consolidated_weights
+from pacs_rl.training.run import _consolidated_weights, end_processes
 from train_helpers import child_output, kill_when
 
 REPO = Path(__file__).resolve().parents[1]
@@ -255,4 +255,5 @@ def _child(out: str, mode: str) -> None:
 
 if __name__ == "__main__":
     _child(sys.argv[1], sys.argv[2])
+    end_processes()  # leave the process group before the interpreter ends (a gloo process left in it can abort)
     sys.exit(0)

@@ -194,4 +194,5 @@ if __name__ == "__main__":
     if acc.is_main_process:
         torch.save(result, Path(sys.argv[1]) / "two.pt")
     acc.wait_for_everyone()
+    acc.end_training()  # leave the process group before the interpreter ends (a gloo process left in it can abort)
     sys.exit(0)

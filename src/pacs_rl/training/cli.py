@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -308,6 +309,9 @@ def train_command(
         fail(e)
     except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: what was kept and how to go on
         _interrupted(e, launch.output_dir if launch else output_dir)
+    finally:
+        if "torch.distributed" in sys.modules:  # a launch's process group, left before the interpreter ends
+            _library().end_processes()
     if _is_main_process():
         _print_result(result)
 

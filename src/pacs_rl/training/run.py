@@ -328,6 +328,15 @@ def run_training(
         raise
 
 
+def end_processes() -> None:
+    """Leave the process group of a launch (`accelerate launch`), if this process joined one: the last thing a
+    command does, while the interpreter is whole. A process that exits still in the group can abort with SIGABRT
+    as Python shuts down: gloo's threads still hold finished work whose tensors are freed once the interpreter is
+    being torn down."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def _announce_stop(signal_name: str) -> None:
     if PartialState().is_main_process:
         print(
