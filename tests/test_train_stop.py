@@ -164,8 +164,10 @@ def test_a_log_file_gets_a_line_as_each_phase_starts_in_order(whole):
 
 @pytest.mark.parametrize(
     "moment, signum, kept",
-    [("sampling:3", signal.SIGTERM, 2), ("update:2", signal.SIGINT, 1)],
-    ids=["sigterm-mid-sampling", "ctrl-c-mid-update"],
+    [
+        pytest.param("sampling:3", signal.SIGTERM, 2, id="sigterm-mid-sampling"),
+        pytest.param("update:2", signal.SIGINT, 1, id="ctrl-c-mid-update", marks=pytest.mark.slow),
+    ],
 )
 def test_a_signal_mid_step_stops_at_once_keeps_the_last_checkpoint_and_resumes_bit_identical(
     tmp_path, reward, whole, moment, signum, kept
