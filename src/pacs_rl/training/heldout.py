@@ -383,7 +383,7 @@ class HeldOut:
         self.path = out / HELDOUT_FILE
         self.results = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.progress = progress
-        self.say = say or (lambda text: None)  # a line as the evaluation starts, per batch, and its accuracy
+        self.say = say  # when given: a line as the evaluation starts, per batch, and its accuracy
 
     def measure(self, trainer, when: str) -> None:
         if not self.problems or (when == "before" and "before" in self.results):
@@ -391,7 +391,8 @@ class HeldOut:
         s, c, n = self.settings, self.config, len(self.problems)
         tokens = s.eval_max_new_tokens or c.max_completion_length
         how = "greedy" if s.eval_temperature == 0 else f"T={s.eval_temperature:g}"
-        self.say(f"held-out evaluation {when} training: {n} problems, {how}, at most {tokens} tokens")
+        if self.say is not None:
+            self.say(f"held-out evaluation {when} training: {n} problems, {how}, at most {tokens} tokens")
         started = time.time()
         if needs_engine(trainer):
             result = engine_accuracy(
@@ -419,7 +420,9 @@ class HeldOut:
                 description=f"held-out, {when}",
                 prompt_kwargs=s.prompt_kwargs(c),
                 progress=self.progress,
-                on_batch=lambda done: self.say(f"held-out {when}: {done} of {n} problems answered"),
+                on_batch=None
+                if self.say is None
+                else lambda done: self.say(f"held-out {when}: {done} of {n} answered"),
             )
             result["engine"] = "fast-sampler"  # on this process's model
         rows = result.pop("samples", None)
@@ -431,10 +434,11 @@ class HeldOut:
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         self.results[when] = result
         self.record()
-        self.say(
-            f"held-out accuracy {when} training: {result['accuracy']:.1%} ({result['correct']} of {n}), "
-            f"{time.time() - started:.0f} s"
-        )
+        if self.say is not None:
+            self.say(
+                f"held-out accuracy {when} training: {result['accuracy']:.1%} ({result['correct']} of {n}), "
+                f"{time.time() - started:.0f} s"
+            )
 
     def record(self, **extra: Any) -> None:
         if self.results:

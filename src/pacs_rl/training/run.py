@@ -514,7 +514,8 @@ class _Session:
         )
         rewards = build_reward_funcs(settings, config)
         self.reward = heldout_reward(settings)
-        self.heldout = HeldOut(settings, config, self.held, self.reward, out, progress=progress, say=self.say)
+        say = self.say if self.say.enabled else None
+        self.heldout = HeldOut(settings, config, self.held, self.reward, out, progress=progress, say=say)
         start_deepspeed_comm(config, self.engine, state.num_processes)
         _, trainer_cls = config_and_trainer_classes(config.loss_type)
         where = "" if self.model_id == settings.model else f" ({self.model_id})"
