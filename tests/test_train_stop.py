@@ -1,6 +1,6 @@
 """`pacs-rl train` stopped by a signal in the middle of a step, as a scheduler or Ctrl-C stops it: the process ends
-at the next check point (one forward of the policy at most runs to its end after the signal, where the step had
-many left), says what it kept and the command that goes on, keeps its last finished checkpoint and nothing of the
+at the next check point (no forward of the policy runs to its end after the signal: the one under way stops at its
+next layer, where the step had many forwards left), says what it kept and the command that goes on, keeps its last finished checkpoint and nothing of the
 step it was in, and the command run again ends with the weights of a run never interrupted, bit for bit. On two
 processes (DDP) every process stops. And what the run prints to a log file: a line as each phase starts, in order,
 written at once (the log read while the run is held in step 3 already has step 3's line).
@@ -173,14 +173,14 @@ def test_a_signal_mid_step_stops_at_once_keeps_the_last_checkpoint_and_resumes_b
     tmp_path, reward, whole, moment, signum, kept
 ):
     """The policy held in the middle of step ``kept + 1`` (its rollout's sampling, or its update with a micro-batch
-    still to come) when the signal comes: the process ends after one more forward at most, before the step would
+    still to come) when the signal comes: the process ends within the forward under way, before the step would
     have ended (no row for it in metrics.jsonl, no checkpoint of it), says so with the command that goes on, and that
     command ends where the uninterrupted run ended, bit for bit."""
     out = tmp_path / "run"
     status, log, err, seen = _stopped(out, reward, moment, signum)
     name, code = ("SIGTERM", 143) if signum == signal.SIGTERM else ("Ctrl-C", 130)
     assert status == code, f"{status}\n{err}\n{log}"
-    assert _after(out) == [1]  # the forward under way when the signal came; none after it
+    assert _after(out) == [0]  # the forward under way when the signal came stopped at its next layer
     step = kept + 1
     assert f"step {step}/{STEPS}: " in seen  # the log, read while the run was held, already said where it was
     assert f"step {step}/{STEPS} done" not in log
@@ -213,7 +213,7 @@ def test_a_signal_in_the_evaluation_before_training_stops_it_and_the_rerun_start
     out = tmp_path / "run"
     status, log, err, _ = _stopped(out, reward, "before:0", signal.SIGTERM)
     assert status == 143, f"{status}\n{err}\n{log}"
-    assert _after(out) == [1]
+    assert _after(out) == [0]
     assert "held-out accuracy before training" not in log and "step 1/4" not in log
     assert not list(out.glob("checkpoint-*")) and not (out / "heldout.json").exists()
     assert "interrupted (SIGTERM) at step 0 of 4; no checkpoint kept" in err
@@ -226,7 +226,7 @@ def test_a_signal_in_the_evaluation_before_training_stops_it_and_the_rerun_start
 @pytest.mark.slow
 def test_two_processes_both_stop_on_a_sigterm_to_the_launcher_and_resume_bit_identical(tmp_path, reward):
     """accelerate launch --multi_gpu on 2 CPU processes, both held in step 3's sampling; SIGTERM to the launcher
-    (as a scheduler sends it): torchrun passes it to both processes, each stops after the forward under way (none
+    (as a scheduler sends it): torchrun passes it to both processes, each stops within the forward under way (none
     needs torchrun's SIGKILL 30 s later), step 3 leaves nothing, and the run started again on 2 processes ends with
     the weights of a 2-process run never interrupted."""
     whole2 = tmp_path / "whole"
@@ -235,7 +235,7 @@ def test_two_processes_both_stop_on_a_sigterm_to_the_launcher_and_resume_bit_ide
     out = tmp_path / "run"
     status, log, err, seen = _stopped(out, reward, "sampling:3", signal.SIGTERM, processes=2)
     assert status != 0, f"{status}\n{err}\n{log}"
-    assert _after(out, 2) == [1, 1]  # every process stopped at its next check point
+    assert _after(out, 2) == [0, 0]  # every process stopped at its next check point
     assert "forcefully exiting via" not in err  # torchrun did not have to kill a process
     assert "step 3/4: " in seen and "step 3/4 done" not in log
     assert f"interrupted (SIGTERM) in step 3 of 4, which is dropped; kept {out / 'checkpoint-2'}" in err
@@ -253,7 +253,7 @@ def _child(moment: str, marks: Path, argv: list[str]) -> None:
     (a rollout's generation), "update" (a step's loss) or "before" (the held-out evaluation before training, step
     0)): the second forward of the sampling or the evaluation, the first of the update (a micro-batch is still to
     come), waits until a stop is asked for, writing marks/paused-rank<r>; marks/after-rank<r> counts the forwards
-    that run to their end after that."""
+    that run to their end after that (the held one included)."""
     from transformers import LlamaForCausalLM
 
     from pacs_rl import stopping
@@ -295,6 +295,7 @@ def _child(moment: str, marks: Path, argv: list[str]) -> None:
                 while stopping.requested() is None and time.time() < deadline:
                     time.sleep(0.01)
                 seen["after"] = 0
+                (marks / f"after-rank{rank}").write_text("0")
         out = forward(self, *args, **kwargs)
         if seen["after"] is not None:
             seen["after"] += 1

@@ -4,8 +4,9 @@ leaves nothing half-written.
 A run installs :class:`SignalStop` around its work. Until it is armed (loading data and weights: nothing to keep
 yet) a signal stops at once. Once armed, the first signal only asks for a stop (:func:`request`), and the work that
 runs long looks at the request at fine-grained points through :func:`check`: the fast sampler between decoding
-steps, every forward of a model :func:`watch` was called on (each decoding step of transformers' ``generate``, each
-micro-batch of an update, each batch of an evaluation), the held-out evaluation between its batches. ``check``
+steps, every forward of a model :func:`watch` was called on and of each of its layers (each decoding step of
+transformers' ``generate``, each micro-batch of an update, each batch of an evaluation, and within each of those one
+layer after the other), the held-out evaluation between its batches. ``check``
 raises :class:`StopRequested`, which unwinds the step in progress without saving anything: what the run keeps is
 what it had finished writing (its last checkpoint), and a checkpoint being written when the signal came is
 finished first (no check point sits inside a save). A second signal stops at once, and a third is the signal's
@@ -65,13 +66,27 @@ def _check_before_forward(module, args) -> None:
 
 
 def watch(*modules) -> list:
-    """Make every forward of ``modules`` a check point (a forward pre-hook); the hooks' handles, to remove them.
-    A module given twice (a PEFT model and its base) is hooked once."""
+    """Make every forward of ``modules`` a check point, and every forward of each layer inside them (a module held
+    in a ``ModuleList``: a transformer's decoder layers), so that a stop lands within one layer of a long forward
+    (the prefill of an evaluation batch runs for tens of seconds on a loaded CPU); forward pre-hooks, whose handles
+    are returned to remove them. A module met twice (a PEFT model and its base) is hooked once."""
+    from torch import nn
+
     seen, handles = set(), []
-    for module in modules:
-        if module is not None and id(module) not in seen:
+
+    def hook(module) -> None:
+        if id(module) not in seen:
             seen.add(id(module))
             handles.append(module.register_forward_pre_hook(_check_before_forward))
+
+    for module in modules:
+        if module is None:
+            continue
+        hook(module)
+        for inner in module.modules():
+            if isinstance(inner, nn.ModuleList):
+                for layer in inner:
+                    hook(layer)
     return handles
 
 

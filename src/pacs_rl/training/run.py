@@ -364,11 +364,10 @@ class _StopRequest:
         """From now on the first signal asks for a stop at the next check point: every forward of the policy is
         one (the fast sampler and the held-out batches check too)."""
         self.trainer = trainer
-        if self.handling is not None:
-            model = (
-                trainer.model
-            )  # not wrapped yet (accelerate wraps it in train()); a PEFT model's base generates
-            stopping.watch(model, getattr(model, "get_base_model", lambda: None)())
+        if self.handling is not None:  # trainer.model is not wrapped yet (accelerate wraps it in train())
+            model = trainer.model
+            base = getattr(model, "get_base_model", lambda: None)()  # a PEFT model's base generates
+            stopping.watch(model, base)
             self.handling.arm()
 
     def interrupted(self, config: PACSConfig, signal_name: str) -> RunInterrupted:
@@ -505,13 +504,8 @@ class _Session:
 
     def build_trainer(self):
         """The trainer, its callbacks, and the held-out accuracy before training (on a fresh run)."""
-        settings, config, out, state, progress = (
-            self.settings,
-            self.config,
-            self.out,
-            self.state,
-            self.progress,
-        )
+        settings, config, out, state = self.settings, self.config, self.out, self.state
+        progress = self.progress
         rewards = build_reward_funcs(settings, config)
         self.reward = heldout_reward(settings)
         say = self.say if self.say.enabled else None
