@@ -2,9 +2,11 @@
 CPU default, output to a file: a SIGTERM (or Ctrl-C) sent at chosen moments, each in a run of its own, found by the
 run's own log lines:
 
-- ``evaluation``: 5 s after the held-out evaluation before training starts;
+- ``evaluation``: 5 s after the held-out evaluation before training starts (--eval-size problems);
 - ``sampling``: 5 s after step 1's sampling starts;
 - ``update``: 5 s after step 2 starts (the update on step 1's rollout).
+
+The runs of the last two evaluate nothing before training (--eval-size 0), which on a loaded machine takes minutes.
 
     python benchmarks/stop_latency.py                          # the three moments, SIGTERM
     python benchmarks/stop_latency.py --moments sampling --signal INT
@@ -52,7 +54,7 @@ def stop_once(moment: str, signum: int, work: Path, eval_size: int, steps: int) 
     shutil.rmtree(out, ignore_errors=True)
     log = work / f"{moment}.log"
     cmd = [sys.executable, "-m", "pacs_rl.cli", "train", "--output-dir", str(out), "--max-steps", str(steps),
-           "--eval-size", str(eval_size)]  # fmt: skip
+           "--eval-size", str(eval_size if moment == "evaluation" else 0)]  # fmt: skip
     wanted, wait = MOMENTS[moment]
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=os.environ)
@@ -96,7 +98,7 @@ def main() -> None:
     parser.add_argument("--moments", default=",".join(MOMENTS), help=f"of {', '.join(MOMENTS)}")
     parser.add_argument("--signal", default="TERM", choices=["TERM", "INT"])
     parser.add_argument(
-        "--eval-size", type=int, default=50, help="held-out problems (the evaluation's length)"
+        "--eval-size", type=int, default=50, help="held-out problems of the evaluation moment"
     )
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--work", type=Path, default=Path("runs/stop_latency"))
