@@ -25,6 +25,10 @@ import torch
 
 from train_helpers import child_output
 
+# each test runs `pacs-rl train` as processes of its own (a minute or more on 2 cores): CI runs them in its multi-process
+# step (.ci/multiprocess.sh); the default suite checks the stop in-process (tests/test_stopping.py, the signalled runs
+# of tests/test_train.py, test_dynamic_sampling.py and test_ppo.py, tests/test_run_card.py)
+pytestmark = pytest.mark.slow
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "OMP_NUM_THREADS": "1"}
 STEPS = 4
 # a reward of both labels on about a third of the problems only: the weights move, and dynamic sampling (on by
@@ -166,7 +170,7 @@ def test_a_log_file_gets_a_line_as_each_phase_starts_in_order(whole):
     "moment, signum, kept",
     [
         pytest.param("sampling:3", signal.SIGTERM, 2, id="sigterm-mid-sampling"),
-        pytest.param("update:2", signal.SIGINT, 1, id="ctrl-c-mid-update", marks=pytest.mark.slow),
+        pytest.param("update:2", signal.SIGINT, 1, id="ctrl-c-mid-update"),
     ],
 )
 def test_a_signal_mid_step_stops_at_once_keeps_the_last_checkpoint_and_resumes_bit_identical(
@@ -204,7 +208,6 @@ def test_a_signal_mid_step_stops_at_once_keeps_the_last_checkpoint_and_resumes_b
     )
 
 
-@pytest.mark.slow
 def test_a_signal_in_the_evaluation_before_training_stops_it_and_the_rerun_starts_over(
     tmp_path, reward, whole
 ):
@@ -223,7 +226,6 @@ def test_a_signal_in_the_evaluation_before_training_stops_it_and_the_rerun_start
     assert all(torch.equal(want[k], got[k]) for k in want)
 
 
-@pytest.mark.slow
 def test_two_processes_both_stop_on_a_sigterm_to_the_launcher_and_resume_bit_identical(tmp_path, reward):
     """accelerate launch --multi_gpu on 2 CPU processes, both held in step 3's sampling; SIGTERM to the launcher
     (as a scheduler sends it): torchrun passes it to both processes, each stops within the forward under way (none
