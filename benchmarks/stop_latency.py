@@ -4,9 +4,10 @@ run's own log lines:
 
 - ``evaluation``: 5 s after the held-out evaluation before training starts (--eval-size problems);
 - ``sampling``: 5 s after step 1's sampling starts;
-- ``update``: 5 s after step 2 starts (the update on step 1's rollout).
+- ``update``: 5 s after step 1's update starts (its rollout sampled).
 
-The runs of the last two evaluate nothing before training (--eval-size 0), which on a loaded machine takes minutes.
+The runs of the last two evaluate nothing before training (--eval-size 0), which on a loaded machine takes minutes,
+and the update's samples one round (dynamic_sampling_max_rounds=1) to reach its update sooner.
 
     python benchmarks/stop_latency.py                          # the three moments, SIGTERM
     python benchmarks/stop_latency.py --moments sampling --signal INT
@@ -35,8 +36,8 @@ OUT = Path("docs/benchmarks/stop_latency.json")
 # the moment: the log line that starts it, then the seconds to wait before the signal
 MOMENTS = {
     "evaluation": ("held-out evaluation before training:", 5.0),
-    "sampling": ("step 1/", 5.0),
-    "update": ("step 2/", 5.0),
+    "sampling": ("step 1/{steps}: sampling", 5.0),
+    "update": ("step 1/{steps}: update", 5.0),
 }
 STAMP = re.compile(r"^(\d\d):(\d\d):(\d\d)  ")
 
@@ -55,7 +56,10 @@ def stop_once(moment: str, signum: int, work: Path, eval_size: int, steps: int) 
     log = work / f"{moment}.log"
     cmd = [sys.executable, "-m", "pacs_rl.cli", "train", "--output-dir", str(out), "--max-steps", str(steps),
            "--eval-size", str(eval_size if moment == "evaluation" else 0)]  # fmt: skip
+    if moment == "update":
+        cmd += ["--set", "dynamic_sampling_max_rounds=1"]
     wanted, wait = MOMENTS[moment]
+    wanted = wanted.format(steps=steps)
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, env=os.environ)
         try:
@@ -110,21 +114,18 @@ def main() -> None:
         parser.error(f"--moments {','.join(unknown)}: choose from {', '.join(MOMENTS)}")
     args.work.mkdir(parents=True, exist_ok=True)
     signum = signal.SIGTERM if args.signal == "TERM" else signal.SIGINT
-    runs = []
+    from pacs_rl.sampling.transformers_backend import cpu_capability
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    record = {"command": " ".join(["python", "benchmarks/stop_latency.py", *sys.argv[1:]]), "runs": [],
+              "date": time.strftime("%Y-%m-%d"), "commit": commit.strip(), "cpu_capability": cpu_capability()}  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for moment in moments:
         row = stop_once(moment, signum, args.work, args.eval_size, args.steps)
         print(f"{moment}: {row['signal']} -> exit {row['exit_status']} in {row['seconds_to_exit']:.1f} s "
               f"(longest log silence {row['longest_log_silence_s']:.0f} s): {row['said']}", flush=True)  # fmt: skip
-        runs.append(row)
-    from pacs_rl.sampling.transformers_backend import cpu_capability
-
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    ).stdout.strip()
-    record = {"command": " ".join(["python", "benchmarks/stop_latency.py", *sys.argv[1:]]), "runs": runs,
-              "date": time.strftime("%Y-%m-%d"), "commit": commit, "cpu_capability": cpu_capability()}  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+        record["runs"].append(row)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")  # after each run: what ran is kept
     print(f"wrote {args.out}")
 
 

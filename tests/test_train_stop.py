@@ -134,7 +134,8 @@ def whole(tmp_path_factory, reward) -> Path:
 def test_a_log_file_gets_a_line_as_each_phase_starts_in_order(whole):
     """stdout to a file: loading, the held-out evaluation before training and its accuracy (before the first step
     starts), each step's start (its sampling, or the update on the rollout it shares), dynamic sampling's further
-    rounds, each step's end, the final model and the evaluation after; each line with the time of day."""
+    rounds, the update after a rollout, each step's end, the final model and the evaluation after; each line with the
+    time of day."""
     lines = Path(f"{whole}.log").read_text().splitlines()[1:]  # after the device line
     stamped = [x for x in lines if x[:2].isdigit() and x[2] == ":" and x[5] == ":"]
     text = [x[10:] for x in stamped]
@@ -143,10 +144,12 @@ def test_a_log_file_gets_a_line_as_each_phase_starts_in_order(whole):
         "held-out evaluation before training: 4 problems, greedy, at most 6 tokens",
         "held-out accuracy before training: ",
         "step 1/4: sampling 8 prompts x 2 completions",
+        "step 1/4: update (the rollout took ",
         "step 1/4 done",
         "step 2/4: update on the rollout sampled in step 1",
         "step 2/4 done",
         "step 3/4: sampling 8 prompts x 2 completions",
+        "step 3/4: update (the rollout took ",
         "step 3/4 done",
         "step 4/4: update on the rollout sampled in step 3",
         "step 4/4 done",
@@ -159,7 +162,8 @@ def test_a_log_file_gets_a_line_as_each_phase_starts_in_order(whole):
     assert at == sorted(at), text
     rounds = [x for x in text if ": dynamic sampling round 2 of at most 4 (" in x]
     assert rounds and all(x.startswith(("step 1/4", "step 3/4")) for x in rounds), text
-    assert all(text.index(x) > at[3] for x in rounds if x.startswith("step 1/4"))  # after step 1's start
+    # step 1's further rounds between its sampling and its update
+    assert all(at[3] < text.index(x) < at[4] for x in rounds if x.startswith("step 1/4"))
     held = json.loads((whole / "heldout.json").read_text())["before"]
     assert (
         f"held-out accuracy before training: {held['accuracy']:.1%} ({held['correct']} of 4)" in text[at[2]]

@@ -644,9 +644,14 @@ class PACSTrainer(GRPOTrainer):
         generate = self._step % generate_every == 0 or self._buffered_inputs is None
         self._announce_step(len(generation_batch) if generate else None)
         if generate:
+            started = time.perf_counter()
             batch = self._generate_and_score_completions(generation_batch)
             if self.args.dynamic_sampling:
                 batch = self._dynamic_sampling(batch)
+            if self.announce is not None:  # the update starts: a phase of its own
+                self._say(
+                    f"{self._step_name()}: update (the rollout took {time.perf_counter() - started:.0f} s)"
+                )
             batch = split_pixel_values_by_grid(batch)
             batch = shuffle_groups(batch, self.num_generations)
             self._buffered_inputs = [
