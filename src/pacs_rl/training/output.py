@@ -109,9 +109,10 @@ class PhaseLines:
     """What a run is doing, for a log file: ``say(text)`` prints ``HH:MM:SS  text`` on stdout at once (flushed: a
     person tailing the file sees it), nothing when not ``enabled`` (a terminal shows the bars instead). While
     started, a phase that runs on without a new line for ``quiet`` seconds (a long sampling on a loaded CPU) gets a
-    line saying so (``still going, 60 s since: <its line>``), so the file never stays silent longer than that."""
+    line saying so (``still going, 50 s since: <its line>``); looking once a second, the file is never silent for
+    30 s with the default 25."""
 
-    def __init__(self, enabled: bool, quiet: float = 30.0):
+    def __init__(self, enabled: bool, quiet: float = 25.0):
         self.enabled, self.quiet = enabled, quiet
         self._last = ("", time.time(), time.time())  # (text, when said, when its phase began)
         self._lock = threading.Lock()
