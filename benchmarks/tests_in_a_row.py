@@ -6,8 +6,8 @@ it stops at the first failure, whose log it keeps.
     python benchmarks/tests_in_a_row.py --name zero3 --runs 10 --busy 2 -- -m "slow or not slow" \\
         tests/test_train_deepspeed.py
 
-Prints a line per run (outcome, seconds, pytest's last line, the load average) and writes the selection's entry
-into --out (default docs/benchmarks/tests_in_a_row.json, one entry per --name, the others kept): the command, runs,
+Prints a line per run (outcome, seconds, pytest's last line, the load average) and writes, after each run, the
+selection's entry into --out (default docs/benchmarks/tests_in_a_row.json, one entry per --name, the others kept): the command, runs,
 passed, passed in a row from the first, each run's seconds, load averages and pytest's last line, how many spinning
 processes it added, the date, the commit and the host's CPU level. ``--busy 0`` adds none: on a machine another job
 already keeps busy, the load averages say how busy it was.
@@ -40,13 +40,15 @@ def host() -> dict:
     return {"cpu_capability": cpu_capability(), "date": time.strftime("%Y-%m-%d"), "commit": commit.strip()}
 
 
-def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path) -> dict:
+def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path, out: Path) -> dict:
+    """The selection ``runs`` times in a row (stopping at a failure), its entry written into ``out`` after each run
+    (an interrupted series keeps what it ran)."""
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(busy)]
     for p in spinners:
         p.start()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args]
     entry = {"command": shlex.join(["python", "-m", "pytest", *pytest_args]), "busy_processes": busy, "runs": 0,
-             "passed": 0, "seconds": [], "load_average": [], "last_line": []}  # fmt: skip
+             "passed": 0, "in_a_row": 0, "seconds": [], "load_average": [], "last_line": [], **host()}  # fmt: skip
     logs.mkdir(parents=True, exist_ok=True)
     try:
         for i in range(1, runs + 1):
@@ -62,6 +64,10 @@ def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path) -> 
             entry["seconds"].append(seconds)
             entry["load_average"].append(load)
             entry["last_line"].append(lines[-1] if lines else "")
+            entry["in_a_row"] = entry["passed"]  # the series stops at the first failure
+            record = json.loads(out.read_text()) if out.is_file() else {}
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({**record, name: entry}, indent=1) + "\n")
             print(f"{name} run {i}: exit {proc.returncode}, {seconds} s, load {load}: {entry['last_line'][-1]}",
                   flush=True)  # fmt: skip
             if proc.returncode != 0:
@@ -70,7 +76,6 @@ def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path) -> 
     finally:
         for p in spinners:
             p.terminate()
-    entry["in_a_row"] = entry["passed"]  # it stops at the first failure
     return entry
 
 
@@ -90,11 +95,7 @@ def main() -> None:
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     if args.runs < 1 or args.busy < 0 or not pytest_args:
         parser.error("give --runs >= 1, --busy >= 0 and pytest's arguments after --")
-    entry = {**run(args.name, args.runs, args.busy, pytest_args, args.logs), **host()}
-    record = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    record[args.name] = entry
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    entry = run(args.name, args.runs, args.busy, pytest_args, args.logs, args.out)
     print(
         f"{args.name}: {entry['passed']} of {entry['runs']} passed, {entry['in_a_row']} in a row; {args.out}"
     )
