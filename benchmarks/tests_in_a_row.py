@@ -7,7 +7,8 @@ it stops at the first failure, whose log it keeps.
         tests/test_train_deepspeed.py
 
 Prints a line per run (outcome, seconds, pytest's last line, the load average) and writes, after each run, the
-selection's entry into --out (default docs/benchmarks/tests_in_a_row.json, one entry per --name, the others kept): the command, runs,
+selection's entry into --out (default docs/benchmarks/tests_in_a_row.json, under "selections", one entry per --name,
+the others kept; the date, commit and CPU level of the last write at the top): the command, runs,
 passed, passed in a row from the first, each run's seconds, load averages and pytest's last line, how many spinning
 processes it added, the date, the commit and the host's CPU level. ``--busy 0`` adds none: on a machine another job
 already keeps busy, the load averages say how busy it was.
@@ -49,6 +50,7 @@ def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path, out
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args]
     entry = {"command": shlex.join(["python", "-m", "pytest", *pytest_args]), "busy_processes": busy, "runs": 0,
              "passed": 0, "in_a_row": 0, "seconds": [], "load_average": [], "last_line": [], **host()}  # fmt: skip
+    # the file: the host's CPU level and the date of its last write at the top, one entry per selection
     logs.mkdir(parents=True, exist_ok=True)
     try:
         for i in range(1, runs + 1):
@@ -66,8 +68,9 @@ def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path, out
             entry["last_line"].append(lines[-1] if lines else "")
             entry["in_a_row"] = entry["passed"]  # the series stops at the first failure
             record = json.loads(out.read_text()) if out.is_file() else {}
+            selections = {**record.get("selections", {}), name: entry}
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps({**record, name: entry}, indent=1) + "\n")
+            out.write_text(json.dumps({**host(), "selections": selections}, indent=1) + "\n")
             print(f"{name} run {i}: exit {proc.returncode}, {seconds} s, load {load}: {entry['last_line'][-1]}",
                   flush=True)  # fmt: skip
             if proc.returncode != 0:
