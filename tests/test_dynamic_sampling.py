@@ -12,7 +12,7 @@ import re
 import pytest
 import torch
 
-from pacs_rl.run_folder import METRICS_FILE, read_jsonl
+from pacs_rl.run_folder import METRICS_FILE, last_complete_checkpoint, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.dynamic_sampling import (
     PromptStream,
@@ -280,6 +280,27 @@ def test_at_the_cap_the_batch_keeps_its_size_and_the_run_goes_on(
     assert [b["rewards"].numel() for b in trainer.seen] == [2 * G, 2 * G]
     assert trainer.state.global_step == 2
     assert "0 of 4 groups of this rollout batch hold both labels after 3 rounds" in caplog.text
+
+
+@pytest.mark.parametrize("moment", ["sampling", "update"])
+def test_run_signalled_mid_step_resumes_to_identical_weights_and_prompts(tmp_path, tiny_tokenizer, moment):
+    """SIGTERM in step 3, in a further round of dynamic sampling (its second) or in the update: the step is dropped at
+    the next check point (no forward of the policy runs to its end after the signal), the last checkpoint is step
+    2's, and the run resumed from it ends with the weights and the prompt stream of the run in one go."""
+    from pacs_rl.models import tiny_random_model
+
+    extra = dict(save_strategy="steps", save_steps=1, fast_sampler=True)
+    full = _trainer(tmp_path / "full", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    full.train()
+    run_dir = tmp_path / "stopped"
+    stopped = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    assert train_until_killed(stopped, 3, event=moment, sampling_round=2) == 0
+    assert last_complete_checkpoint(run_dir) == str(run_dir / "checkpoint-2")
+    resumed = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=1), tiny_tokenizer, **extra)
+    resumed.train(resume_from_checkpoint=last_complete_checkpoint(run_dir))
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    assert resumed._prompt_stream.drawn == full._prompt_stream.drawn > 0
 
 
 def test_interrupted_run_resumes_to_identical_weights_and_prompts(tmp_path, tiny_tokenizer):

@@ -13,8 +13,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "pacs_rl"
 
 # What the lower layers may not import: models, sampling, data, rewards, algorithms, the shared settings, the
-# device choice, the run folder's layout, the checks before torch (preflight), the lazy package face and the
-# progress bars are used by training, evaluation and compare, never the other way round.
+# device choice, the run folder's layout, the checks before torch (preflight), the lazy package face, the progress
+# bars and the stop request are used by training, evaluation and compare, never the other way round.
 LOWER = (
     "algorithms",
     "data",
@@ -27,6 +27,7 @@ LOWER = (
     "run_folder",
     "sampling",
     "settings",
+    "stopping",
 )
 UPPER = ("training", "evaluation", "compare", "cli", "integrations")
 # evaluation sits beside training: it may use the lower layers, not training (nor compare, above both)

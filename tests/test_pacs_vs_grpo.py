@@ -8,9 +8,9 @@ import itertools
 import json
 import math
 import re
+import signal
 import subprocess
 import sys
-import time
 import types
 from pathlib import Path
 
@@ -866,36 +866,68 @@ def test_the_older_preset_spelling_runs_the_sub_command_with_a_note(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+_FAKE_PROCESSES: list[tuple[subprocess.Popen, bool]] = []  # (process, finished) of each _fake_start
+
+
 def _fake_start(self, method, seed):
-    """_Driver.start without training: the base model and seed 0 write their result at once, later seeds run on
-    until stopped (a run in its evaluation when the time is up)."""
+    """_Driver.start without training: the base model and seed 0 have their result written before their process
+    starts (a process that ends at once), later seeds run on until stopped (a run in its evaluation when the time is
+    up). However slowly the processes start, the first are finished and the others are not."""
     folder = self.folder_of(method, seed)
     folder.mkdir(parents=True, exist_ok=True)
-    if method is None:
-        result = {"method": "base", "greedy": {"accuracy": 0.1, "n": 10, "mean_length": 20.0}}
-    else:
-        result = {
-            **_run(method, seed, 0.5 + 0.1 * (method == "pacs")),
-            "host": {"device": "NVIDIA H100", "wall_seconds": 1},
-        }
-    write = f"import pathlib; pathlib.Path({str(folder / paired.RESULT_FILE)!r}).write_text({json.dumps(result)!r})"
-    code = write if seed in (None, 0) else "import time; time.sleep(120)"
-    self.running[subprocess.Popen([sys.executable, "-c", code])] = (method, seed)
+    finished = seed in (None, 0)
+    if finished:
+        result = (
+            {"method": "base", "greedy": {"accuracy": 0.1, "n": 10, "mean_length": 20.0}}
+            if method is None
+            else {
+                **_run(method, seed, 0.5 + 0.1 * (method == "pacs")),
+                "host": {"device": "NVIDIA H100", "wall_seconds": 1},
+            }
+        )
+        (folder / paired.RESULT_FILE).write_text(json.dumps(result))
+    proc = subprocess.Popen([sys.executable, "-c", "pass" if finished else "import time; time.sleep(120)"])
+    self.running[proc] = (method, seed)
+    _FAKE_PROCESSES.append((proc, finished))
+    print(f"started {method or 'base'} seed {seed}", flush=True)
+
+
+class _Clock:
+    """The driver's clock (its module's ``time``): it moves only when the driver sleeps, so that what the driver
+    does by --stop-after does not depend on how fast this machine runs it."""
+
+    def __init__(self):
+        self.now = 1.0e9
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def test_stop_after_ends_the_driver_in_time_keeping_its_finished_runs_for_merge(tmp_path, monkeypatch):
     """--stop-after: inside a call with a time limit, the driver stops its runs still going and exits cleanly
-    before the limit, every finished run in its copy of the record; --merge then brings that copy's whole pairs
-    into the record."""
+    at the limit, every finished run in its copy of the record; --merge then brings that copy's whole pairs into the
+    record."""
     monkeypatch.setattr(drive._Driver, "start", _fake_start)
+    monkeypatch.setattr(drive, "time", _Clock())
+    _FAKE_PROCESSES.clear()
     copy, record = tmp_path / "gpu.json", tmp_path / "record.json"
-    started = time.time()
     result = CliRunner().invoke(app, [*_paired_command(copy, tmp_path / "gpu"), "--methods", "pacs,grpo",
                                       "--workers", "4", "--stop-after", "4"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert time.time() - started < 40  # the sleeping runs (120 s) were stopped
     # four at once: the base model, seed 0's pair and PACS's seed 1, which is still going at the end
+    started = [x for x in result.output.splitlines() if x.startswith("started ")]
+    assert started == [
+        "started base seed None",
+        "started pacs seed 0",
+        "started grpo seed 0",
+        "started pacs seed 1",
+    ]
     assert "stopped after 4 s (--stop-after): 1 runs ended unfinished: pacs seed 1;" in result.output
+    # the run still going was stopped (terminated), not waited for; the others had ended or were finished anyway
+    assert [p.returncode for p, finished in _FAKE_PROCESSES if not finished] == [-signal.SIGTERM]
     held = json.loads(copy.read_text())
     assert sorted((r["method"], r["seed"]) for r in held["runs"]) == [("grpo", 0), ("pacs", 0)]
     assert held["base"]["greedy"]["accuracy"] == 0.1

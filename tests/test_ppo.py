@@ -328,6 +328,33 @@ def test_policy_trains_after_warmup_and_metrics_are_logged(tmp_path, tiny_model,
     assert changed, "the policy did not train after the warm-up"
 
 
+@pytest.mark.parametrize("moment, step", [("update", 2), ("sampling", 3)])
+def test_run_signalled_mid_step_resumes_policy_and_critic_exactly(tmp_path, tiny_tokenizer, moment, step):
+    """SIGTERM in the middle of a step (its update, between micro-batches; its rollout's sampling): the step is
+    dropped at the next check point, and the run resumed from the step before ends with the policy, the critic and
+    the critic's optimizer of the run in one go."""
+    from pacs_rl.models import tiny_random_model
+
+    extra = dict(max_steps=4, critic_warmup_steps=1, save_strategy="steps", save_steps=1)
+    full = _trainer(tmp_path / "full", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    full.train()
+    run_dir = tmp_path / "stopped"
+    stopped = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    assert train_until_killed(stopped, step, event=moment) == 0
+    assert not (run_dir / f"checkpoint-{step}").exists()
+    resumed = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=1), tiny_tokenizer, **extra)
+    resumed.train(resume_from_checkpoint=str(run_dir / f"checkpoint-{step - 1}"))
+    start = tiny_random_model(tiny_tokenizer, seed=0).state_dict()
+    assert any(not torch.equal(start[k], v) for k, v in full.model.state_dict().items())  # the policy moved
+    for a, b in [(full.model, resumed.model), (full.critic, resumed.critic)]:
+        sa, sb = a.state_dict(), b.state_dict()
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    opt_a, opt_b = full.critic_optimizer.state_dict()["state"], resumed.critic_optimizer.state_dict()["state"]
+    assert opt_a.keys() == opt_b.keys() and all(
+        torch.equal(opt_a[k][name], opt_b[k][name]) for k in opt_a for name in opt_a[k]
+    )
+
+
 def test_interrupted_run_resumes_policy_and_critic_exactly(tmp_path, tiny_tokenizer):
     """2 steps in one go vs. killed right after the step-1 checkpoint (mid-rollout, inside the critic
     warm-up) and resumed: policy, critic, critic optimizer and scheduler states are identical."""

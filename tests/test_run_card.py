@@ -30,7 +30,7 @@ SETS = [
     "max_completion_length=6",
     "train_size=40",
     "eval_batch_size=4",
-    "save_steps=10",  # no checkpoint before the interruption but the one it saves
+    "save_steps=1",  # the interruption keeps the last checkpoint written: step 1's
     "learning_rate=1e-3",
 ]
 
@@ -52,7 +52,8 @@ def _args(out: Path, *extra: str) -> list[str]:
 
 
 class _CtrlCAtStep1(output.RichProgressCallback):
-    """The progress callback, plus a Ctrl-C (SIGINT to this process) at the end of step 1."""
+    """The progress callback, plus a Ctrl-C (SIGINT to this process) at the end of step 1, before its checkpoint is
+    written (the stop lands at the next check point: step 2's first micro-batch)."""
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step == 1:
@@ -74,24 +75,25 @@ def interrupted_then_finished(tmp_path_factory):
     return out, stopped, again
 
 
-def test_ctrl_c_stops_at_the_step_end_keeps_a_checkpoint_and_says_how_to_go_on(interrupted_then_finished):
+def test_ctrl_c_stops_in_the_next_step_keeps_the_last_checkpoint_and_says_how_to_go_on(
+    interrupted_then_finished,
+):
     out, stopped, _ = interrupted_then_finished
     assert stopped.exit_code == 130, stopped.output
     line = [x for x in stopped.output.splitlines() if x.startswith("interrupted")]
-    assert len(line) == 1, stopped.output
-    step = int(re.search(r"at step (\d) of 4", line[0]).group(1))
-    assert step in (1, 2)  # the end of the step in progress when the signal came
-    assert (
-        f"kept {out / f'checkpoint-{step}'} (step {step})" in line[0]
-    )  # saved at the stop, not at save_steps
-    assert line[0].endswith(f"go on with: {command_line(_args(out))}")  # the same command
+    assert line == [
+        f"interrupted (Ctrl-C) in step 2 of 4, which is dropped; kept {out / 'checkpoint-1'} (step 1); "
+        f"go on with: {command_line(_args(out))}"  # the same command
+    ], stopped.output
+    assert "Ctrl-C: stopping now" in stopped.output  # said when the signal came
+    assert not (out / "checkpoint-2").exists()  # nothing of the step it was in
     assert not stopped.finished
     assert "**Unfinished.**" in stopped.card  # the card of a stopped run says so
 
 
 def test_the_same_command_goes_on_and_counts_only_its_own_steps(interrupted_then_finished):
     out, stopped, again = interrupted_then_finished
-    step = int(re.search(r"at step (\d) of 4", stopped.output).group(1))
+    step = int(re.search(r"checkpoint-(\d) \(step", stopped.output).group(1))
     assert again.exit_code == 0, again.output
     assert f"continuing it from {out / f'checkpoint-{step}'}" in again.output
     assert f"training: steps {step + 1}-4 of 4" in again.output and f"({4 - step} steps" in again.output

@@ -269,6 +269,41 @@ def test_interrupted_run_resumes_to_identical_weights(tmp_path, tiny_tokenizer, 
     json.loads((run_dir / METRICS_FILE).read_text().splitlines()[-1])
 
 
+@pytest.mark.parametrize(
+    "moment, step, fast_sampler",
+    [("sampling", 3, True), ("sampling", 3, False), ("update", 2, False)],
+    ids=["sampling-fast-sampler", "sampling-trl-generate", "update"],
+)
+def test_run_signalled_mid_step_drops_the_step_and_resumes_to_identical_weights(
+    tmp_path, tiny_tokenizer, moment, step, fast_sampler
+):
+    """SIGTERM in the middle of a step (its rollout half sampled, by the fast sampler or TRL's generate; its update
+    after the first micro-batch's forward began): the run stops at the next check point, no forward of the policy
+    runs to its end after the signal and the step is not counted, nothing of it is written (the last checkpoint is
+    the step before), and the run resumed from that checkpoint ends with the weights of a run in one go."""
+    from pacs_rl.models import tiny_random_model
+
+    extra = dict(max_steps=4, save_strategy="steps", save_steps=1, fast_sampler=fast_sampler)
+    full = _trainer(tmp_path / "full", tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    full.train()
+
+    run_dir = tmp_path / "stopped"
+    stopped = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=0), tiny_tokenizer, **extra)
+    assert train_until_killed(stopped, step, event=moment) == 0
+    assert last_complete_checkpoint(run_dir) == str(run_dir / f"checkpoint-{step - 1}")
+    assert not (run_dir / f"checkpoint-{step}").exists()
+    assert [r["step"] for r in read_jsonl(run_dir / METRICS_FILE) if "loss" in r] == list(range(1, step))
+
+    resumed = _trainer(run_dir, tiny_random_model(tiny_tokenizer, seed=1), tiny_tokenizer, **extra)
+    resumed.train(resume_from_checkpoint=last_complete_checkpoint(run_dir))
+    a, b = full.model.state_dict(), resumed.model.state_dict()
+    assert any(
+        not torch.equal(a[k], v) for k, v in tiny_random_model(tiny_tokenizer, seed=0).state_dict().items()
+    )
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
+    assert [r["step"] for r in read_jsonl(run_dir / METRICS_FILE) if "loss" in r] == [1, 2, 3, 4]
+
+
 def test_fast_sampler_rollouts_train_and_resume_exactly(tmp_path, tiny_tokenizer):
     """fast_sampler=True: the rollout goes through pacs_rl.sampling; groups whole, seeds from torch's RNG."""
     from pacs_rl.models import tiny_random_model

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from train_helpers import child_output
+
 G = 4
 
 
@@ -27,7 +29,7 @@ def _launch(out: Path, *extra: str) -> None:
         "--mixed_precision", "no", "--dynamo_backend", "no", __file__, str(out), *extra,
     ]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, child_output(proc)
 
 
 @pytest.mark.slow
@@ -181,5 +183,8 @@ def _child(out: str, tag: str, resume: str | None, dynamic: bool = False) -> Non
 
 
 if __name__ == "__main__":
+    from pacs_rl.training.run import end_processes
+
     resume_from = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
     _child(sys.argv[1], sys.argv[2], resume_from, dynamic="dynamic" in sys.argv[4:])
+    end_processes()  # leave the process group before the interpreter ends (a gloo process left in it can abort)

@@ -23,8 +23,8 @@ import torch
 
 from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.engine import zero_stage
-from pacs_rl.training.run import _consolidated_weights
-from train_helpers import kill_when
+from pacs_rl.training.run import _consolidated_weights, end_processes
+from train_helpers import child_output, kill_when
 
 REPO = Path(__file__).resolve().parents[1]
 ZERO3 = str(REPO / "configs" / "deepspeed" / "zero3.json")
@@ -96,11 +96,11 @@ def test_frozen_reference_is_refused_under_zero3(tmp_path):
         cmd = [*_accelerate(*how), "-m", "pacs_rl.cli", "train", "--output-dir", str(out), *TINY, *extra]
         result = _run([*cmd, "--max-steps", "1", "--set", "reference=frozen"])
         assert result.returncode != 0, name
-        assert FROZEN_REFUSAL in result.stdout + result.stderr, (name, result.stderr[-3000:])
+        assert FROZEN_REFUSAL in result.stdout + result.stderr, f"{name}: {child_output(result)}"
         assert not (out / "base_model").exists(), name  # refused before the model was written or loaded
     child = [*_accelerate("--use_deepspeed", "--zero_stage", "3"), __file__, str(tmp_path), "frozen"]
     result = _run(child)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, child_output(result)
     for rank in (0, 1):
         error = json.loads((tmp_path / f"frozen-rank{rank}.json").read_text())
         assert error["type"] == "ValueError" and FROZEN_REFUSAL in error["message"]
@@ -117,7 +117,7 @@ def test_heldout_evaluation_under_zero3_gathers_what_ddp_gets(tmp_path):
     completion paired with another problem, lost, or counted twice (the padding row) shows."""
     for how in (["--use_deepspeed", "--zero_stage", "3"], ["--multi_gpu"]):
         result = _run([*_accelerate(*how), __file__, str(tmp_path), "eval"])
-        assert result.returncode == 0, (how, result.stderr[-3000:])
+        assert result.returncode == 0, f"{how}: {child_output(result)}"
     zero3 = [json.loads((tmp_path / f"eval-DEEPSPEED-rank{r}.json").read_text()) for r in (0, 1)]
     ddp = [json.loads((tmp_path / f"eval-MULTI_CPU-rank{r}.json").read_text()) for r in (0, 1)]
     assert all(z["zero_stage"] == 3 for z in zero3) and all(d["zero_stage"] is None for d in ddp)
@@ -153,7 +153,7 @@ def test_zero3_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
     ]  # fmt: skip
     whole = tmp_path / "whole"
     first = _run([*train, "--output-dir", str(whole)])
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode == 0, child_output(first)
     text = first.stdout + first.stderr
     assert text.count("held-out accuracy (5 problems, greedy): before") == 1
     assert json.loads((whole / "heldout.json").read_text())["before"]["n"] == 5
@@ -179,7 +179,7 @@ def test_zero3_run_killed_with_sigkill_and_resumed_ends_bit_identical(tmp_path):
         if name == "final":
             shutil.rmtree(run / "final")  # however far it got: the resumed run writes it from checkpoint-4
         resumed = _run([*train, "--output-dir", str(run), "--resume"])
-        assert resumed.returncode == 0, (name, resumed.stderr[-3000:])
+        assert resumed.returncode == 0, f"{name}: {child_output(resumed)}"
         got = _final_weights(run)
         assert got.keys() == want.keys(), name
         assert all(torch.equal(got[k], want[k]) for k in want), name
@@ -198,20 +198,20 @@ def _child(out: str, mode: str) -> None:
     from datasets import Dataset
 
     from pacs_rl.data import arithmetic_problems
-    from pacs_rl.models import save_tiny_model, tiny_tokenizer
+    from pacs_rl.models import tiny_model_folder, tiny_tokenizer
     from pacs_rl.training import PACSConfig, PACSTrainer
     from pacs_rl.training.heldout import sample_and_grade
 
-    state = PartialState()
-    model = Path(out, "model")
-    with state.main_process_first():
-        if not (model / "config.json").is_file():
-            save_tiny_model(model, seed=0)
+    # the config first: it sets up accelerate's state for the CPU (a PartialState made before it, without cpu=True,
+    # sees no distributed backend on a machine without CUDA, and every process takes itself for the main one)
     args = PACSConfig(
         output_dir=str(Path(out, mode)), use_cpu=True, report_to=[], per_device_train_batch_size=4,
         num_generations=2, max_completion_length=6, max_steps=1, save_strategy="no", fast_sampler=False,
         reference="frozen" if mode == "frozen" else "old", disable_tqdm=True, seed=0,
     )  # fmt: skip
+    state = PartialState()
+    with state.main_process_first():  # the first process writes the tiny model, whole (renamed into place)
+        model = tiny_model_folder(Path(out, "model"))
     data = Dataset.from_list(
         [{"prompt": [{"role": "user", "content": f"{i} + {i}"}], "answer": str(2 * i)} for i in range(16)]
     )
@@ -255,4 +255,5 @@ def _child(out: str, mode: str) -> None:
 
 if __name__ == "__main__":
     _child(sys.argv[1], sys.argv[2])
+    end_processes()  # leave the process group before the interpreter ends (a gloo process left in it can abort)
     sys.exit(0)

@@ -24,10 +24,18 @@ def load_script(relative: str) -> ModuleType:
     return module
 
 
-def train_until_killed(trainer, step: int, event: str = "step_end") -> None:
-    """Train ``trainer`` until the ``on_<event>`` callback of global step ``step`` raises KeyboardInterrupt, as a
-    kill at that moment would stop it (``event``: ``step_end``, or ``save`` for right after that step's checkpoint)."""
+def train_until_killed(trainer, step: int, event: str = "step_end", sampling_round: int = 1) -> int | None:
+    """Train ``trainer`` until it is stopped in global step ``step``, as a kill or a signal at that moment would stop
+    it. ``event``: ``step_end`` (its ``on_step_end`` callback raises KeyboardInterrupt) or ``save`` (right after that
+    step's checkpoint), as a kill would stop it; ``sampling`` or ``update``: a real SIGTERM to this process in the
+    middle of the step, under the run's signal handling (`pacs_rl.stopping`), at the second forward of the step's
+    rollout (the policy sampling it; ``sampling_round``: in dynamic sampling's further round of that number) or at
+    the first forward of its update (a micro-batch of the step still to come). For those, returns how many forwards
+    of the policy ran to their end after the signal."""
     import pytest
+
+    if event in ("sampling", "update"):
+        return _train_until_signalled(trainer, step, event, sampling_round)
     from transformers import TrainerCallback
 
     def kill(self, args, state, control, **kw):
@@ -37,6 +45,63 @@ def train_until_killed(trainer, step: int, event: str = "step_end") -> None:
     trainer.add_callback(type("Kill", (TrainerCallback,), {f"on_{event}": kill})())
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
+    return None
+
+
+def _train_until_signalled(trainer, step: int, phase: str, sampling_round: int) -> int:
+    """`train_until_killed`'s ``sampling`` and ``update``: the phase of each forward is read from the trainer's
+    method running it (its rollout's generation, its loss)."""
+    import pytest
+    import torch
+
+    from pacs_rl import stopping
+
+    now = {"phase": None}
+    seen = {"forwards": 0, "after": None, "rounds": 0}
+
+    def marking(name, method):
+        def run(*args, **kwargs):
+            if name == "sampling" and trainer.state.global_step == step - 1:
+                seen["rounds"] += 1
+            now["phase"] = name
+            try:
+                return method(*args, **kwargs)
+            finally:
+                now["phase"] = None
+
+        return run
+
+    trainer._generate_single_turn = marking("sampling", trainer._generate_single_turn)
+    trainer._compute_loss = marking("update", trainer._compute_loss)
+
+    def signal_mid_step(module, args):  # the first pre-hook: runs before the stop's check
+        if (
+            now["phase"] == phase
+            and trainer.state.global_step == step - 1
+            and torch.is_grad_enabled() == (phase == "update")
+            and (phase == "update" or seen["rounds"] == sampling_round)
+        ):
+            seen["forwards"] += 1
+            if seen["forwards"] == (2 if phase == "sampling" else 1) and seen["after"] is None:
+                seen["after"] = 0
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    def count_after(module, args, output):
+        if seen["after"] is not None:
+            seen["after"] += 1
+
+    model = trainer.model
+    hooks = [model.register_forward_pre_hook(signal_mid_step), model.register_forward_hook(count_after)]
+    hooks += stopping.watch(model)
+    try:
+        with stopping.stop_on_signals(), pytest.raises(stopping.StopRequested):
+            trainer.train()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert seen["after"] is not None, f"no {phase} forward in step {step}: nothing was signalled"
+    assert trainer.state.global_step == step - 1  # the step in progress was dropped
+    return seen["after"]
 
 
 def keep_first_checkpoint(run_dir: Path, last_step: int) -> str:
@@ -95,6 +160,12 @@ def grouped_batch(vocab_size: int, pad_id: int, groups: int, group_size: int, le
     attention = torch.cat([prompt_mask.repeat_interleave(group_size, 0), completion_mask], 1)
     ids[attention == 0] = pad_id
     return ids, attention, completion_mask
+
+
+def child_output(proc: subprocess.CompletedProcess) -> str:
+    """What a failed child process said, whole (the cause of a crash on one rank often sits far above the launcher's
+    own traceback at the end): its exit status, all of its stderr, then its stdout."""
+    return f"exit status {proc.returncode}\n--- stderr ---\n{proc.stderr}\n--- stdout ---\n{proc.stdout}"
 
 
 def kill_when(cmd: list[str], ready, env: dict) -> None:

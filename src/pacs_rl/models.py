@@ -196,21 +196,7 @@ def tiny_model_folder(folder: str | os.PathLike) -> Path:
     """The tiny random model (:func:`save_tiny_model`, seed 0) saved in ``folder`` once; several processes may
     ask at once (each writes a temporary folder, the first rename wins)."""
     folder = Path(folder)
-    if (folder / "config.json").is_file():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
-        save_tiny_model(tmp, seed=0)
-        try:
-            os.replace(tmp, folder)
-        except OSError:
-            if not (folder / "config.json").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    return folder if (folder / "config.json").is_file() else save_tiny_model(folder, seed=0)
 
 
 def resolve_model(name_or_path: str) -> str:
@@ -330,10 +316,22 @@ def tiny_random_model(tokenizer=None, hidden_size: int = 32, num_layers: int = 2
 
 
 def save_tiny_model(path: str | os.PathLike, seed: int = 0) -> Path:
-    """Write a tiny random model and its tokenizer to ``path`` (a folder usable as --model)."""
+    """Write a tiny random model and its tokenizer to ``path`` (a folder usable as --model), whole or not at all:
+    into a temporary folder beside it, then renamed, so that another process reading ``path`` (the other ranks of
+    a launch) never finds it half-written. ``path`` may be missing or an empty folder; one that already holds a
+    model (another process's rename came first) is left as it is."""
     path = Path(path)
-    tok = tiny_tokenizer()
-    model = tiny_random_model(tok, seed=seed)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    try:
+        tok = tiny_tokenizer()
+        tiny_random_model(tok, seed=seed).save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        try:
+            os.replace(tmp, path)  # a missing or empty folder is replaced whole
+        except OSError:
+            if not (path / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return path

@@ -11,6 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 
+def terminal_bars(enabled: bool = True, stderr: bool = False) -> bool:
+    """Whether a bar ``enabled`` would be drawn: its stream (stdout, or stderr) is a terminal. Where it is not (a log
+    file), a long job says what it does in lines instead."""
+    from rich.console import Console
+
+    return enabled and Console(stderr=stderr).is_terminal
+
+
 def progress_bar(*fields: Any, enabled: bool = True, transient: bool = False, stderr: bool = False) -> Any:
     """A rich ``Progress`` (not started): description, bar, n/total, ``fields`` (rich columns, or column text such
     as ``"acc {task.fields[acc]}"``), elapsed time, ETA. ``transient``: gone once stopped; ``stderr``: drawn on

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
+from pacs_rl import stopping
 from pacs_rl.models import cache_keyword
 from pacs_rl.progress import advancing
 from pacs_rl.sampling.onednn import onednn_lm_head
@@ -353,6 +354,7 @@ class TransformersSampler:
         live = torch.ones(rows, dtype=torch.bool, device=device)  # rows still generating
 
         for step in range(max_new):
+            stopping.check()  # a stop asked for by a signal lands between decoding steps (pacs_rl.stopping)
             if self._step_hook is not None:
                 self._step_hook(step, row_ids[live].cpu(), logits[live])
             token = sample_next_token(logits, params.temperature, params.top_p, generator)  # (B,)

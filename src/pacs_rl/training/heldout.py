@@ -27,7 +27,9 @@ import copy
 import json
 import math
 import random
+import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from accelerate import PartialState
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 
+from pacs_rl import stopping
 from pacs_rl.algorithms.passk import pass_at_k
 from pacs_rl.data import encode_prompts
 from pacs_rl.progress import advancing
@@ -63,6 +66,7 @@ def heldout_accuracy(
     progress: bool = True,
     description: str = "held-out",
     prompt_kwargs: dict | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict:
     """Accuracy of ``model`` on ``problems`` (list of pacs_rl.data.Problem), one completion each.
 
@@ -72,7 +76,8 @@ def heldout_accuracy(
     ``paid_cut_off`` the paid answers cut off at the token limit (0 under the training grader, which is told and
     refuses them), ``samples`` one row per problem (its completion and verdict). The global torch RNG is saved and
     restored, so calling this does not change a training run's random stream. ``prompt_kwargs``: the run's prompt settings, as
-    ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt).
+    ``pacs_rl.data.format_prompt`` takes them (default: the paper's prompt). ``on_batch(done)``: called after each
+    batch with the number of problems answered so far.
     """
     reward_func = reward_func or math_reward_func
     rng_state = torch.get_rng_state()
@@ -82,6 +87,7 @@ def heldout_accuracy(
         batches = [problems[i : i + batch_size] for i in range(0, len(problems), batch_size)]
         with advancing(description, len(problems), enabled=progress) as advance:
             for k, batch in enumerate(batches):
+                stopping.check()  # a stop asked for by a signal lands between batches too
                 prompt_ids = encode_prompts(tokenizer, batch, prompt_kwargs)
                 params = SamplingParams(
                     n=1,
@@ -93,6 +99,8 @@ def heldout_accuracy(
                 samples = [group[0] for group in sampler.generate_ids(prompt_ids, params)]
                 rows += _graded_rows(batch, samples, reward_func, paid_forms)
                 advance(len(batch))
+                if on_batch is not None and len(rows) < len(problems):  # the last batch: the result says it
+                    on_batch(len(rows))
     finally:
         torch.set_rng_state(rng_state)
     return _accuracy_result(len(problems), rows, paid_forms)
@@ -246,6 +254,7 @@ def sample_and_grade(
     with _rng_preserved(), _evaluation_sampling(trainer, temperature, top_p, max_new_tokens), torch.no_grad():
         torch.manual_seed(seed + rank)
         for start in range(0, per, batch_size):
+            stopping.check()  # a stop asked for by a signal lands between batches too
             rows = mine[start : start + batch_size]
             size = min(batch_size, per - start)
             batch = [problems[i] for i in rows] + [problems[0]] * (size - len(rows))  # padding rows
@@ -368,17 +377,23 @@ class HeldOut:
     weights or vLLM: the trainer's own engine, each process a share of the problems, gathered
     (`heldout.engine_accuracy`). Only the main process writes the file."""
 
-    def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path, progress=True):
+    def __init__(self, settings: RunSettings, config: PACSConfig, problems, reward, out: Path, progress=True,
+                 say: Callable[[str], None] | None = None):  # fmt: skip
         self.settings, self.config, self.problems, self.reward = settings, config, problems, reward
         self.path = out / HELDOUT_FILE
         self.results = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.progress = progress
+        self.say = say  # when given: a line as the evaluation starts, per batch, and its accuracy
 
     def measure(self, trainer, when: str) -> None:
         if not self.problems or (when == "before" and "before" in self.results):
             return
-        s, c = self.settings, self.config
+        s, c, n = self.settings, self.config, len(self.problems)
         tokens = s.eval_max_new_tokens or c.max_completion_length
+        how = "greedy" if s.eval_temperature == 0 else f"T={s.eval_temperature:g}"
+        if self.say is not None:
+            self.say(f"held-out evaluation {when} training: {n} problems, {how}, at most {tokens} tokens")
+        started = time.time()
         if needs_engine(trainer):
             result = engine_accuracy(
                 trainer,
@@ -405,6 +420,9 @@ class HeldOut:
                 description=f"held-out, {when}",
                 prompt_kwargs=s.prompt_kwargs(c),
                 progress=self.progress,
+                on_batch=None
+                if self.say is None
+                else lambda done: self.say(f"held-out {when}: {done} of {n} answered"),
             )
             result["engine"] = "fast-sampler"  # on this process's model
         rows = result.pop("samples", None)
@@ -416,6 +434,11 @@ class HeldOut:
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         self.results[when] = result
         self.record()
+        if self.say is not None:
+            self.say(
+                f"held-out accuracy {when} training: {result['accuracy']:.1%} ({result['correct']} of {n}), "
+                f"{time.time() - started:.0f} s"
+            )
 
     def record(self, **extra: Any) -> None:
         if self.results:

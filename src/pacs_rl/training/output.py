@@ -5,7 +5,7 @@ library chatter it filters out, and its training-curves plot.
   optimizer step;
 - the progress bar (`progress_bar`, `RichProgressCallback`): one bar for training, one per held-out pass, and the
   reward-hacking monitor's notes (pacs_rl.training.monitor.form_warnings) above it;
-- `StopAtStepEnd`: Ctrl-C stops at the end of the step in progress, with a checkpoint;
+- `PhaseLines`: without a terminal (a log file), a line as each phase of a run starts, each with the time of day;
 - the log filters (`quiet_libraries`, `expect_tied_missing_keys`): library chatter that carries nothing for the
   user of `pacs-rl train` / `compare`, filtered out, so the run shows one progress display per long step (its own
   bars) and its own notes:
@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -87,14 +88,66 @@ def _jsonable(v):
     return v
 
 
+class PhaseLines:
+    """What a run is doing, for a log file: ``say(text)`` prints ``HH:MM:SS  text`` on stdout at once (flushed: a
+    person tailing the file sees it), nothing when not ``enabled`` (a terminal shows the bars instead). While
+    started, a phase that runs on without a new line for ``quiet`` seconds (a long sampling on a loaded CPU) gets a
+    line saying so (``still going, 50 s since: <its line>``); looking once a second, the file is never silent for
+    30 s with the default 25."""
+
+    def __init__(self, enabled: bool, quiet: float = 25.0):
+        self.enabled, self.quiet = enabled, quiet
+        self._last = ("", time.time(), time.time())  # (text, when said, when its phase began)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __call__(self, text: str) -> None:
+        if self.enabled:
+            with self._lock:
+                now = time.time()
+                self._print(text, now)
+                self._last = (text, now, now)
+
+    @staticmethod
+    def _print(text: str, now: float) -> None:
+        print(f"{time.strftime('%H:%M:%S', time.localtime(now))}  {text}", flush=True)
+
+    def tick(self, now: float) -> None:
+        """At time ``now``: a line for the phase in progress when it has been quiet for ``quiet`` seconds."""
+        with self._lock:
+            text, said, began = self._last
+            if text and now - said >= self.quiet:
+                self._print(f"still going, {now - began:.0f} s since: {text}", now)
+                self._last = (text, now, began)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(1.0):
+            self.tick(time.time())
+
+    def start(self) -> PhaseLines:
+        """Say a phase again after ``quiet`` seconds without a line, until `close`."""
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(target=self._watch, name="pacs-rl phase lines", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
 class RichProgressCallback(TrainerCallback):
     """A one-line progress bar: step, reward, accuracy, seconds per step and ETA; without a terminal (a log
-    file), one plain line per logged step instead of the bar. The reward-hacking monitor's notes
-    (pacs_rl.training.monitor.form_warnings) are printed above it."""
+    file), one plain line per logged step instead of the bar (through ``lines`` when given, a `PhaseLines`). The
+    reward-hacking monitor's notes (pacs_rl.training.monitor.form_warnings) are printed above it."""
 
-    def __init__(self, description: str = "training", enabled: bool = True):
+    def __init__(self, description: str = "training", enabled: bool = True, lines: PhaseLines | None = None):
         self.description = description
         self.enabled = enabled  # False (--no-progress): a plain line per step, as in a log file
+        self.lines = lines
         self.progress = None
         self.task = None
         self.fields = {"reward": float("nan"), "accuracy": float("nan")}
@@ -133,31 +186,20 @@ class RichProgressCallback(TrainerCallback):
             t0, s0 = self.start
             per_step = (time.time() - t0) / max(state.global_step - s0, 1)
             eta = per_step * (state.max_steps - state.global_step)
-            self.progress.console.print(
-                f"step {state.global_step}/{state.max_steps}  reward {self.fields['reward']:.3f}  "
+            line = (
+                f"step {state.global_step}/{state.max_steps} done  reward {self.fields['reward']:.3f}  "
                 f"acc {self.fields['accuracy']:.3f}  {per_step:.1f} s/step  ETA {eta / 60:.1f} min"
             )
+            if self.lines is not None:
+                self.lines(line)
+            else:
+                self.progress.console.print(line)
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
-        return control
-
-
-class StopAtStepEnd(TrainerCallback):
-    """Stop training at the end of the step in progress, saving a checkpoint first, once ``request.signal_name`` is
-    set (a signal handler sets it: pacs_rl.training.run). The trainer's own checkpoint holds the rollout batch in
-    progress, so a run resumed from it continues exactly."""
-
-    def __init__(self, request):
-        self.request = request
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.request.signal_name:
-            control.should_save = True
-            control.should_training_stop = True
         return control
 
 

@@ -18,14 +18,11 @@ train section) into both, typing each value once; every refusal is a `SettingsEr
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
 import shutil
-import signal
 import sys
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,9 +33,11 @@ import torch
 from accelerate import PartialState
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from pacs_rl import stopping
 from pacs_rl.data import Problem
 from pacs_rl.models import TINY_MODEL, load_tokenizer, resolve_model, tiny_model_folder
 from pacs_rl.preflight import reward_weights_problem
+from pacs_rl.progress import terminal_bars
 from pacs_rl.rewards import load_reward_funcs
 from pacs_rl.run_folder import (
     BASE_MODEL_DIR,
@@ -70,8 +69,8 @@ from pacs_rl.training.engine import model_init_kwargs, run_problems, start_deeps
 from pacs_rl.training.heldout import CallOnTrainBegin, HeldOut, heldout_reward, needs_engine, periodic_eval
 from pacs_rl.training.output import (
     MetricsJsonlCallback,
+    PhaseLines,
     RichProgressCallback,
-    StopAtStepEnd,
     expect_tied_missing_keys,
     plot_curves,
 )
@@ -180,13 +179,14 @@ class TrainResult:
 
 class RunInterrupted(KeyboardInterrupt):
     """A run stopped by Ctrl-C or SIGTERM: where it stopped and what it kept. A KeyboardInterrupt, so that code
-    that stops on one stops on this too."""
+    that stops on one stops on this too. ``step``: the last step the run finished (the one in progress, if any, is
+    dropped); ``training``: whether it had started training (else it stopped while loading or evaluating before)."""
 
     def __init__(self, output_dir: Path, step: int, max_steps: int, checkpoint: str | None, save_steps: Any,
-                 signal_name: str = "Ctrl-C", at_step_end: bool = False):  # fmt: skip
+                 signal_name: str = "Ctrl-C", training: bool = True):  # fmt: skip
         self.output_dir, self.step, self.max_steps = output_dir, step, max_steps
         self.checkpoint, self.save_steps, self.signal_name = checkpoint, save_steps, signal_name
-        self.at_step_end = at_step_end
+        self.training = training
         super().__init__(self.describe())
 
     def kept(self) -> str:
@@ -199,7 +199,12 @@ class RunInterrupted(KeyboardInterrupt):
         return f"no checkpoint kept ({every}, and the run stopped before the first one): it starts again from step 0"
 
     def describe(self) -> str:
-        return f"interrupted ({self.signal_name}) at step {self.step} of {self.max_steps}; {self.kept()}"
+        where = (
+            f"in step {self.step + 1} of {self.max_steps}, which is dropped"
+            if self.training and self.step < self.max_steps
+            else f"at step {self.step} of {self.max_steps}"
+        )
+        return f"interrupted ({self.signal_name}) {where}; {self.kept()}"
 
 
 def resume_point(out: Path, resume: bool, config: PACSConfig, world: int) -> tuple[str | None, bool]:
@@ -286,41 +291,105 @@ def run_training(
     (``already_complete``). Raises SettingsError (a ValueError) for a setting that cannot be used, before any
     model is loaded or anything is written. ``data``: the (training, held-out) problems when the caller has read
     them already (`pacs-rl train` does, before torch loads); else they are read here. ``command``: the command that
-    made the run, for its card. ``progress``: progress bars (else one line per step).
+    made the run, for its card. ``progress``: progress bars on a terminal; without one (a log file), or with
+    ``progress`` False, a line as each phase starts (loading, each held-out evaluation and its accuracy, each
+    optimizer step, each further round of dynamic sampling) and one as each step ends.
 
     Interrupted (Ctrl-C, SIGTERM), it raises :class:`RunInterrupted` (a KeyboardInterrupt) saying the step reached
-    and the checkpoint kept. ``stop_on_signal`` (one process, main thread): the first Ctrl-C or SIGTERM during
-    training stops at the end of the step in progress and saves a checkpoint there first; a second stops at once.
+    and the checkpoint kept. ``stop_on_signal`` (main thread; one process or several, without vLLM): once the model
+    is loaded, the first Ctrl-C or SIGTERM stops the run within moments wherever it is (sampling, the update, an
+    evaluation: `pacs_rl.stopping`); the step in progress is dropped and nothing is saved, so the folder keeps its
+    last finished checkpoint and a resumed run matches one never interrupted. A second signal stops at once.
 
     On several processes (`accelerate launch`) every process loads the data and its copy of the weights (TRL
     loads them from the name, in the training dtype, placed by accelerate; ZeRO-3 partitioned), the held-out
-    evaluations run once across all processes, and only the main process writes files."""
-    stop = _StopRequest(enabled=stop_on_signal and PartialState().num_processes == 1 and not config.use_vllm)
-    with stop.handling():
-        try:
+    evaluations run once across all processes, and only the main process writes files. Each process gets the
+    signal (torchrun passes it on) and stops at its own next check point."""
+    stop = _StopRequest()
+    handling = stopping.SignalStop(_announce_stop) if stop_on_signal and not config.use_vllm else None
+    try:
+        if handling is None:
             return _run_training(settings, config, resume, data, command, progress, stop)
-        except KeyboardInterrupt as e:
-            if isinstance(e, RunInterrupted):
-                raise
-            out = Path(config.output_dir)
-            trainer = stop.trainer
-            step = max(stop.first_step, getattr(getattr(trainer, "state", None), "global_step", 0))
-            raise RunInterrupted(
-                out, step, config.max_steps, last_complete_checkpoint(out), config.save_steps,
-                stop.signal_name or "Ctrl-C",
-            ) from None  # fmt: skip
+        with handling:
+            stop.handling = handling
+            return _run_training(settings, config, resume, data, command, progress, stop)
+    except RunInterrupted:
+        raise
+    except KeyboardInterrupt as e:
+        raise stop.interrupted(config, getattr(e, "signal_name", None) or "Ctrl-C") from None
+    except Exception:
+        # a process whose peer stopped first: its collective fails ("Connection closed by peer"); the stop is the
+        # cause, and this process stops as its peer did
+        if handling is not None and stop.asked:
+            raise stop.interrupted(config, stop.asked) from None
+        raise
+
+
+def end_processes() -> None:
+    """Leave the process group of a launch (`accelerate launch`), if this process joined one: the last thing a
+    command does, while the interpreter is whole. A process that exits still in the group can abort with SIGABRT
+    as Python shuts down: gloo's threads still hold finished work whose tensors are freed once the interpreter is
+    being torn down."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def _announce_stop(signal_name: str) -> None:
+    if PartialState().is_main_process:
+        print(
+            f"{signal_name}: stopping now; the step in progress is dropped and the run keeps its last checkpoint "
+            f"({signal_name} again stops at once)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+class _StopRequest:
+    """Where a run stands when a signal stops it: its trainer (once built) and the step it started from."""
+
+    def __init__(self):
+        self.handling: stopping.SignalStop | None = None  # the signal handlers, when the run installed them
+        self.trainer = None
+        self.first_step = 0
+        self.training = False  # trainer.train() was entered
+
+    @property
+    def asked(self) -> str | None:
+        return stopping.requested()
+
+    def arm(self, trainer) -> None:
+        """From now on the first signal asks for a stop at the next check point: every forward of the policy is
+        one (the fast sampler and the held-out batches check too)."""
+        self.trainer = trainer
+        if self.handling is not None:  # trainer.model is not wrapped yet (accelerate wraps it in train())
+            model = trainer.model
+            base = getattr(model, "get_base_model", lambda: None)()  # a PEFT model's base generates
+            stopping.watch(model, base)
+            self.handling.arm()
+
+    def interrupted(self, config: PACSConfig, signal_name: str) -> RunInterrupted:
+        out = Path(config.output_dir)
+        step = max(self.first_step, getattr(getattr(self.trainer, "state", None), "global_step", 0))
+        return RunInterrupted(
+            out, step, config.max_steps, last_complete_checkpoint(out), config.save_steps, signal_name,
+            training=self.training,
+        )  # fmt: skip
 
 
 def _run_training(settings, config, resume, data, command, progress, stop) -> TrainResult:
     """run_training's body; ``stop``: the _StopRequest its signal handlers set."""
-    run = _Session(settings, config, stop)
+    run = _Session(settings, config, stop, progress)
     if run.find_checkpoint(resume):
         return _result(settings, config, run.out, already_complete=True)
-    run.read_data(data)
-    run.load_tokenizer_and_record(command)
-    trainer = run.build_trainer(progress)
-    train_seconds = run.train(trainer)
-    global_step = run.finish(trainer, train_seconds)
+    run.say.start()
+    try:
+        run.read_data(data)
+        run.load_tokenizer_and_record(command)
+        trainer = run.build_trainer()
+        train_seconds = run.train(trainer)
+        global_step = run.finish(trainer, train_seconds)
+    finally:
+        run.say.close()
     device = str(trainer.accelerator.device)
     return _result(
         settings, config, run.out, train_seconds=train_seconds, global_step=global_step, device=device,
@@ -333,12 +402,14 @@ class _Session:
     name and tokenizer (and the run's record), the trainer, training, and the end (final weights, held-out
     accuracy after, curves, card)."""
 
-    def __init__(self, settings: RunSettings, config: PACSConfig, stop: _StopRequest):
-        self.settings, self.config, self.stop = settings, config, stop
+    def __init__(self, settings: RunSettings, config: PACSConfig, stop: _StopRequest, progress: bool):
+        self.settings, self.config, self.stop, self.progress = settings, config, stop, progress
         self.out = Path(config.output_dir)
         if settings.num_threads:
             torch.set_num_threads(settings.num_threads)  # before any op: see the setting's help
         self.state = PartialState()
+        # what the run is doing, a line per phase, where no progress bar shows it (a log file, --no-progress)
+        self.say = PhaseLines(self.state.is_main_process and not terminal_bars(progress))
         self.engine = training_engine(config, self.state.num_processes)
         problems = run_problems(settings, config, self.engine)
         if problems:
@@ -428,14 +499,18 @@ class _Session:
         )  # a finished run continued (a larger max_steps) is unfinished
         write_model_card(out)  # "unfinished" until the run ends
 
-    def build_trainer(self, progress: bool):
+    def build_trainer(self):
         """The trainer, its callbacks, and the held-out accuracy before training (on a fresh run)."""
         settings, config, out, state = self.settings, self.config, self.out, self.state
+        progress = self.progress
         rewards = build_reward_funcs(settings, config)
         self.reward = heldout_reward(settings)
-        self.heldout = HeldOut(settings, config, self.held, self.reward, out, progress=progress)
+        say = self.say if self.say.enabled else None
+        self.heldout = HeldOut(settings, config, self.held, self.reward, out, progress=progress, say=say)
         start_deepspeed_comm(config, self.engine, state.num_processes)
         _, trainer_cls = config_and_trainer_classes(config.loss_type)
+        where = "" if self.model_id == settings.model else f" ({self.model_id})"
+        self.say(f"loading the model {settings.model}{where}")
         trainer = trainer_cls(
             self.model_id, rewards, args=config, train_dataset=build_dataset(self.train_problems, settings),
             processing_class=self.tokenizer, callbacks=[MetricsJsonlCallback()], peft_config=_peft_config(settings),
@@ -446,7 +521,8 @@ class _Session:
         trainer.remove_callback(PrinterCallback)
         expect_tied_missing_keys(trainer.model)  # a resume says nothing of the tied LM head it did not load
         trainer.remove_callback(ProgressCallback)
-        self.stop.trainer = trainer
+        trainer.announce = self.say if self.say.enabled else None  # a line as each step starts
+        self.stop.arm(trainer)  # a signal from now on stops at the next check point
         if needs_engine(
             trainer
         ):  # once the engine has placed (or sharded) the model, before a fresh run's step
@@ -458,8 +534,7 @@ class _Session:
             self.heldout.measure(trainer, "before")
         # the reward-hacking monitor's saved rollouts: those of steps this run will redo go (a fresh run: all)
         trainer.answer_monitor.forget_after(self.first_step if self.checkpoint else -1)
-        trainer.add_callback(RichProgressCallback(config.loss_type, enabled=progress))  # after "before"'s bar
-        trainer.add_callback(StopAtStepEnd(self.stop))
+        trainer.add_callback(RichProgressCallback(config.loss_type, enabled=progress, lines=self.say))
         if config.eval_steps:
             trainer.add_callback(periodic_eval(trainer, settings, config, self.held, self.reward))
         return trainer
@@ -473,14 +548,8 @@ class _Session:
             if not self.finish_from_weights:
                 trainer._load_from_checkpoint(self.checkpoint)
         else:
-            self.stop.armed = True
+            self.stop.training = True
             trainer.train(resume_from_checkpoint=self.checkpoint)
-            self.stop.armed = False
-        if self.stop.signal_name:  # stopped at the end of a step, its checkpoint saved
-            raise RunInterrupted(
-                self.out, trainer.state.global_step, self.config.max_steps, last_complete_checkpoint(self.out),
-                self.config.save_steps, self.stop.signal_name, at_step_end=True,
-            )  # fmt: skip
         return time.time() - t0
 
     def finish(self, trainer, train_seconds: float) -> int:
@@ -493,6 +562,7 @@ class _Session:
                 shutil.copytree(self.checkpoint, out / FINAL_DIR, dirs_exist_ok=True, ignore=_not_model_files)
             state.wait_for_everyone()
         else:
+            self.say(f"saving the final model to {out / FINAL_DIR}")
             trainer.save_model(str(out / FINAL_DIR))
         if state.is_main_process:
             self.tokenizer.save_pretrained(str(out / FINAL_DIR))
@@ -559,48 +629,6 @@ def _key_settings(config: PACSConfig) -> dict[str, Any]:
         value = getattr(config, name)
         out[name] = value if isinstance(value, (bool, int, float, str, type(None))) else str(value)
     return out
-
-
-class _StopRequest:
-    """Ctrl-C and SIGTERM while a run trains: the first asks the trainer to stop at the end of the step in
-    progress (StopAtStepEnd saves a checkpoint there), a second stops at once; outside training (loading, the
-    held-out evaluations) the first stops at once. ``enabled`` False: the signals keep their own handlers (a
-    KeyboardInterrupt at once)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.armed = False  # training (trainer.train) is running
-        self.signal_name: str | None = None  # the signal that asked for the stop
-        self.trainer = None  # once built: where the run stands when it is interrupted
-        self.first_step = 0  # the step the run started from
-
-    def _handle(self, signum, frame):
-        name = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
-        if self.armed and self.signal_name is None:
-            self.signal_name = name
-            print(
-                f"{name}: stopping at the end of this step, after saving a checkpoint ({name} again stops now)",
-                file=sys.stderr,
-                flush=True,
-            )
-            return
-        self.signal_name = self.signal_name or name
-        raise KeyboardInterrupt
-
-    def handling(self):
-        @contextlib.contextmanager
-        def installed():
-            if not self.enabled:
-                yield
-                return
-            old = {s: signal.signal(s, self._handle) for s in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for s, handler in old.items():
-                    signal.signal(s, handler)
-
-        return installed()
 
 
 def _skipped_steps(trainer, checkpoint: str | None) -> dict[str, int]:

@@ -48,6 +48,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -63,6 +64,7 @@ from trl.trainer.utils import (
     unsplit_pixel_values_by_grid,
 )
 
+from pacs_rl import stopping
 from pacs_rl.algorithms import compute_policy_loss, finite_groups, policy_loss_options
 from pacs_rl.rewards.cutoff import is_cut_off
 from pacs_rl.rewards.trl_reward import MathRewardFunction
@@ -295,6 +297,9 @@ class PACSTrainer(GRPOTrainer):
         self.answer_monitor = AnswerMonitor(
             args.output_dir, self._math_reward_grader(), write=self.accelerator.is_main_process
         )
+        # a run that prints what it does (a log file, pacs_rl.training.run) sets this: one line per phase
+        self.announce: Callable[[str], None] | None = None
+        self._announced_step = -1  # the global_step whose start was announced
 
     def _vllm_default_dtype(self) -> torch.dtype | None:
         """The dtype of the colocated vLLM engine when vllm_engine_kwargs names none: the policy's on vLLM's CPU
@@ -632,13 +637,21 @@ class PACSTrainer(GRPOTrainer):
 
     def _prepare_inputs(self, generation_batch):
         # Same flow as GRPOTrainer._prepare_inputs, with groups (not rows) shuffled before the split.
+        stopping.check()  # a stop asked for by a signal lands between micro-batches (pacs_rl.stopping)
         if not self.model.training:
             return self._generate_and_score_completions(generation_batch)
         generate_every = self.args.steps_per_generation * self.num_iterations
-        if self._step % generate_every == 0 or self._buffered_inputs is None:
+        generate = self._step % generate_every == 0 or self._buffered_inputs is None
+        self._announce_step(len(generation_batch) if generate else None)
+        if generate:
+            started = time.perf_counter()
             batch = self._generate_and_score_completions(generation_batch)
             if self.args.dynamic_sampling:
                 batch = self._dynamic_sampling(batch)
+            if self.announce is not None:  # the update starts: a phase of its own
+                self._say(
+                    f"{self._step_name()}: update (the rollout took {time.perf_counter() - started:.0f} s)"
+                )
             batch = split_pixel_values_by_grid(batch)
             batch = shuffle_groups(batch, self.num_generations)
             self._buffered_inputs = [
@@ -646,6 +659,27 @@ class PACSTrainer(GRPOTrainer):
                 for b in split_tensor_dict(batch, self.args.steps_per_generation)
             ]
         return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def _say(self, text: str) -> None:
+        """One line of what the run is doing (``announce``: set by a run that prints them), on the main process."""
+        if self.announce is not None and self.accelerator.is_main_process:
+            self.announce(text)
+
+    def _step_name(self) -> str:
+        return f"step {self.state.global_step + 1}/{self.state.max_steps}"
+
+    def _announce_step(self, rows: int | None) -> None:
+        """At the first micro-batch of an optimizer step: the step starts, sampling ``rows`` rows of this process (the
+        rollout's prompts × G), or (None) updating on the buffered rollout."""
+        if self.announce is None or self._announced_step == self.state.global_step:
+            return
+        self._announced_step = self.state.global_step
+        if rows is not None:
+            prompts = rows // self.num_generations * self.accelerator.num_processes
+            self._say(f"{self._step_name()}: sampling {prompts} prompts x {self.num_generations} completions")
+        else:
+            sampled = f" sampled in step {self._rollout_step + 1}" if self._rollout_step >= 0 else ""
+            self._say(f"{self._step_name()}: update on the rollout{sampled}")
 
     # ------------------------------------------------------------------ dynamic sampling (DAPO)
     def _dynamic_sampling_prompts(self) -> PromptStream | None:
@@ -666,10 +700,25 @@ class PACSTrainer(GRPOTrainer):
         until it is full or dynamic_sampling_max_rounds is reached (pacs_rl.training.dynamic_sampling)."""
         started, G, rows = time.perf_counter(), self.num_generations, batch["rewards"].numel()
         sequence_ratio = str(getattr(self, "vllm_importance_sampling_mode", "")).startswith("sequence")
+        need, most = rows // G, self.args.dynamic_sampling_max_rounds
+        round_ = {"number": 1, "kept": 0}
+
+        def fewest_kept(kept: int) -> int:
+            round_["kept"] = self._fewest_kept(kept)
+            return round_["kept"]
+
+        def sample_more() -> dict[str, Any]:
+            round_["number"] += 1
+            self._say(
+                f"{self._step_name()}: dynamic sampling round {round_['number']} of at most {most} "
+                f"({round_['kept']} of {need} groups with two different rewards so far): sampling {need} more prompts"
+            )
+            return self._generate_and_score_completions(self._more_prompts(need))
+
         filled = fill_batch(
             batch,
-            lambda: self._generate_and_score_completions(self._more_prompts(rows // G)),
-            self._fewest_kept,
+            sample_more,
+            fewest_kept,
             G,
             self.args.dynamic_sampling_max_rounds,
             self._tokenizer.pad_token_id,
