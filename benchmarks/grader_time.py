@@ -91,15 +91,18 @@ def clear_caches() -> None:
 
     from pacs_rl.rewards import answers, final_form
 
-    for cached in (
-        final_form.written,
-        final_form.reading,
-        answers.structure_key,
-        answers.question_keys,
-        parser.parse_latex_cached,
-        parser.parse_expr_cached,
+    for module, name in (
+        (final_form, "written"),
+        (final_form, "reading"),
+        (final_form, "size"),  # an older grader's (``--label before``)
+        (answers, "structure_key"),
+        (answers, "question_keys"),
+        (parser, "parse_latex_cached"),
+        (parser, "parse_expr_cached"),
     ):
-        cached.cache_clear()
+        cached = getattr(module, name, None)
+        if cached is not None:
+            cached.cache_clear()
 
 
 def time_one(completion: str, gold: str, question: str, repeats: int) -> float:

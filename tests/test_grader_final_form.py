@@ -139,6 +139,30 @@ def test_an_answer_not_worked_out_is_refused(answer, gold, question, what):
     assert paper_pays(answer, gold, question), f"the paper's grader refuses {answer!r} too: no hole to close"
 
 
+# the rules' examples in docs/EVALUATION.md that the paper's grader may refuse too: (answer, gold, question)
+DOC_REFUSED = [
+    (r"\sqrt{16}\pi", r"4\pi", None),  # a root with a value
+    (r"\sqrt{\pi^2}", r"\pi", None),
+    (r"\sqrt{-4}", r"2i", None),
+    (r"|-3|\pi", r"3\pi", None),  # a function of constants with a value
+    (r"x^1 + 1", r"x + 1", None),  # a trivial power
+    (r"1x + 1", r"x + 1", None),  # a factor 1
+    (r"2^{3/2}", r"2\sqrt{2}", "Simplify $\sqrt{8}$."),  # a root not reduced where simplifying is asked
+    (r"\sqrt{\frac{1}{2}}", r"\frac{\sqrt{2}}{2}", "Express it in simplest radical form."),
+    (r"\frac{\cos x}{\sin x}", r"\cot x", "Simplify $\frac{1}{\tan x}$."),  # a function the gold does not use
+    (r"2\sqrt{3} + \pi - \pi", r"2\sqrt{3}", None),
+]
+
+
+@pytest.mark.parametrize(("answer", "gold", "question"), DOC_REFUSED)
+def test_the_documented_refusals(answer, gold, question):
+    """Refused by the grader, and by the final-form rule itself (``\\sqrt{-4}`` math-verify already refuses)."""
+    from pacs_rl.rewards.final_form import form_problem
+
+    assert sound(answer, gold, question).score == 0.0
+    assert form_problem(answer, gold, question, lambda a, g: True) is not None
+
+
 @pytest.mark.parametrize(
     "answer",
     [r"9^{9^{9}}", r"2^{2^{2^{2^{2}}}}", r"10^{10^{10}} - 10^{10^{10}} + \pi", r"((9!)!)!", r"(x+1)^{1000}",
