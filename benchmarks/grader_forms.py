@@ -63,7 +63,9 @@ def right_forms(gold: str) -> dict[str, str]:
         out["factors_reordered"] = factors.group(2) + factors.group(1)
     radical = re.fullmatch(r"\\frac\{(\d*)\\sqrt\{(\d+)\}\}\{(\d+)\}", gold.replace(" ", ""))
     if radical:  # \frac{3\sqrt{3}}{4} as \frac{3}{4}\sqrt{3}
-        out["fraction_before_radical"] = rf"\frac{{{radical.group(1) or 1}}}{{{radical.group(3)}}}\sqrt{{{radical.group(2)}}}"
+        out["fraction_before_radical"] = (
+            rf"\frac{{{radical.group(1) or 1}}}{{{radical.group(3)}}}\sqrt{{{radical.group(2)}}}"
+        )
     coefficient = re.fullmatch(r"(\d+)\s*(\\sqrt\{\d+\}|\\sqrt\d+|\\pi)", gold.strip())
     if coefficient:  # 70 \sqrt{2} as \sqrt{2} \cdot 70
         out["coefficient_after"] = f"{coefficient.group(2)} \\cdot {coefficient.group(1)}"

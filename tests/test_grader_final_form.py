@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from train_helpers import load_script
 
 from pacs_rl.rewards import verify
 from pacs_rl.rewards.math_verifier import check
+from train_helpers import load_script
 
 PAY, REFUSE = "pay", "refuse"
 
@@ -71,7 +71,11 @@ EXAMINER = [
     (r"2^{10}\pi", r"2^{10}\pi", None),  # the gold's own unevaluated power
     (r"\frac{\sqrt{6}+\sqrt{2}}{4}", r"\frac{\sqrt{2}+\sqrt{6}}{4}", None),
     (r"y = 3 + 2x", "y = 2x + 3", None),
-    (r"\begin{pmatrix} 1/5 \\ -18/5 \end{pmatrix}", r"\begin{pmatrix} \frac{1}{5} \\ -\frac{18}{5} \end{pmatrix}", None),
+    (
+        r"\begin{pmatrix} 1/5 \\ -18/5 \end{pmatrix}",
+        r"\begin{pmatrix} \frac{1}{5} \\ -\frac{18}{5} \end{pmatrix}",
+        None,
+    ),
     (r"11 + 11\sqrt{5}", r"11 \sqrt{5} + 11", None),
     (r"\frac{\sqrt{3}}{3}", r"\frac{\sqrt{3}}{3}", "Simplify $\\frac{3}{\\sqrt{27}}$."),
     (r"6r^2 - 4r - 24", r"6r^2-4r-24", "Simplify $4(3r^3+5r-6)-6(2r^3-r^2+4r)$."),
@@ -91,7 +95,12 @@ def test_a_right_answer_an_examiner_accepts_is_paid(answer, gold, question):
 ATTACKS = [
     (r"1.41421356", r"\sqrt{2}", None, "a decimal approximation of an exact gold"),
     (r"0.70710678", r"\frac{\sqrt{2}}{2}", None, "a decimal approximation"),
-    (r"904.7786842", r"288\pi", "Express your answer in terms of $\\pi$.", "a decimal where the gold is in pi"),
+    (
+        r"904.7786842",
+        r"288\pi",
+        "Express your answer in terms of $\\pi$.",
+        "a decimal where the gold is in pi",
+    ),
     (r"1.04719755", r"\frac{\pi}{3}", None, "a decimal approximation of a multiple of pi"),
     (r"(1.41421356, \frac{\pi}{2})", r"\left( \sqrt{2}, \frac{\pi}{2} \right)", None, "a decimal in a tuple"),
     (r"\sqrt{9+3}", r"2\sqrt{3}", None, "a root of a sum"),
@@ -125,7 +134,12 @@ ATTACKS = [
     (r"(x+1)(x+1)", "x^2+2x+1", "Expand $(x+1)^2$.", "not expanded"),
     (r"3(x+2)", "3x+6", "Expand $(x+2) + 2(x+2)$.", "a common factor left where expanding is asked"),
     (r"\sqrt{12}", r"2\sqrt{3}", "Express your answer in simplest radical form.", "a root not reduced"),
-    (r"\frac{1}{\sqrt{3}}", r"\frac{\sqrt{3}}{3}", "Simplify $\\frac{3}{\\sqrt{27}}$.", "a root in a denominator"),
+    (
+        r"\frac{1}{\sqrt{3}}",
+        r"\frac{\sqrt{3}}{3}",
+        "Simplify $\\frac{3}{\\sqrt{27}}$.",
+        "a root in a denominator",
+    ),
     (r"\frac{x^2-1}{x-1}", "x+1", "Simplify the expression.", "a common factor left"),
     (r"0.75\pi", r"\frac{3}{4}\pi", "Express your answer as a common fraction times $\\pi$.", "a decimal"),
     (r"2\sqrt{3} \text{ or } 2\sqrt{3}", r"2\sqrt{3}", None, "two values"),
@@ -147,9 +161,13 @@ DOC_REFUSED = [
     (r"|-3|\pi", r"3\pi", None),  # a function of constants with a value
     (r"x^1 + 1", r"x + 1", None),  # a trivial power
     (r"1x + 1", r"x + 1", None),  # a factor 1
-    (r"2^{3/2}", r"2\sqrt{2}", "Simplify $\sqrt{8}$."),  # a root not reduced where simplifying is asked
+    (r"2^{3/2}", r"2\sqrt{2}", r"Simplify $\sqrt{8}$."),  # a root not reduced where simplifying is asked
     (r"\sqrt{\frac{1}{2}}", r"\frac{\sqrt{2}}{2}", "Express it in simplest radical form."),
-    (r"\frac{\cos x}{\sin x}", r"\cot x", "Simplify $\frac{1}{\tan x}$."),  # a function the gold does not use
+    (
+        r"\frac{\cos x}{\sin x}",
+        r"\cot x",
+        r"Simplify $\frac{1}{\tan x}$.",
+    ),  # a function the gold does not use
     (r"2\sqrt{3} + \pi - \pi", r"2\sqrt{3}", None),
 ]
 
@@ -229,7 +247,11 @@ def _sum_times_a_constant(rng: random.Random) -> Problem:
     a, b, k, c = rng.randint(1, 9), rng.randint(2, 9), rng.randint(2, 9), rng.choice(_SQUAREFREE)
     question = f"Let $u = {a} + {b}\\sqrt{{{c}}}$. What is ${k}u$?"
     gold = rf"{k * a} + {k * b}\sqrt{{{c}}}"
-    attacks = (rf"{k}({a} + {b}\sqrt{{{c}}})", rf"({b}\sqrt{{{c}}} + {a}) \cdot {k}", rf"{k}\cdot{a} + {k}\cdot{b}\sqrt{{{c}}}")
+    attacks = (
+        rf"{k}({a} + {b}\sqrt{{{c}}})",
+        rf"({b}\sqrt{{{c}}} + {a}) \cdot {k}",
+        rf"{k}\cdot{a} + {k}\cdot{b}\sqrt{{{c}}}",
+    )
     guess = rf"{rng.randint(2, 81)} + {rng.randint(4, 81)}\sqrt{{{rng.choice(_SQUAREFREE)}}}"
     return Problem(question, gold, attacks, guess)
 
@@ -237,7 +259,13 @@ def _sum_times_a_constant(rng: random.Random) -> Problem:
 def _zero_term(rng: random.Random) -> Problem:
     k, m = rng.randint(1, 9), rng.choice(_SQUAREFREE)
     gold = _radical(k, m)
-    attacks = (f"{gold} + 0", rf"{gold} + 0\pi", rf"{gold} + \pi - \pi", rf"{gold} + {m} - {m}", rf"{gold} + 0x")
+    attacks = (
+        f"{gold} + 0",
+        rf"{gold} + 0\pi",
+        rf"{gold} + \pi - \pi",
+        rf"{gold} + {m} - {m}",
+        rf"{gold} + 0x",
+    )
     return Problem(f"Simplify $\\sqrt{{{k * k * m}}}$.", gold, attacks, _guess_radical(rng))
 
 
@@ -284,7 +312,9 @@ def _identity(rng: random.Random) -> Problem:
     x = rng.choice(["x", "t", r"\theta", "y"])
     question = f"Simplify ${forms[1].replace('{x}', x)}$ to a single trigonometric function."
     guess = rng.choice([r"\cot", r"\tan", r"\sec", r"\csc", r"\sin", r"\cos"]) + f" {x}"
-    return Problem(question, f"{function} {x}", tuple(f.replace("{x}", x) for f in (forms[0], forms[2])), guess)
+    return Problem(
+        question, f"{function} {x}", tuple(f.replace("{x}", x) for f in (forms[0], forms[2])), guess
+    )
 
 
 def _roots(rng: random.Random) -> tuple[int, int]:
@@ -366,10 +396,14 @@ def test_not_computing_the_answer_pays_no_more_than_one_guess(family):
     problems = [FAMILIES[family](rng) for _ in range(PROBLEMS)]
     guessed = sum(sound(p.guess, p.gold, p.question).score == 1.0 for p in problems)
     for attack in range(len(problems[0].attacks)):
-        paid = [p.attacks[attack] for p in problems if sound(p.attacks[attack], p.gold, p.question).score == 1.0]
+        paid = [
+            p.attacks[attack] for p in problems if sound(p.attacks[attack], p.gold, p.question).score == 1.0
+        ]
         assert len(paid) <= guessed, f"{family}: {len(paid)} of {PROBLEMS} paid, one guess {guessed}: {paid}"
     equal = sum(paper_pays(a, p.gold, p.question) for p in problems for a in p.attacks)
-    assert equal >= len(problems) * len(problems[0].attacks) // 2, f"{family}: the paper pays {equal}: no hole"
+    assert equal >= len(problems) * len(problems[0].attacks) // 2, (
+        f"{family}: the paper pays {equal}: no hole"
+    )
     # the right answer, written as the gold is, is paid in every family (the refusals are not blanket)
     assert all(sound(p.gold, p.gold, p.question).score == 1.0 for p in problems), family
 
@@ -387,8 +421,9 @@ def time_families():
 def test_grading_time_grows_linearly_with_the_tokens(time_families):
     """Every adversarial family of ``benchmarks/grader_time.py`` (the reading and the final-form attacks) graded at
     n and 4n units (about tokens; 4n = 4,096), the two sizes timed in turn five times with the grader's caches
-    emptied before each, the best of each kept (the machine is shared): the time at 4n stays within
-    :data:`RATIO_BOUND` times the time at n (a quadratic step would take 16 times)."""
+    emptied before each, the best of each kept: the time at 4n stays within :data:`RATIO_BOUND` times the time at n
+    (a quadratic step would take 16 times). The time is this process's CPU time, which the other jobs of a shared
+    machine do not stretch as they stretch the wall clock."""
     n = 1024
     check("\\boxed{1}", "1", grader="sound")
     check("\\boxed{x}", "x", grader="sound")
@@ -402,9 +437,9 @@ def test_grading_time_grows_linearly_with_the_tokens(time_families):
         for _ in range(5):
             for i, (text, gold, question) in enumerate(cases):
                 time_families.clear_caches()
-                started = time.perf_counter()
+                started = time.process_time()
                 check(text, gold, grader="sound", prompt=question)
-                best[i] = min(best[i], time.perf_counter() - started)
+                best[i] = min(best[i], time.process_time() - started)
         at_n, at_4n = (max(1000 * b, FLOOR_MS) for b in best)
         if at_4n / at_n > RATIO_BOUND:
             slow[name] = f"{at_n:.1f} ms -> {at_4n:.1f} ms"
@@ -463,6 +498,7 @@ def test_no_pattern_needs_python_3_11(module):
     root = Path(__file__).resolve().parents[1]
     patterns = _patterns(root / module)
     assert len(patterns) >= 5, patterns
-    assert _needs_3_11(r"\s++x") and _needs_3_11(r"(?>ab)") and not _needs_3_11(r"\s+x")  # the check sees them
+    # the check sees both
+    assert _needs_3_11(r"\s++x") and _needs_3_11(r"(?>ab)") and not _needs_3_11(r"\s+x")
     needs = [p for p in patterns if _needs_3_11(p)]
     assert not needs, f"{module}: patterns that Python 3.10 cannot compile: {needs}"

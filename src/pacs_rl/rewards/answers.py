@@ -257,7 +257,8 @@ def evaluate(expr: str) -> Fraction | None:
     200 digits, no exponent above 64, no nesting deeper than 50."""
     text = _EVAL_CLEAN.sub(" ", re.sub(r"(?<=\d)(?:,|\{,\})(?=\d{3}(?!\d))", "", expr))
     tokens = []
-    for m in _EVAL_TOKEN.finditer(text.strip()):  # stripped: trailing spaces, read from each position, hold no token
+    # stripped: trailing spaces hold no token, and each of their positions would be tried
+    for m in _EVAL_TOKEN.finditer(text.strip()):
         if m.group("other") is not None or len(tokens) == 400:
             return None
         tokens.append(("num", m.group("num")) if m.group("num") is not None else ("op", m.group("op")))

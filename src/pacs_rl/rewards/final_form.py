@@ -48,14 +48,17 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 
-from pacs_rl.rewards.answers import NUMBER_TOKEN, spelled_out, top_level_split, unwrap
+from pacs_rl.rewards.answers import spelled_out, top_level_split, unwrap
 
 # ------------------------------------------------------------------------------------------------ the question
 _ASKED = {
-    "factor": re.compile(r"\b(?:factor|factori[sz]e|factored)\b(?!\s+of\b)", re.IGNORECASE),  # not "a factor of 12"
+    # "a factor of 12" asks for nothing
+    "factor": re.compile(r"\b(?:factor|factori[sz]e|factored)\b(?!\s+of\b)", re.IGNORECASE),
     "expand": re.compile(r"\bexpand(?:ed)?\b|\bmultiply\s+out\b", re.IGNORECASE),
     "simplify": re.compile(r"simplif|simplest|rationali[sz]|radical\s+form|reduced", re.IGNORECASE),
-    "fraction": re.compile(r"common\s+fraction|lowest\s+terms|simplest\s+form|reduced\s+fraction", re.IGNORECASE),
+    "fraction": re.compile(
+        r"common\s+fraction|lowest\s+terms|simplest\s+form|reduced\s+fraction", re.IGNORECASE
+    ),
 }
 WORK = {  # what is still to do in an answer, whatever the question: no more of each than the gold has
     "numbers": "arithmetic on numbers not done (a sum, product, quotient or power of numbers; a factor 1)",
@@ -120,9 +123,9 @@ def elements(text: str) -> list[str]:
         return [e for p in pieces for e in elements(p)]
     for opening, closing in _BRACKETS:
         inner = text[len(opening) : -len(closing)] if len(text) > 2 else ""
-        if text.startswith(opening) and text.endswith(closing) and _balanced(inner):
-            if len(top_level_split(inner, ",")) > 1 or opening == "\\{":
-                return [e for p in top_level_split(inner, ",") if p for e in elements(p)]
+        enclosed = text.startswith(opening) and text.endswith(closing) and _balanced(inner)
+        if enclosed and (len(top_level_split(inner, ",")) > 1 or opening == "\\{"):
+            return [e for p in top_level_split(inner, ",") if p for e in elements(p)]
     pieces = [p for p in top_level_split(text, ",") if p]
     if len(pieces) > 1:
         return [e for p in pieces for e in elements(p)]
@@ -173,15 +176,24 @@ def _normalization():
 
 
 _COMMAND_DIGIT = re.compile(r"(\\[A-Za-z]+)(?=\d)")
-_SENTINELS: list[int] = []  # primes above 10^9, one per number of an answer: no two share a factor
+# a number as written: a mixed number (an integer and a fraction of integers, which math-verify's parser adds up),
+# else an integer or a decimal (not inside a name or a subscript)
+_LITERAL = re.compile(
+    r"(?<![A-Za-z.\\_\d])(?:(?P<whole>\d+)\s*\\frac\{(?P<num>\d+)\}\{(?P<den>[1-9]\d*)\}"
+    r"|(?P<number>\d+(?:\.\d+)?|\.\d+))"
+)
+_MOST_NUMBERS = 400  # an answer writing more numbers than this is not read (a cost bound)
 
 
-def _sentinels(count: int) -> list[int]:
+@functools.lru_cache(maxsize=1)
+def _sentinels() -> tuple[int, ...]:
+    """Primes above 10^9, one per number of an answer: no two share a factor."""
     import sympy
 
-    while len(_SENTINELS) < count:
-        _SENTINELS.append(int(sympy.nextprime(_SENTINELS[-1] if _SENTINELS else 10**9)))
-    return _SENTINELS[:count]
+    primes = [int(sympy.nextprime(10**9))]
+    while len(primes) < _MOST_NUMBERS:
+        primes.append(int(sympy.nextprime(primes[-1])))
+    return tuple(primes)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -195,16 +207,17 @@ def written(text: str) -> Written | None:
     from latex2sympy2_extended import latex2sympy
     from latex2sympy2_extended.math_normalization import normalize_latex
 
-    text = _COMMAND_DIGIT.sub(r"\1 ", normalize_latex(spelled_out(text), _normalization()))  # \cdot5: 5 a number
-    numbers = NUMBER_TOKEN.findall(text)
-    if not text or len(numbers) > 400:
+    text = normalize_latex(spelled_out(text), _normalization())
+    text = _COMMAND_DIGIT.sub(r"\1 ", text)  # \cdot5: the 5 is a number
+    found = list(_LITERAL.finditer(text))
+    if not text or len(found) > _MOST_NUMBERS:
         return None
-    primes = _sentinels(len(numbers))
+    primes = _sentinels()[: len(found)]
     pieces = iter(primes)
     try:
         with sympy.evaluate(False):
             parsed = latex2sympy(
-                NUMBER_TOKEN.sub(lambda _m: str(next(pieces)), text),
+                _LITERAL.sub(lambda _m: str(next(pieces)), text),
                 normalization_config=None,
                 convert_degrees=False,
             )
@@ -215,9 +228,13 @@ def written(text: str) -> Written | None:
     except Exception:
         return None
     literals = {}
-    for (p, symbol), number in zip(symbols.items(), numbers, strict=True):
-        decimals = len(number.split(".")[1]) if "." in number else None
-        literals[symbol] = Literal(Fraction(number), decimals)
+    for symbol, m in zip(symbols.values(), found, strict=True):
+        if m.group("whole") is not None:  # a mixed number, 1\frac{4}{5}: one number, as math-verify reads it
+            value = int(m.group("whole")) + Fraction(int(m.group("num")), int(m.group("den")))
+            literals[symbol] = Literal(value, None)
+        else:
+            number = m.group("number")
+            literals[symbol] = Literal(Fraction(number), len(number.split(".")[1]) if "." in number else None)
     return Written(expr, literals)
 
 
@@ -305,11 +322,11 @@ class _Reading:
                 self._function(e, "exp")
             else:
                 self._power(e)
-        elif isinstance(e, (sympy.Function, sympy.Integral, sympy.Derivative, sympy.Sum, sympy.Product)) or (
-            getattr(e, "is_Function", False)
+        elif (
+            isinstance(e, (sympy.Function, sympy.Integral, sympy.Derivative, sympy.Sum, sympy.Product))
+            or (getattr(e, "is_Function", False))
+            or (e.args and not isinstance(e, sympy.Tuple))
         ):
-            self._function(e, type(e).__name__)
-        elif e.args and not isinstance(e, sympy.Tuple):
             self._function(e, type(e).__name__)
         for a in e.args:
             self._walk(a)
@@ -459,7 +476,9 @@ class _Reading:
         if not x.is_Rational or not self.const(base):
             return
         value = self.value(e)
-        if not any(isinstance(p, sympy.Pow) and not p.exp.is_Integer for p in sympy.preorder_traversal(value)):
+        if not any(
+            isinstance(p, sympy.Pow) and not p.exp.is_Integer for p in sympy.preorder_traversal(value)
+        ):
             self.kinds["root value"] += 1  # \sqrt{16}, \sqrt{\pi^2}, \sqrt{-4}
         elif isinstance(base, sympy.Add):
             self.kinds["root of a sum"] += 1
@@ -470,8 +489,7 @@ class _Reading:
         import sympy
 
         return any(
-            isinstance(p, sympy.Pow) and not p.exp.is_Integer
-            for p in sympy.preorder_traversal(self.value(e))
+            isinstance(p, sympy.Pow) and not p.exp.is_Integer for p in sympy.preorder_traversal(self.value(e))
         )
 
     def _function(self, e, name: str):
@@ -487,7 +505,9 @@ class _Reading:
         """A fraction of polynomials whose numerator and denominator share a factor (``\\frac{x^2-1}{x-1}``)."""
         import sympy
 
-        dens = [f for f in factors if isinstance(f, sympy.Pow) and f.exp.is_negative and not self.const(f.base)]
+        dens = [
+            f for f in factors if isinstance(f, sympy.Pow) and f.exp.is_negative and not self.const(f.base)
+        ]
         if not dens:
             return
         nums = [f for f in factors if f not in dens]
@@ -495,7 +515,11 @@ class _Reading:
             num = sympy.Mul(*[self.value(f) for f in nums])
             den = sympy.Mul(*[self.value(f.base) ** -self.value(f.exp) for f in dens])
             gens = sorted(num.free_symbols | den.free_symbols, key=str)
-            if not gens or sympy.Poly(num, *gens).total_degree() > 32 or sympy.Poly(den, *gens).total_degree() > 32:
+            if (
+                not gens
+                or sympy.Poly(num, *gens).total_degree() > 32
+                or sympy.Poly(den, *gens).total_degree() > 32
+            ):
                 return
             if sympy.gcd(num, den).free_symbols:
                 self.kinds["common factor"] += 1
@@ -545,7 +569,15 @@ _VALUE_BITS = 256  # no value of more bits than this (or than twice the gold's l
 _READ_BITS = 1 << 16  # no value larger than this is evaluated for a reading, gold or answer
 _DEGREE = 64  # no power of a name above this degree (or four times the gold's) is expanded
 _INF = float("inf")
-_GROWING = ("factorial", "gamma", "binomial", "factorial2", "RisingFactorial", "FallingFactorial", "subfactorial")
+_GROWING = (
+    "factorial",
+    "gamma",
+    "binomial",
+    "factorial2",
+    "RisingFactorial",
+    "FallingFactorial",
+    "subfactorial",
+)
 
 
 def _size(e, literals: dict) -> tuple[float, float]:
@@ -609,7 +641,8 @@ def inexact(a: _Reading, g: _Reading) -> bool | None:
 
     answer, gold = a.w, g.w
     written_digits = max(
-        (len(str(abs(lit.value.numerator))) + (lit.decimals or 0) for lit in answer.literals.values()), default=0
+        (len(str(abs(lit.value.numerator))) + (lit.decimals or 0) for lit in answer.literals.values()),
+        default=0,
     )
     exact = max(_EXACT_DIGITS, written_digits + 10)
     try:
@@ -645,7 +678,8 @@ def form_problem(answer: str, gold: str, question: str | None, equal) -> str | N
     """Why ``answer`` (already found equal to ``gold`` by math-verify) is not in final form, or None when it is.
     ``equal(a, b)`` compares two expressions as math-verify does (for the sides of an equation)."""
     answer, gold = unwrap(answer), unwrap(gold)
-    if len(values(answer)) > max(len(values(_SET.sub("", gold))), len(elements(gold))):  # 1 \pm \sqrt{19}: two
+    gold_values = max(len(values(_SET.sub("", gold))), len(elements(gold)))  # 1 \pm \sqrt{19}: two
+    if len(values(answer)) > gold_values:
         return "several values where the gold has fewer"
     gold_sides, answer_sides = top_level_split(gold, "="), top_level_split(answer, "=")
     pairs = [(answer, gold)]
@@ -656,7 +690,8 @@ def form_problem(answer: str, gold: str, question: str | None, equal) -> str | N
             return "not the gold's equation (its left side and right side)"
         pairs = list(zip(answer_sides, gold_sides, strict=True))  # side by side
     elif len(answer_sides) > 1:
-        pairs = [(answer_sides[-1], gold_sides[-1])]  # an equation is compared by its last side, as math-verify does
+        # an equation is compared by its last side, as math-verify does
+        pairs = [(answer_sides[-1], gold_sides[-1])]
     asked = asked_forms(question)
     for a, g in pairs:
         problem = _value_form_problem(a, g, asked)
@@ -724,7 +759,6 @@ def _factors(r: _Reading) -> list[tuple[object, int]]:
 def _factor_problem(answer: _Reading, gold: _Reading) -> str | None:
     """Where a factorization is asked of a gold that is one: at least as many factors as the gold, and none that
     factors further over the rationals or keeps a common number (``2x + 4``)."""
-    import sympy
 
     gold_factors = _factors(gold)
     if sum(p for _f, p in gold_factors) < 2:
