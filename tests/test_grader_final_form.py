@@ -447,17 +447,33 @@ def test_grading_time_grows_linearly_with_the_tokens(time_families):
 
 
 # ------------------------------------------------------------------------------------------------ 5. Python 3.10
-MODULES = ("src/pacs_rl/rewards/answers.py", "src/pacs_rl/rewards/final_form.py")
+# the grader's modules that compile patterns: the verdict (math_verifier), the reading of the final answer (reader),
+# the answer's pieces and values (answers) and the final form (final_form); test_modules_cover_the_grader keeps it so
+MODULES = (
+    "src/pacs_rl/rewards/math_verifier.py",
+    "src/pacs_rl/rewards/reader.py",
+    "src/pacs_rl/rewards/answers.py",
+    "src/pacs_rl/rewards/final_form.py",
+)
 _RE_CALLS = {"compile", "match", "fullmatch", "search", "sub", "subn", "split", "findall", "finditer"}
 
 
-def _patterns(path: Path) -> list[str]:
-    """Every pattern a module compiles: its module-level patterns and the literal first arguments of ``re``'s
-    calls."""
+def _patterns(path: Path) -> list[tuple[str, int]]:
+    """Every pattern a module compiles, with its flags: its module-level patterns (alone or in a module-level
+    dict, tuple or list) and the literal first arguments of ``re``'s calls."""
     import importlib
 
     module = importlib.import_module(path.with_suffix("").as_posix().split("src/")[1].replace("/", "."))
-    found = [v.pattern for v in vars(module).values() if isinstance(v, re.Pattern)]
+    found = []
+    for value in vars(module).values():
+        items = (
+            value.values()
+            if isinstance(value, dict)
+            else value
+            if isinstance(value, (tuple, list))
+            else [value]
+        )
+        found += [(p.pattern, p.flags) for p in items if isinstance(p, re.Pattern)]
     for node in ast.walk(ast.parse(path.read_text())):
         if (
             isinstance(node, ast.Call)
@@ -469,11 +485,11 @@ def _patterns(path: Path) -> list[str]:
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
         ):
-            found.append(node.args[0].value)
+            found.append((node.args[0].value, 0))
     return found
 
 
-def _needs_3_11(pattern: str) -> bool:
+def _needs_3_11(pattern: str, flags: int = 0) -> bool:
     """The pattern holds a possessive repeat or an atomic group (read from the tree this Python's re builds)."""
     import contextlib
     import io
@@ -481,13 +497,13 @@ def _needs_3_11(pattern: str) -> bool:
     parser = getattr(re, "_parser", None)
     if parser is None:  # Python 3.10: the pattern compiles or it does not
         try:
-            re.compile(pattern)
+            re.compile(pattern, flags)
         except re.error:
             return True
         return False
     dump = io.StringIO()
     with contextlib.redirect_stdout(dump):
-        parser.parse(pattern).dump()
+        parser.parse(pattern, flags).dump()
     return "POSSESSIVE_REPEAT" in dump.getvalue() or "ATOMIC_GROUP" in dump.getvalue()
 
 
@@ -500,5 +516,38 @@ def test_no_pattern_needs_python_3_11(module):
     assert len(patterns) >= 5, patterns
     # the check sees both
     assert _needs_3_11(r"\s++x") and _needs_3_11(r"(?>ab)") and not _needs_3_11(r"\s+x")
-    needs = [p for p in patterns if _needs_3_11(p)]
+    needs = [p for p, flags in patterns if _needs_3_11(p, flags)]
     assert not needs, f"{module}: patterns that Python 3.10 cannot compile: {needs}"
+
+
+def test_modules_cover_the_grader():
+    """Every module of the package that grading loads (``check``, ``verify`` and the training reward function, in
+    a fresh process) and that compiles a pattern is in :data:`MODULES`, so the test above covers the whole grader."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    script = (
+        "import json, sys\n"
+        "from pacs_rl.rewards import make_math_reward_func, verify\n"
+        "from pacs_rl.rewards.math_verifier import check\n"
+        "check('So the answer is $\\\\boxed{55}$.', '55', grader='sound', prompt='What is 47 + 8?')\n"
+        "verify('So the answer is $\\\\boxed{\\\\frac{1}{2}}$.', '\\\\frac12', grader='sound', timeout=10)\n"
+        "make_math_reward_func(grader='sound', timeout=10)(['55'], answer=['55'])\n"
+        "print(json.dumps(sorted(m.__file__ for k, m in sys.modules.items() if k.startswith('pacs_rl.'))))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = [
+        Path(f).resolve().relative_to(root).as_posix() for f in json.loads(done.stdout.splitlines()[-1])
+    ]
+    assert "src/pacs_rl/rewards/reader.py" in loaded and "src/pacs_rl/rewards/pool.py" in loaded, loaded
+    uncovered = [m for m in loaded if m not in MODULES and _patterns(root / m)]
+    assert not uncovered, (
+        f"modules the grader loads whose patterns no test checks (add them to MODULES): {uncovered}"
+    )
