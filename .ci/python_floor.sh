@@ -2,7 +2,8 @@
 # CI step: the grader on the lowest Python the package declares (pyproject.toml's requires-python, 3.10 today), in an
 # environment of its own that holds only what the grader imports (math-verify, which brings sympy and the LaTeX
 # parser) and the test tools; no torch. It runs the grader's tests there: the reading of answers by an adversary and
-# by an examiner, the MATH-style corpus, the examiner's set of real completions and the reward functions.
+# by an examiner, the MATH-style corpus, the final form, the examiner's set of real completions and the reward
+# functions.
 #
 # The interpreter: python<floor> on PATH, else one that pyenv installed, else uv's (`uv python install`, which
 # downloads a build; uv itself comes from pip when missing), so a clean machine with network runs it too. Run from
@@ -58,5 +59,5 @@ python -m pip install -q "$math_verify" "pytest>=8" "hypothesis>=6.100"
 echo "python floor step: $(python --version) from $python_bin, install took $(( $(date +%s) - start )) s"
 PYTHONPATH=src python -m pytest -p no:cacheprovider -q \
   tests/test_grader_adversary.py tests/test_grader_corpus.py tests/test_grader_commitment.py \
-  tests/test_examiner_set.py tests/test_rewards.py
+  tests/test_grader_final_form.py tests/test_examiner_set.py tests/test_rewards.py
 echo "python floor step: total $(( $(date +%s) - start )) s"

@@ -8,9 +8,12 @@ Three sets, all from the shared data folder (``--data``; nothing sampled):
   gold: a right answer in the form its author wrote it;
 - ``right_forms``: every MATH-500 gold that is no plain number, written back in the other ways an examiner
   accepts (spacing, ``\\dfrac`` for ``\\frac``, ``\\left( \\right)`` brackets, the terms of a sum or the factors of
-  a product in another order, a check after the box) in a one-line completion;
+  a product in another order, a radical's fraction in front of it, a coefficient after its constant, a check after
+  the box) in a one-line completion;
 - ``padded_forms``: the same golds padded or left unevaluated (``+ 1 - 1``, ``\\cdot \\frac{2}{2}``, ``+ 0 x``,
-  a second value "or" the gold), which are equal to the gold and not a final answer.
+  ``+ 0\\pi``, ``+ \\pi - \\pi``, multiplied and divided by ``\\sqrt{2}``, a second value "or" the gold) or
+  approximated (a real constant gold to 8 decimals), which are equal to the gold by math-verify and not a final
+  answer.
 
 Every completion is graded by ``paper`` and ``sound`` (the question as the prompt). The record lists every right
 answer (``solutions``, ``right_forms``) that ``paper`` pays and ``sound`` refuses, with ``sound``'s reason, and
@@ -58,18 +61,45 @@ def right_forms(gold: str) -> dict[str, str]:
     factors = re.fullmatch(r"(\([^()]*\))(\([^()]*\))", gold.replace(" ", ""))
     if factors:
         out["factors_reordered"] = factors.group(2) + factors.group(1)
+    radical = re.fullmatch(r"\\frac\{(\d*)\\sqrt\{(\d+)\}\}\{(\d+)\}", gold.replace(" ", ""))
+    if radical:  # \frac{3\sqrt{3}}{4} as \frac{3}{4}\sqrt{3}
+        out["fraction_before_radical"] = (
+            rf"\frac{{{radical.group(1) or 1}}}{{{radical.group(3)}}}\sqrt{{{radical.group(2)}}}"
+        )
+    coefficient = re.fullmatch(r"(\d+)\s*(\\sqrt\{\d+\}|\\sqrt\d+|\\pi)", gold.strip())
+    if coefficient:  # 70 \sqrt{2} as \sqrt{2} \cdot 70
+        out["coefficient_after"] = f"{coefficient.group(2)} \\cdot {coefficient.group(1)}"
     return out
 
 
 def padded_forms(gold: str) -> dict[str, str]:
-    """The gold padded or left unevaluated: equal to it, not a final answer."""
-    return {
+    """The gold padded, left unevaluated or approximated: equal to it by math-verify, not a final answer."""
+    out = {
         "plus_one_minus_one": f"{gold} + 1 - 1",
         "times_two_over_two": f"\\left({gold}\\right) \\cdot \\frac{{2}}{{2}}",
         "plus_zero_x": f"{gold} + 0x",
         "twice_halved": f"\\frac{{2\\left({gold}\\right)}}{{2}}",
         "or_itself": f"{gold} \\text{{ or }} {gold}",
+        "plus_zero_pi": f"{gold} + 0\\pi",
+        "plus_pi_minus_pi": f"{gold} + \\pi - \\pi",
+        "root_two_over_root_two": f"\\frac{{\\sqrt{{2}}\\left({gold}\\right)}}{{\\sqrt{{2}}}}",
     }
+    approximation = decimal_approximation(gold)
+    if approximation is not None:
+        out["decimal_approximation"] = approximation
+    return out
+
+
+def decimal_approximation(gold: str) -> str | None:
+    """A real constant gold with no finite decimal (``3\\sqrt{13}``, ``\\frac{\\pi}{6}``) to 8 decimals, else None."""
+    import sympy
+    from math_verify import LatexExtractionConfig, parse
+
+    parsed = parse(f"\\boxed{{{gold}}}", (LatexExtractionConfig(),), parsing_timeout=None)
+    value = parsed[0] if parsed else None
+    if not isinstance(value, sympy.Expr) or value.free_symbols or not value.is_real or value.is_Rational:
+        return None
+    return f"{float(sympy.N(value, 20)):.8f}"
 
 
 def grade(items: list[dict], timeout: float) -> list[dict]:

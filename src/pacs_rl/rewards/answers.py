@@ -57,7 +57,7 @@ def box_spans(text: str) -> list[tuple[int, int, str | None]]:
             else:
                 spans.append((match.start(), j + 1, strip_trailing_punctuation(text[i + 1 : j])))
         elif i > match.end():  # `\boxed 25`
-            token = re.match(r"[^\s$]*+", text[i : i + 200]).group(0)
+            token = re.match(r"[^\s$]*", text[i : i + 200]).group(0)
             spans.append((match.start(), i + len(token), strip_trailing_punctuation(token)))
         else:
             spans.append((match.start(), match.end(), ""))
@@ -65,7 +65,7 @@ def box_spans(text: str) -> list[tuple[int, int, str | None]]:
 
 
 _SPACING = r"(?:\\[,;:! ]|\\q?quad(?![A-Za-z])|~)"
-_LEADING_SPACING = re.compile(rf"(?:\s|{_SPACING})++")
+_LEADING_SPACING = re.compile(rf"(?:\s|{_SPACING})+")  # matched at the start, nothing after it
 _TRAILING_MARKS = ("\\qquad", "\\quad", "\\,", "\\;", "\\:", "\\!", "\\ ", "~", ".", ",", ";", ":")
 
 
@@ -116,21 +116,27 @@ _VERB = re.compile(
     re.IGNORECASE,
 )
 # where an explanation starts after a value: " (because ...)", ", since ...", " because ...", ", not 56"
-EXPLANATION = re.compile(  # (?<!\s): a run of spaces is tried once, not from each of its positions
-    r"(?<!\s)\s+\(|,\s*+(?!(?:or|either|maybe|perhaps|possibly)(?![\w-]))(?=[A-Za-z])"
+# (?<!\s): a run of spaces is tried once, not from each of its positions; after a comma the letter is looked for
+# first, so that the spaces are given back at most once (the same matches as a possessive run, on Python 3.10 too)
+EXPLANATION = re.compile(
+    r"(?<!\s)\s+\(|,\s*(?=[A-Za-z])(?!(?:or|either|maybe|perhaps|possibly)(?![\w-]))"
     r"|(?<!\s)\s+(?:because|since|as|which|so|from|given|when|where|if|and|but|then|while|with|for|in|by|using|check\w*"
     r"|verif\w*|proof)(?![\w-])",
     re.IGNORECASE,
 )
 _MATH_TOKEN = (
-    r"(?:\\(?:text|textbf|mathrm|mbox|mathbf|operatorname)\s*+\{[^{}]*+\}|\\[A-Za-z]++|\\.|[0-9]"
+    r"(?:\\(?:text|textbf|mathrm|mbox|mathbf|operatorname)\s*\{[^{}]*\}|\\[A-Za-z]+|\\.|[0-9]"
     r"|[-+−–*/^×·÷()\[\]{}|!%'_<>=.,:;~ \t$°⋅∙]|(?<![A-Za-z])[A-Za-z](?![A-Za-z]))"
 )
-_MATH_ONLY = re.compile(rf"(?:{_MATH_TOKEN})++")
-_UNIT_WORDS = re.compile(r"(?:\s++[A-Za-z]++(?:/[A-Za-z]++)?\.?){1,3}$")
+# A run of math tokens taken once, never re-split: the run is found inside a lookahead (which the engine does not
+# re-enter) and then matched as found, which is what a possessive ``(?:token)++`` does from Python 3.11 on.
+_MATH_ONLY = re.compile(rf"(?=(?P<run>(?:{_MATH_TOKEN})+))(?P=run)")
+# each part stops only where the next must start (a space before a letter, a letter before a space, "/", "." or
+# the end), so no run is ever split: the same matches as possessive runs
+_UNIT_WORDS = re.compile(r"(?:\s+[A-Za-z]+(?:/[A-Za-z]+)?\.?){1,3}$")
 _FILLER = re.compile(
     r"(?:(?:therefore|thus|hence|so|then|clearly|simply|just|indeed|exactly|obviously|now|finally|actually|that"
-    r"|us|given\s+by|as\s+follows|the\s+following|equal\s+to)(?![\w-])[\s,:]*+|:\s*+)++",
+    r"|us|given\s+by|as\s+follows|the\s+following|equal\s+to)(?![\w-])[\s,:]*|:\s*)+",  # matched at the start
     re.IGNORECASE,
 )
 
@@ -234,7 +240,7 @@ def statement_subject(text: str, value: str) -> str:
 
 # ------------------------------------------------------------------------------------------- arithmetic
 _EVAL_TOKEN = re.compile(
-    r"\s*+(?:(?P<num>\d++(?:\.\d++)?|\.\d++)|(?P<op>\\[dt]?frac|\\times|\\cdot|\\div|[-+−–*/×·÷⋅∙^(){}\[\]])"
+    r"\s*(?:(?P<num>\d+(?:\.\d+)?|\.\d+)|(?P<op>\\[dt]?frac|\\times|\\cdot|\\div|[-+−–*/×·÷⋅∙^(){}\[\]])"
     r"|(?P<other>\S))"
 )
 _EVAL_CLEAN = re.compile(r"\$|\\left|\\right|\\[,;:! ]|\\q?quad(?![A-Za-z])|~")
@@ -251,11 +257,12 @@ def evaluate(expr: str) -> Fraction | None:
     200 digits, no exponent above 64, no nesting deeper than 50."""
     text = _EVAL_CLEAN.sub(" ", re.sub(r"(?<=\d)(?:,|\{,\})(?=\d{3}(?!\d))", "", expr))
     tokens = []
-    for m in _EVAL_TOKEN.finditer(text):
-        if m.group("other") is not None:
+    # stripped: trailing spaces hold no token, and each of their positions would be tried
+    for m in _EVAL_TOKEN.finditer(text.strip()):
+        if m.group("other") is not None or len(tokens) == 400:
             return None
         tokens.append(("num", m.group("num")) if m.group("num") is not None else ("op", m.group("op")))
-    if not tokens or len(tokens) > 400:
+    if not tokens:
         return None
     parser = _Arithmetic(tokens)
     try:
@@ -499,7 +506,10 @@ _SPELLINGS = (
 NUMBER_TOKEN = re.compile(r"(?<![A-Za-z.\\_\d])(\d+(?:\.\d+)?|\.\d+)")
 
 
-_THOUSANDS = re.compile(r"(?<![\d(\[,])\d{1,3}(?:(?:,|\{,\})\d{3})++(?![\d)\],])")
+# no group given back: after fewer groups another group follows, which the lookahead refuses
+_THOUSANDS = re.compile(r"(?<![\d(\[,])\d{1,3}(?:(?:,|\{,\})\d{3})+(?![\d)\],]|\{,\}\d{3})")
+# spaces around a comma, from the start of their run only (not from each of its positions)
+_COMMA_SPACES = re.compile(r"(?:(?<!\s)\s+)?,\s*")
 _SHORT_ARGUMENT = re.compile(r"(\\(?:sqrt|[dt]?frac))\s*([0-9A-Za-z])")
 _SHORT_DENOMINATOR = re.compile(r"(\\[dt]?frac\s*\{[^{}]*\})\s*([0-9A-Za-z])")
 
@@ -511,7 +521,7 @@ def spelled_out(text: str) -> str:
         r"\1{\2}", _SHORT_ARGUMENT.sub(r"\1{\2}", _SHORT_ARGUMENT.sub(r"\1{\2}", text))
     )
     text = _THOUSANDS.sub(lambda m: re.sub(r",|\{,\}", "", m.group(0)), text)  # not "(12,102)": a pair
-    text = re.sub(r"\s*+,\s*+", ",", text)
+    text = _COMMA_SPACES.sub(",", text)
     for pattern, replacement in _SPELLINGS:
         text = pattern.sub(replacement, text)
     return " ".join(text.split()).strip(" .,;:!?")

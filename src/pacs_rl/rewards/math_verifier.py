@@ -43,7 +43,7 @@ from pacs_rl.rewards.answers import (
     top_level_split,
 )
 from pacs_rl.rewards.answers import restates_question as restates_question_structure
-from pacs_rl.rewards.final_form import form_problem, too_large
+from pacs_rl.rewards.final_form import form_problem, too_large, value_problem
 from pacs_rl.rewards.graders import DEFAULT_GRADER, Grader, parse_grader
 from pacs_rl.rewards.reader import read_final_answer
 
@@ -322,8 +322,9 @@ def _is_list(gold: str) -> bool:
 
 def _check_symbolic(answer: str, form: str, gold_text: str, gold: list, question: str | None) -> Verdict:
     """A gold that is no plain number: math-verify's equality, then the final form (:mod:`final_form`); an answer
-    far larger than the gold is refused before anything parses it."""
-    if too_large(answer, gold_text):
+    far longer than the gold is refused before anything parses it, and one that writes a value far larger than the
+    gold's before anything evaluates it."""
+    if too_large(answer, gold_text) or value_problem(answer, gold_text) is not None:
         return Verdict(0.0, answer, "not_final_form", "expression")
     if not _equal(gold, _read_box(answer)):
         return Verdict(0.0, answer, "wrong", form)
