@@ -434,7 +434,7 @@ def main() -> int:
             and "on cuda" in text
             and len(losses) == steps
             and all(isinstance(x, float) and math.isfinite(x) for x in losses)
-            and text.count("held-out accuracy") == 1
+            and text.count("held-out accuracy (") == 1  # the summary line: one before -> after, as the run printed it
         )
         check(name, ok, secs, f"exit {code}, {len(losses)} loss rows" + ("" if ok else f"\n{text[-3000:]}"))
         return rows if ok else []
