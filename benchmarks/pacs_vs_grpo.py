@@ -5,7 +5,7 @@ settings, and the figures and tables of docs/RESULTS.md. The engine is pacs_rl.c
     python benchmarks/pacs_vs_grpo.py run --hours 8      # add seeds to the record (resumes; two runs at a time)
     python benchmarks/pacs_vs_grpo.py summary --markdown # the tables of docs/RESULTS.md (--dynamics: the runs' logs)
     python benchmarks/pacs_vs_grpo.py summary --record noise_steps   # a closed record, by its name in CLOSED
-    python benchmarks/pacs_vs_grpo.py plot               # docs/results/pacs_vs_grpo/comparison.png
+    python benchmarks/pacs_vs_grpo.py plot               # docs/results/pacs_vs_grpo/comparison.png, pairs.png
     python benchmarks/pacs_vs_grpo.py plot --record noise_steps      # docs/results/pacs_vs_grpo_noise_steps/
     python benchmarks/pacs_vs_grpo.py results            # docs/RESULTS.md's blocks of the current record
     python benchmarks/pacs_vs_grpo.py plot --record restatement_leak \\
@@ -33,7 +33,7 @@ from pathlib import Path
 from pacs_rl.compare import collapses, tables
 from pacs_rl.compare import job as run_job
 from pacs_rl.compare import record as records
-from pacs_rl.compare.figures import critic_table, plot_comparison, plot_critic
+from pacs_rl.compare.figures import critic_table, plot_comparison, plot_critic, plot_pairs
 
 # the fourth record (protocol version 3): the CPU default at its own budget (24 steps), every run trained and evaluated
 # by the code of commit PINNED (its runs are made from a worktree of that commit, so that main can move meanwhile)
@@ -200,6 +200,8 @@ def plot(a) -> None:
     found = [read_record(x) for x in [a.record, *a.critic]]
     out = a.out or Path("docs/results") / a.record.stem
     print(plot_comparison(found[0], out / "comparison.png"))
+    if "pacs" in found[0]["protocol"]["methods"] and "grpo" in found[0]["protocol"]["methods"]:
+        print(plot_pairs(found[0], out / "pairs.png"))
     if a.critic:  # the critic's figure and table pool the record's PACS runs with the frozen-π_ref records
         print(plot_critic(found, out / "critic_auc.png"))
         print(critic_table(found))

@@ -989,3 +989,18 @@ def test_the_growing_record_goes_on_under_this_code_in_its_own_format(tmp_path):
     result = CliRunner().invoke(app, ["compare", *script.RUN[:1], "--record", str(copy), "--output-dir",
                                       str(tmp_path / "w"), *args, "--dry-run"])  # fmt: skip
     assert result.exit_code == 0 and "every check passed" in result.output, result.output
+
+
+def test_figures_of_the_fourth_record(tmp_path):
+    """The fourth record's figures: its protocol names its last step in greedy_at (which its runs hold as their own
+    greedy, not in greedy_at), and its pairs ran on two devices; a figure of pairs refuses a record of one pair."""
+    record = json.loads((REPO / "docs/benchmarks/pacs_vs_grpo.json").read_text())
+    assert record["protocol"]["greedy_at"] == [record["protocol"]["train"]["max_steps"]]
+    for path in (
+        figures.plot_comparison(record, tmp_path / "comparison.png"),
+        figures.plot_pairs(record, tmp_path / "pairs.png"),
+    ):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    one = {**record, "runs": [r for r in record["runs"] if r["seed"] == record["runs"][0]["seed"]]}
+    with pytest.raises(ValueError, match="1 seeds hold both pacs and grpo"):
+        figures.plot_pairs(one, tmp_path / "one.png")

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pacs_rl.compare.record import tail_mean
+from pacs_rl.compare import stats
 from pacs_rl.compare.stats import mean_se
 
 
@@ -45,6 +46,46 @@ def _save(fig, out: Path) -> Path:
     return out
 
 
+def plot_pairs(record: dict, out: Path, other: str = "grpo") -> Path:
+    """The per-seed pairs of PACS and ``other``: each seed's held-out accuracy of the one against the other (a dot
+    above the diagonal is a seed PACS won), and the paired differences sorted, with their mean and 95% interval;
+    marked by the device each pair ran on."""
+    plt = _plt()
+    runs = {(r["method"], r["seed"]): r for r in record["runs"]}
+    seeds = sorted(s for m, s in runs if m == "pacs" and (other, s) in runs)
+    if len(seeds) < 2:
+        raise ValueError(f"{len(seeds)} seeds hold both pacs and {other}: a figure of pairs needs two")
+    acc = {k: r["greedy"]["accuracy"] for k, r in runs.items()}
+    device = {s: runs["pacs", s].get("host", {}).get("device", "cpu") for s in seeds}
+    devices = sorted(set(device.values()), key=lambda d: -list(device.values()).count(d))
+    colors = {d: plt.cm.tab10(i) for i, d in enumerate(devices)}
+    diffs = {s: acc["pacs", s] - acc[other, s] for s in seeds}
+    interval = stats.paired_interval(list(diffs.values()))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    for d in devices:
+        on = [s for s in seeds if device[s] == d]
+        left.scatter([acc[other, s] for s in on], [acc["pacs", s] for s in on], color=colors[d], s=24,
+                     label=f"{d} ({len(on)} pairs)")  # fmt: skip
+    low = min(acc[m, s] for s in seeds for m in ("pacs", other))
+    high = max(acc[m, s] for s in seeds for m in ("pacs", other))
+    pad = 0.05 * (high - low or 1)
+    left.plot([low - pad, high + pad], [low - pad, high + pad], color="grey", ls=":", lw=1)
+    left.set(xlabel=f"{other}: held-out accuracy", ylabel="pacs: held-out accuracy", aspect="equal",
+             title="one dot a seed (above the diagonal: PACS higher)")  # fmt: skip
+    left.legend(fontsize=8)
+    order = sorted(seeds, key=lambda s: diffs[s])
+    right.bar(range(len(order)), [100 * diffs[s] for s in order], color=[colors[device[s]] for s in order])
+    lo, hi = (100 * x for x in interval["ci95"])
+    right.axhspan(lo, hi, color="grey", alpha=0.2, label=f"95% interval [{lo:+.1f}, {hi:+.1f}] pp")
+    right.axhline(100 * interval["mean"], color="black", lw=1, label=f"mean {100 * interval['mean']:+.1f} pp")
+    right.axhline(0, color="grey", lw=0.8, ls=":")
+    right.set(xticks=range(len(order)), ylabel=f"pacs - {other} (pp)",
+              title=f"paired differences, {len(seeds)} seeds, sorted")  # fmt: skip
+    right.set_xticklabels([str(s) for s in order], rotation=90, fontsize=7)
+    right.legend(fontsize=8)
+    return _save(fig, out)
+
+
 def plot_comparison(record: dict, out: Path) -> Path:
     """Greedy accuracy per seed at each evaluated step, pass@k (when the protocol has it), entropy and length per
     step, by method."""
@@ -55,11 +96,12 @@ def plot_comparison(record: dict, out: Path) -> Path:
     fig, axes = plt.subplots(1, 4 if with_passk else 3, figsize=(20 if with_passk else 15, 4.5))
     if not with_passk:  # greedy only: no pass@k panel (an empty one reads as a result)
         axes = [axes[0], None, axes[1], axes[2]]
-    steps = [*record["protocol"].get("greedy_at", []), record["protocol"]["train"].get("max_steps", 24)]
+    last = record["protocol"]["train"].get("max_steps", 24)  # a run's own greedy, which greedy_at may name too
+    steps = sorted({*(int(s) for s in record["protocol"].get("greedy_at", [])), last})
     for i, m in enumerate(methods):
         runs = [r for r in record["runs"] if r["method"] == m]
         for j, step in enumerate(steps):
-            values = [r["greedy"]["accuracy"] if j == len(steps) - 1 else r["greedy_at"][str(step)]["accuracy"]
+            values = [r["greedy"]["accuracy"] if step == last else r["greedy_at"][str(step)]["accuracy"]
                       for r in runs]  # fmt: skip
             x = j + (i - (len(methods) - 1) / 2) * 0.12
             axes[0].scatter([x] * len(values), values, color=colors[m], s=12, alpha=0.6)
