@@ -43,7 +43,7 @@ CHECK = textwrap.dedent(
     from pacs_rl.integrations.verl.guard import verl_config_problems
     from pacs_rl.training.checks import config_problems, split_settings
     from pacs_rl.training.config import PACSConfig
-    from pacs_rl.training.trainer import loss_options
+    from pacs_rl.training.update import loss_options
 
     # pacs-rl train
     _, cfg = split_settings({"pacs_label_smoothing": "0.25"})

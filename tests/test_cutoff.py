@@ -175,7 +175,7 @@ def test_every_rollout_path_tells_the_grader_which_completions_were_cut_off(
     assert flags == [len(c) >= limit and c[-1] != eos for c in ids]
     assert any(flags) and not all(flags), flags  # both kinds were drawn: the check can fail either way
     if fast_sampler:  # the sampler's own finish reasons decided
-        assert [r == "length" for r in trainer._rollout_finish[1]] == flags
+        assert [r == "length" for r in trainer.fast_sampler.finish[1]] == flags
     verdicts = sound.last_result.verdicts
     assert [v.reason == "truncated" for v in verdicts] == flags
     assert not any(v.score for v, cut in zip(verdicts, flags, strict=True) if cut)

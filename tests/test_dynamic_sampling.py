@@ -227,7 +227,9 @@ def test_batches_hold_only_groups_with_both_labels(tmp_path, tiny_model, tiny_to
         assert r["dynamic_sampling/seconds"] > 0
     assert max(r["dynamic_sampling/rounds"] for r in rollouts) > 1, "no further round: the check is empty"
     # further prompts come from the prompt stream: 4 per further round
-    assert trainer._prompt_stream.drawn == sum(4 * (r["dynamic_sampling/rounds"] - 1) for r in rollouts)
+    assert trainer.dynamic_sampler.stream.drawn == sum(
+        4 * (r["dynamic_sampling/rounds"] - 1) for r in rollouts
+    )
     assert len(trainer.seen) == 4
     for batch in trainer.seen:
         assert batch["rewards"].shape == (2 * G,) and batch["completion_ids"].size(0) == 2 * G
@@ -300,7 +302,7 @@ def test_run_signalled_mid_step_resumes_to_identical_weights_and_prompts(tmp_pat
     resumed.train(resume_from_checkpoint=last_complete_checkpoint(run_dir))
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
-    assert resumed._prompt_stream.drawn == full._prompt_stream.drawn > 0
+    assert resumed.dynamic_sampler.stream.drawn == full.dynamic_sampler.stream.drawn > 0
 
 
 def test_interrupted_run_resumes_to_identical_weights_and_prompts(tmp_path, tiny_tokenizer):
@@ -321,7 +323,7 @@ def test_interrupted_run_resumes_to_identical_weights_and_prompts(tmp_path, tiny
     resumed.train(resume_from_checkpoint=checkpoint)
     a, b = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed weights differ from the uninterrupted run"
-    assert resumed._prompt_stream.drawn == full._prompt_stream.drawn > 0
+    assert resumed.dynamic_sampler.stream.drawn == full.dynamic_sampler.stream.drawn > 0
     assert resumed.dynamic_sampling_totals == pytest.approx(
         {**full.dynamic_sampling_totals, "seconds": resumed.dynamic_sampling_totals["seconds"]}
     )

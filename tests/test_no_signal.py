@@ -15,7 +15,7 @@ from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.cli import skipped_steps_line
 from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
-from pacs_rl.training.trainer import holds_signal, no_signal_skip_note
+from pacs_rl.training.reward_signal import holds_signal, no_signal_skip_note
 from train_helpers import G, tiny_run_kwargs
 
 CPU_PATH = dict(
@@ -193,7 +193,7 @@ def test_psi_is_exactly_zero_at_the_first_update_with_the_samplers_logprobs(tmp_
     original = trainer._compute_loss
 
     def compute_loss(model, inputs):
-        seen.append(trainer._policy_unchanged_since_rollout())
+        seen.append(trainer.optimizer_steps.policy_unchanged_since_rollout())
         return original(model, inputs)
 
     trainer._compute_loss = compute_loss

@@ -9,7 +9,7 @@ from pacs_rl.run_folder import METRICS_FILE, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.logprobs import completion_logits_shared_prompt, completion_logps, plan_pieces
 from pacs_rl.training.output import MetricsJsonlCallback
-from pacs_rl.training.trainer import sequence_tensors
+from pacs_rl.training.rollout import sequence_tensors
 from train_helpers import G, grouped_batch, parity_reward, tiny_run_kwargs
 
 
@@ -102,7 +102,7 @@ def test_trainer_gradient_with_a_budget_equals_one_forward(
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(torch.randn_like(p) * 0.02)
-        trainer._rollout_step = -1
+        trainer.optimizer_steps.rollout_step = -1
     batch = {k: (v[: 2 * G] if isinstance(v, torch.Tensor) and v.dim() and v.size(0) == 4 * G else v)
              for k, v in batch.items()}  # fmt: skip
     grads = {}

@@ -11,7 +11,8 @@ import torch
 from pacs_rl.run_folder import METRICS_FILE, last_complete_checkpoint, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.output import MetricsJsonlCallback
-from pacs_rl.training.trainer import group_mixed_fraction, sequence_tensors, shuffle_groups
+from pacs_rl.training.reward_signal import group_mixed_fraction
+from pacs_rl.training.rollout import sequence_tensors, shuffle_groups
 from train_helpers import (
     G,
     grouped_batch,

@@ -176,7 +176,7 @@ def _child(out: str, tag: str, resume: str | None, dynamic: bool = False) -> Non
                 "moved": any(not torch.equal(after[k], v) for k, v in before.items()),
                 "all_groups_mixed": mixed,
                 "rounds": getattr(trainer, "rounds", []),
-                "prompts_drawn": trainer._prompt_stream.drawn if trainer._prompt_stream else 0,
+                "prompts_drawn": trainer.dynamic_sampler.stream.drawn if trainer.dynamic_sampler else 0,
             }
         )
     )

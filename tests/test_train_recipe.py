@@ -15,7 +15,8 @@ from pacs_rl.run_folder import METRICS_FILE, read_jsonl
 from pacs_rl.training import PACSConfig, PACSTrainer
 from pacs_rl.training.output import MetricsJsonlCallback
 from pacs_rl.training.ppo import PPOConfig, PPOTrainer
-from pacs_rl.training.trainer import sequence_tensors, sharding_problems
+from pacs_rl.training.rollout import sequence_tensors
+from pacs_rl.training.trainer import sharding_problems
 from train_helpers import G, parity_reward, tiny_run_kwargs
 
 
@@ -275,9 +276,8 @@ def test_non_finite_log_probs_leave_their_group_out_of_the_loss(tmp_path, tiny_m
     old = inputs.get("old_per_token_logps", logp.detach()).clone()
     old[G + 1, 0] = float("nan")  # one token of group 1
     inputs["old_per_token_logps"] = old
-    trainer._policy_step = (
-        trainer._rollout_step
-    )  # as after a step: the loss reads the rollout's old log-probs
+    steps = trainer.optimizer_steps
+    steps.policy_step = steps.rollout_step  # as after a step: the loss reads the rollout's old log-probs
     loss = trainer._compute_loss(trainer.model, inputs)
     expected, _ = compute_policy_loss(
         "pacs", logp=logp[:G], old_logp=old[:G], mask=mask[:G], rewards=inputs["rewards"][:G], group_size=G

@@ -351,9 +351,10 @@ def test_greedy_engine_evaluation_through_the_fast_sampler_that_keeps_old_logpro
     problems = [Problem(id=str(i), problem=f"{i} + 1", answer=str(i)) for i in range(3)]
     result = engine_accuracy(trainer, problems, 0.0, 1.0, 4, lambda c, answer, **kw: [1.0] * len(c), 2, 0)
     assert result["n"] == 3 and result["correct"] == 3
-    assert trainer._sampler_old_logps is None  # greedy: nothing kept for a rollout to take
-    trainer._fast_generate([[1, 2], [1, 2]], 2)  # a rollout at the training temperature keeps them
-    completions, logps, entropies = trainer._sampler_old_logps
+    assert trainer.fast_sampler.old_logps is None  # greedy: nothing kept for a rollout to take
+    # a rollout at the training temperature keeps them
+    trainer._generate_single_turn([[1, 2], [1, 2]], None, {}, 2)
+    completions, logps, entropies = trainer.fast_sampler.old_logps
     assert len(completions) == 2 and all(len(lp) == len(c) for lp, c in zip(logps, completions, strict=True))
     assert [len(h) for h in entropies] == [len(c) for c in completions]
 

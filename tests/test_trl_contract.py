@@ -6,7 +6,9 @@ src/pacs_rl/training/trainer.py (and the pin trl>=1.16,<1.17 in pyproject.toml) 
 
 from __future__ import annotations
 
+import ast
 import inspect
+from pathlib import Path
 
 import pytest
 
@@ -24,11 +26,49 @@ METHODS = {
     "compute_loss": ["model", "inputs", "return_outputs", "num_items_in_batch"],
     "_save_checkpoint": ["model", "trial"],
     "_load_optimizer_and_scheduler": ["checkpoint"],
+    "_save_optimizer_and_scheduler": [
+        "output_dir"
+    ],  # PPOTrainer saves the critic's optimizer beside the policy's
     "training_step": ["model", "inputs", "num_items_in_batch"],
     "_load_from_checkpoint": [
         "resume_from_checkpoint"
     ],  # run_training finishes a run from its last checkpoint
 }
+
+
+# the private methods overridden beyond METHODS, each watched by the test named
+WATCHED_ELSEWHERE = {
+    "_get_per_token_logps_and_entropies": "test_logp_helper_signature_and_fused_head",
+    "_get_grad_norm": "test_non_finite_step_hook_sits_between_clip_and_optimizer_step",
+}
+# the modules PACSTrainer hands its jobs to (src/pacs_rl/training/): none overrides or imports TRL
+JOBS = ("rollout", "reward_signal", "dynamic_sampling", "update", "logprobs")
+
+
+def test_trls_private_methods_are_overridden_in_the_trainers_alone_and_each_is_watched():
+    """The overrides of TRL's (and transformers') private methods sit together: in PACSTrainer's class body
+    (training/trainer.py) and PPOTrainer's (training/ppo.py), with no mixin between them and GRPOTrainer, and each
+    is watched here. The modules of the trainer's jobs import no TRL, so each works without a trainer."""
+    from pacs_rl.training.ppo import PPOTrainer
+    from pacs_rl.training.trainer import PACSTrainer
+
+    assert PACSTrainer.__bases__ == (GRPOTrainer,) and PPOTrainer.__bases__ == (PACSTrainer,)
+    assert all(callable(globals().get(test)) for test in WATCHED_ELSEWHERE.values()), WATCHED_ELSEWHERE
+    watched = set(METHODS) | set(WATCHED_ELSEWHERE)
+    for cls in (PACSTrainer, PPOTrainer):
+        overridden = {
+            n for n in vars(cls) if n.startswith("_") and not n.startswith("__") and hasattr(GRPOTrainer, n)
+        }
+        assert overridden, cls.__name__
+        assert overridden <= watched, (
+            f"{cls.__name__} overrides TRL's private {sorted(overridden - watched)}: add it to METHODS (its parameters)"
+        )
+    folder = Path(__file__).resolve().parents[1] / "src" / "pacs_rl" / "training"
+    for job in JOBS:
+        tree = ast.parse((folder / f"{job}.py").read_text())
+        modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not {m for m in modules if m.split(".")[0] == "trl"}, f"training/{job}.py imports TRL"
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))

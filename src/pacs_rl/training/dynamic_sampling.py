@@ -6,7 +6,8 @@ DAPO's rule: keep prompt q only when 0 < |{o_i : o_i is right}| < G, so that eve
 above 0). A group whose completions share one reward gives every group-relative method (GRPO, RLOO, Dr. GRPO,
 PACS at ψ = 0) a zero advantage or a gradient that cancels: it takes a place in the batch and teaches nothing.
 
-How `PACSTrainer` runs it (`fill_batch`, called from `_prepare_inputs` once per rollout batch):
+How `PACSTrainer` runs it (`DynamicSampler.fill`, called from `_prepare_inputs` once per rollout batch, over
+`fill_batch`):
 
 - a *round* samples and grades one rollout batch's worth of prompts (what the process would sample anyway);
   the first round is the rollout TRL's data loader handed over, the further ones draw their prompts from
@@ -25,12 +26,16 @@ How `PACSTrainer` runs it (`fill_batch`, called from `_prepare_inputs` once per 
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+log = logging.getLogger("pacs_rl.training")
 
 # keys of a rollout batch that hold images: their rows are not one per sequence, so groups cannot be taken out
 MULTIMODAL_KEYS = frozenset(
@@ -199,7 +204,115 @@ def fill_batch(
     return Filled(merge_rollouts(parts, pad_token_id, per_sequence), rounds, kept, padded)
 
 
+class DynamicSampler:
+    """Dynamic sampling over a run: where its further prompts stand (``stream``) and what it did (``totals``:
+    rollouts, groups sampled, kept and padded, rounds, seconds), both kept in checkpoints; one rollout batch of this
+    process filled at a time (`fill`).
+
+    dataset: the training set, read by index (a streamed dataset cannot be); accelerator: the run's (its processes,
+    their collectives); seed, shuffle: the run's, for the prompt stream's order."""
+
+    def __init__(self, dataset, seed: int, shuffle: bool, group_size: int, max_rounds: int, accelerator):
+        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+            raise ValueError(
+                f"dynamic_sampling=True draws further prompts from the training set by index, which a "
+                f"{type(dataset).__name__} (a streamed dataset) cannot give: load it as a datasets.Dataset, or "
+                "set dynamic_sampling=False."
+            )
+        self.dataset, self.group_size, self.max_rounds = dataset, group_size, max_rounds
+        self.accelerator = accelerator
+        self.stream = PromptStream(len(dataset), seed, shuffle=shuffle)
+        self.totals: dict[str, float] = {}
+        self._warned_short = False
+
+    def prompts(self, prompts: int, columns: set[str] | None) -> list[dict[str, Any]]:
+        """The next ``prompts`` training rows of this process from the prompt stream, each G times in a row (as
+        TRL's RepeatSampler hands them over), with only ``columns`` (None: all, as transformers' data loader leaves
+        them); every process draws the round's prompts of all and takes its own."""
+        rank, world = self.accelerator.process_index, self.accelerator.num_processes
+        indices = self.stream.take(prompts * world)[rank * prompts : (rank + 1) * prompts]
+        rows = [dict(self.dataset[i]) for i in indices]
+        if columns is not None:
+            rows = [{k: v for k, v in row.items() if k in columns} for row in rows]
+        return [dict(row) for row in rows for _ in range(self.group_size)]
+
+    def fewest_kept(self, kept: int) -> int:
+        """The fewest kept groups of any process, this one holding ``kept`` (a collective: every process calls it)."""
+        if self.accelerator.num_processes == 1:
+            return kept
+        counts = self.accelerator.gather(torch.tensor([kept], device=self.accelerator.device))
+        return int(counts.min().item())
+
+    def fill(
+        self,
+        batch: dict[str, Any],
+        sample_more: Callable[[int], dict[str, Any]],
+        say: Callable[[str], None],
+        pad_token_id: int,
+        per_sequence: Iterable[str] = (),
+    ) -> tuple[dict[str, Any], dict[str, float]]:
+        """(this process's rollout ``batch`` with only groups whose rewards are not all equal, further rounds
+        sampled until it is full or max_rounds is reached; the step's figures, added to ``totals``).
+
+        sample_more(n): n more prompts of this process sampled and graded, a rollout batch; say: a phase line."""
+        started, G, rows = time.perf_counter(), self.group_size, batch["rewards"].numel()
+        need, most = rows // G, self.max_rounds
+        round_ = {"number": 1, "kept": 0}
+
+        def fewest_kept(kept: int) -> int:
+            round_["kept"] = self.fewest_kept(kept)
+            return round_["kept"]
+
+        def sample() -> dict[str, Any]:
+            round_["number"] += 1
+            say(
+                f"dynamic sampling round {round_['number']} of at most {most} "
+                f"({round_['kept']} of {need} groups with two different rewards so far): sampling {need} more prompts"
+            )
+            return sample_more(need)
+
+        filled = fill_batch(batch, sample, fewest_kept, G, most, pad_token_id, per_sequence)
+        out, acc = filled.batch, self.accelerator
+        mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+        # TRL's count of the loss's tokens, over the batch kept
+        out["num_items_in_batch"] = acc.gather(mask.sum()).sum()
+        kept, padded = acc.reduce(
+            torch.tensor([filled.kept, filled.padded], dtype=torch.float64, device=acc.device),
+            reduction="sum",
+        ).tolist()
+        groups = rows // G * acc.num_processes
+        step = {
+            "groups_sampled": float(groups * filled.rounds),
+            "groups_kept": kept,
+            "groups_padded": padded,
+            "rounds": float(filled.rounds),
+            "seconds": time.perf_counter() - started,  # the further rounds: what dynamic sampling adds
+        }
+        self.totals["rollouts"] = self.totals.get("rollouts", 0.0) + 1
+        for name, value in step.items():
+            self.totals[name] = self.totals.get(name, 0.0) + value
+        if padded and acc.is_main_process and not self._warned_short:
+            self._warned_short = True
+            log.warning(
+                "dynamic sampling: %d of %d groups of this rollout batch hold both labels after %d rounds "
+                "(dynamic_sampling_max_rounds); %d places filled with single-label groups (counted in "
+                "dynamic_sampling/groups_padded from now on, not warned again)",
+                int(kept), groups, filled.rounds, int(padded),
+            )  # fmt: skip
+        return out, step
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps: where the prompt stream stands, the totals."""
+        return {"prompts_drawn": self.stream.drawn, "dynamic_sampling_totals": dict(self.totals)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Where a checkpoint left it (one without: the start)."""
+        self.stream.drawn = state.get("prompts_drawn", 0)
+        self.totals = dict(state.get("dynamic_sampling_totals", {}))
+
+
 __all__ = [
+    "DynamicSampler",
     "Filled",
     "PromptStream",
     "fill_batch",

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import logging
 import math
 import os
 import warnings
@@ -62,9 +63,12 @@ from pacs_rl.algorithms import (
 from pacs_rl.run_folder import CRITIC_DIR, CRITIC_OPTIMIZER_FILE, CRITIC_SCHEDULER_FILE
 from pacs_rl.settings.declarations import declared_problems, setting
 from pacs_rl.training.config import PACSConfig, ServedLosses
+from pacs_rl.training.rollout import sequence_tensors
 from pacs_rl.training.schema import CRITIC_FIELDS, CriticFields
-from pacs_rl.training.trainer import PACSTrainer, log, sequence_tensors
+from pacs_rl.training.trainer import PACSTrainer
 from pacs_rl.training.trl_fields import CLIP_OPTION_FIELDS
+
+log = logging.getLogger("pacs_rl.training")
 
 # loss_options keys ppo_policy_loss accepts (its keyword arguments but the tensors of the batch)
 PPO_OPTIONS = tuple(
