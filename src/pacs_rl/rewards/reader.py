@@ -296,9 +296,8 @@ def _read_phrases(state: State, i: int, body: str, first: int, at: int, hedged: 
             commit(state, i, Reading(content, at + bare.end(), "phrase", status, values))
             return True
     for k, m in enumerate(matches):
-        limit = (
-            matches[k + 1].start() if k + 1 < len(matches) else len(body)
-        )  # a phrase ends where the next starts
+        # a phrase ends where the next starts
+        limit = matches[k + 1].start() if k + 1 < len(matches) else len(body)
         if _CORRECTION.search(body[matches[k - 1].end() if k else since : m.start()]):
             revise(state)  # "Wait, no. The answer is 55." (the "no." of "Wait, no." ends no statement)
         if m.group("det") is None and not noun_starts_clause(body, m.start(), first):
