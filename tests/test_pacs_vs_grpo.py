@@ -641,7 +641,7 @@ def test_the_other_methods_run_once_the_primary_pair_is_answered(tmp_path):
     assert not paired.target_reached(early)  # as narrow, one pair short
     assert "answered" not in paired.verdict(early) and "answered" in paired.verdict(record)
     assert paired.other_jobs(record, ["pacs", "grpo", "pacs_clip"]) == [("pacs_clip", s) for s in range(n)]
-    opts = paired.Options(record=tmp_path / "r.json", work=tmp_path, full_seeds=0)
+    opts = paired.Options(record=tmp_path / "r.json", work=tmp_path)
     driver = paired._Driver(opts, record)
     assert driver.stopping() is False and driver.answered
     assert list(driver.jobs) == [("pacs_clip", s) for s in range(n)]
@@ -652,6 +652,36 @@ def test_the_other_methods_run_once_the_primary_pair_is_answered(tmp_path):
         "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(n) for m in ("pacs", "grpo")],
     }
     assert paired._Driver(opts, wide).stopping() is False  # not answered: the pair goes on
+
+
+def test_the_other_methods_keep_to_full_seeds_and_start_no_run_twice(tmp_path):
+    """Answered with more pairs than --full-seeds: the other methods run on the first full_seeds paired seeds only
+    (counting the ones they have), and a run already under way when the answer comes is not started again (a
+    driver that re-queued one trained it twice into one folder)."""
+    n = paired.MIN_PAIRS + 4
+    record = {
+        "protocol": paired.protocol(methods=["pacs", "grpo", "pacs_clip"], passk=False),
+        "runs": [
+            _run(m, s, 0.5 + (0.001 * (s % 4) if m == "pacs" else 0))
+            for s in range(n)
+            for m in ("pacs", "grpo")
+        ]
+        + [_run("pacs_clip", 0, 0.4)],
+        "base": {"greedy": {"accuracy": 0.1}},
+    }
+    assert paired.target_reached(record)
+    methods = ["pacs", "grpo", "pacs_clip"]
+    assert paired.other_jobs(record, methods, full_seeds=3) == [("pacs_clip", 1), ("pacs_clip", 2)]
+    assert paired.other_jobs(record, methods, full_seeds=0) == []
+    assert len(paired.other_jobs(record, methods)) == n - 1  # no limit: every paired seed
+    driver = paired._Driver(paired.Options(record=tmp_path / "r.json", work=tmp_path, full_seeds=3), record)
+    driver.running[object()] = ("pacs_clip", 1)  # under way when the answer comes
+    assert driver.stopping() is False and driver.answered
+    assert list(driver.jobs) == [("pacs_clip", 2)]
+    record["runs"] += [_run("pacs_clip", 1, 0.4)]
+    assert driver.stopping() is False  # seed 2 still due
+    record["runs"] += [_run("pacs_clip", 2, 0.4)]
+    assert driver.stopping() is True
 
 
 def test_replay_names_a_run_it_cannot_replay(tmp_path, monkeypatch):

@@ -122,8 +122,8 @@ class PairedOptions(RunnerOptions):
     )
     full_seeds: int | None = setting(
         None,
-        "Every method of the record on seeds below this, only PACS and GRPO from it on [default: every method on "
-        "every seed].",
+        "Every method of the record on seeds below this, only PACS and GRPO from it on; once PACS - GRPO is "
+        "answered, each other method on this many of the paired seeds [default: every method on every seed].",
         check=at_least(0, null=True),
     )
     first_seed: int = setting(

@@ -274,12 +274,15 @@ class _Driver:
             return False
         if not self.answered:
             self.answered = True
-            self.jobs = iter(other_jobs(self.record, self.methods))
+            # a run already under way (or queued) is not started twice
+            started = {*self.running.values(), *self.pending}
+            due = other_jobs(self.record, self.methods, args.full_seeds)
+            self.jobs = iter([job for job in due if job not in started])
             print(
                 f"PACS - {PRIMARY} is within ±{100 * args.target:g} pp: the other methods on its seeds now",
                 flush=True,
             )
-        return not other_jobs(self.record, self.methods) and not self.pending
+        return not other_jobs(self.record, self.methods, args.full_seeds) and not self.pending
 
     def seeds_full(self, seed: int) -> bool:
         """Whether starting ``seed`` would make more seeds (recorded, running or queued) than --max-pairs."""

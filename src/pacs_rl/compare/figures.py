@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from pacs_rl.compare.record import tail_mean
 from pacs_rl.compare import stats
+from pacs_rl.compare.record import tail_mean
 from pacs_rl.compare.stats import mean_se
 
 
@@ -96,7 +96,8 @@ def plot_comparison(record: dict, out: Path) -> Path:
     fig, axes = plt.subplots(1, 4 if with_passk else 3, figsize=(20 if with_passk else 15, 4.5))
     if not with_passk:  # greedy only: no pass@k panel (an empty one reads as a result)
         axes = [axes[0], None, axes[1], axes[2]]
-    last = record["protocol"]["train"].get("max_steps", 24)  # a run's own greedy, which greedy_at may name too
+    # the last step: a run's own greedy, which greedy_at may name too
+    last = record["protocol"]["train"].get("max_steps", 24)
     steps = sorted({*(int(s) for s in record["protocol"].get("greedy_at", [])), last})
     for i, m in enumerate(methods):
         runs = [r for r in record["runs"] if r["method"] == m]
