@@ -11,7 +11,7 @@ selection's entry into --out (default docs/benchmarks/tests_in_a_row.json, under
 the others kept; the date, commit and CPU level of the last write at the top): the command, runs,
 passed, passed in a row from the first, each run's seconds, load averages and pytest's last line, how many spinning
 processes it added, the date, the commit and the host's CPU level. ``--busy 0`` adds none: on a machine another job
-already keeps busy, the load averages say how busy it was.
+already keeps busy, the load averages say how busy it was and ``--busy-with`` says what that job was.
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ def host() -> dict:
     return {"cpu_capability": cpu_capability(), "date": time.strftime("%Y-%m-%d"), "commit": commit.strip()}
 
 
-def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path, out: Path) -> dict:
+def run(
+    name: str, runs: int, busy: int, pytest_args: list[str], logs: Path, out: Path, busy_with: str = ""
+) -> dict:
     """The selection ``runs`` times in a row (stopping at a failure), its entry written into ``out`` after each run
     (an interrupted series keeps what it ran)."""
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(busy)]
@@ -50,6 +52,8 @@ def run(name: str, runs: int, busy: int, pytest_args: list[str], logs: Path, out
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args]
     entry = {"command": shlex.join(["python", "-m", "pytest", *pytest_args]), "busy_processes": busy, "runs": 0,
              "passed": 0, "in_a_row": 0, "seconds": [], "load_average": [], "last_line": [], **host()}  # fmt: skip
+    if busy_with:
+        entry["busy_with"] = busy_with
     # the file: the host's CPU level and the date of its last write at the top, one entry per selection
     logs.mkdir(parents=True, exist_ok=True)
     try:
@@ -89,6 +93,9 @@ def main() -> None:
     parser.add_argument("--name", required=True, help="the selection's name in the record")
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--busy", type=int, default=0, help="spinning processes to add (0: none)")
+    parser.add_argument(
+        "--busy-with", default="", help="what else kept the machine busy meanwhile (recorded as busy_with)"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument(
         "--logs", type=Path, default=Path("runs/tests_in_a_row"), help="each run's pytest output"
@@ -98,7 +105,7 @@ def main() -> None:
     pytest_args = args.pytest_args[1:] if args.pytest_args[:1] == ["--"] else args.pytest_args
     if args.runs < 1 or args.busy < 0 or not pytest_args:
         parser.error("give --runs >= 1, --busy >= 0 and pytest's arguments after --")
-    entry = run(args.name, args.runs, args.busy, pytest_args, args.logs, args.out)
+    entry = run(args.name, args.runs, args.busy, pytest_args, args.logs, args.out, args.busy_with)
     print(
         f"{args.name}: {entry['passed']} of {entry['runs']} passed, {entry['in_a_row']} in a row; {args.out}"
     )

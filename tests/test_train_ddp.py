@@ -187,4 +187,4 @@ if __name__ == "__main__":
 
     resume_from = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "-" else None
     _child(sys.argv[1], sys.argv[2], resume_from, dynamic="dynamic" in sys.argv[4:])
-    end_processes()  # leave the process group before the interpreter ends (a gloo process left in it can abort)
+    end_processes()  # free the process groups before the interpreter ends (a gloo thread left running can abort)

@@ -24,7 +24,7 @@ import torch
 from pacs_rl.settings.errors import SettingsError
 from pacs_rl.training.engine import zero_stage
 from pacs_rl.training.run import _consolidated_weights, end_processes
-from train_helpers import child_output, kill_when
+from train_helpers import child_output, gloo_threads, kill_when
 
 REPO = Path(__file__).resolve().parents[1]
 ZERO3 = str(REPO / "configs" / "deepspeed" / "zero3.json")
@@ -118,6 +118,10 @@ def test_heldout_evaluation_under_zero3_gathers_what_ddp_gets(tmp_path):
     for how in (["--use_deepspeed", "--zero_stage", "3"], ["--multi_gpu"]):
         result = _run([*_accelerate(*how), __file__, str(tmp_path), "eval"])
         assert result.returncode == 0, f"{how}: {child_output(result)}"
+        # the groups were freed before the interpreter ended: no gloo thread outlived them
+        for rank in (0, 1):
+            left = json.loads((tmp_path / f"threads-eval-rank{rank}.json").read_text())
+            assert left == [], f"{how}: rank {rank} ended with gloo threads running: {left}"
     zero3 = [json.loads((tmp_path / f"eval-DEEPSPEED-rank{r}.json").read_text()) for r in (0, 1)]
     ddp = [json.loads((tmp_path / f"eval-MULTI_CPU-rank{r}.json").read_text()) for r in (0, 1)]
     assert all(z["zero_stage"] == 3 for z in zero3) and all(d["zero_stage"] is None for d in ddp)
@@ -255,5 +259,7 @@ def _child(out: str, mode: str) -> None:
 
 if __name__ == "__main__":
     _child(sys.argv[1], sys.argv[2])
-    end_processes()  # leave the process group before the interpreter ends (a gloo process left in it can abort)
+    end_processes()  # free the process groups before the interpreter ends (a gloo thread left running can abort)
+    left = Path(sys.argv[1], f"threads-{sys.argv[2]}-rank{os.environ['RANK']}.json")
+    left.write_text(json.dumps(gloo_threads()))
     sys.exit(0)

@@ -168,6 +168,21 @@ def child_output(proc: subprocess.CompletedProcess) -> str:
     return f"exit status {proc.returncode}\n--- stderr ---\n{proc.stderr}\n--- stdout ---\n{proc.stdout}"
 
 
+def gloo_threads() -> list[str]:
+    """The names of this process's threads that gloo runs (a process group's worker and transport threads), read
+    from /proc; empty where there is no /proc."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return []
+    names = []
+    for task in tasks.iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:  # the thread ended meanwhile
+            continue
+    return sorted(name for name in names if "gloo" in name)
+
+
 def kill_when(cmd: list[str], ready, env: dict) -> None:
     """Start ``cmd``, SIGKILL it and every process under it (torchrun's workers, the reward pool's: they run in
     sessions of their own and would outlive it) as soon as ``ready()`` holds, polled every 20 ms; wait for it."""

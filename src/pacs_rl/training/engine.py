@@ -80,6 +80,43 @@ def start_deepspeed_comm(config: PACSConfig, engine: str, num_processes: int) ->
         comm.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
 
 
+def release_deepspeed() -> None:
+    """Let go of what DeepSpeed keeps of a finished run, so that its process groups can be destroyed while the
+    interpreter is whole (`pacs_rl.training.run.end_processes`); nothing when DeepSpeed was not used.
+
+    A gloo group has worker threads of its own, joined only by its destructor; destroy_process_group leaves the group
+    object, and its threads, to whoever still holds it. Under ZeRO-3 that is the whole model: every partitioned
+    parameter names the world group, the engine and its optimizer hold DeepSpeed's data-parallel group, and DeepSpeed
+    keeps the model reachable from module state for the life of the process (the top module stays on its forward
+    stack, a cache of its parameter coordinator holds each submodule) and the world group in the defaults of its
+    barrier functions (read when deepspeed.comm was imported). Left so, the threads live into the interpreter's
+    finalization, and one of them that drops a finished collective then (its tensors are Python's, whose release
+    needs the GIL) ends the process with SIGABRT ("terminate called without an active exception")."""
+    import gc
+    import sys
+
+    if "deepspeed.runtime.engine" not in sys.modules:
+        return
+    import torch
+    from deepspeed.comm.torch import TorchBackend
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero import parameter_offload
+    from deepspeed.runtime.zero.partitioned_param_coordinator import PartitionedParameterCoordinator
+
+    for engine in [o for o in gc.get_objects() if isinstance(o, DeepSpeedEngine)]:
+        engine.destroy()  # its hooks on the model
+    parameter_offload.FWD_MODULE_STACK.clear()
+    cached = PartitionedParameterCoordinator._PartitionedParameterCoordinator__params_to_release
+    for cell in cached.__closure__ or ():  # lru_cache under DeepSpeed's nvtx wrapper
+        if hasattr(cell.cell_contents, "cache_clear"):
+            cell.cell_contents.cache_clear()
+    # their default group, None, means the world group too
+    for function in (TorchBackend.barrier, TorchBackend.monitored_barrier):
+        function.__defaults__ = tuple(
+            None if isinstance(d, torch.distributed.ProcessGroup) else d for d in function.__defaults__ or ()
+        )
+
+
 def run_problems(settings: RunSettings, config: PACSConfig, engine: str = "single") -> list[str]:
     """Settings of a run that conflict with each other or that the run would not act on, each naming the setting
     and what to do (empty when all is well). Checked before any model loads, and by `pacs-rl train --dry-run`.

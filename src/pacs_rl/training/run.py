@@ -19,6 +19,7 @@ train section) into both, typing each value once; every refusal is a `SettingsEr
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import shutil
@@ -65,7 +66,13 @@ from pacs_rl.training.card import KEY_SETTINGS, write_model_card
 from pacs_rl.training.checks import too_few_problems
 from pacs_rl.training.config import PACSConfig
 from pacs_rl.training.data import build_dataset, filter_prompts, load_run_data
-from pacs_rl.training.engine import model_init_kwargs, run_problems, start_deepspeed_comm, training_engine
+from pacs_rl.training.engine import (
+    model_init_kwargs,
+    release_deepspeed,
+    run_problems,
+    start_deepspeed_comm,
+    training_engine,
+)
 from pacs_rl.training.heldout import CallOnTrainBegin, HeldOut, heldout_reward, needs_engine, periodic_eval
 from pacs_rl.training.output import (
     MetricsJsonlCallback,
@@ -326,12 +333,20 @@ def run_training(
 
 
 def end_processes() -> None:
-    """Leave the process group of a launch (`accelerate launch`), if this process joined one: the last thing a
-    command does, while the interpreter is whole. A process that exits still in the group can abort with SIGABRT
-    as Python shuts down: gloo's threads still hold finished work whose tensors are freed once the interpreter is
-    being torn down."""
+    """Leave the process group of a launch (`accelerate launch`), if this process joined one, and free the groups
+    with their gloo threads: the last thing a command does, while the interpreter is whole. A gloo group's worker
+    threads live as long as the group object; one that drops a finished collective while Python shuts down (its
+    tensors are Python's, and their release needs the GIL) aborts the process with SIGABRT ("terminate called
+    without an active exception"). destroy_process_group only unregisters the groups, so what else holds them is
+    let go first (DeepSpeed's engine and module state: `release_deepspeed`) and the cycles are collected after."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+        release_deepspeed()
+        comm = sys.modules.get("deepspeed.comm")  # its destroy also drops its own hold on the groups
+        if comm is not None and comm.is_initialized():
+            comm.destroy_process_group()
+        else:
+            torch.distributed.destroy_process_group()
+        gc.collect()  # the groups' last holders: their destructors join the threads
 
 
 def _announce_stop(signal_name: str) -> None:
