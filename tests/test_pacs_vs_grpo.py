@@ -661,7 +661,7 @@ def test_the_other_methods_run_once_the_primary_pair_is_answered(tmp_path):
 
 def test_the_other_methods_keep_to_full_seeds_and_start_no_run_twice(tmp_path):
     """Answered with more pairs than --full-seeds: the other methods run on the first full_seeds paired seeds only
-    (counting the ones they have), and a run already under way when the answer comes is not started again (a
+    (less those they have), and a run already under way when the answer comes is not started again (a
     driver that re-queued one trained it twice into one folder)."""
     n = paired.MIN_PAIRS + 4
     record = _narrow_record(n)

@@ -661,12 +661,9 @@ def next_jobs(
 
 def other_jobs(record: dict, methods: list[str], full_seeds: int | None = None) -> list[tuple[str, int]]:
     """Once PACS − PRIMARY has its interval: the record's other methods on the seeds that hold that pair, seed by
-    seed, what the record does not have yet; with ``full_seeds``, each other method on that many of those seeds at
-    most (the first ones, counting the seeds it already has), as the protocol's --full-seeds promises."""
+    seed, what the record does not have yet; with ``full_seeds``, only on the first ``full_seeds`` of those seeds,
+    as the protocol's --full-seeds promises."""
     have = {(r["method"], r["seed"]) for r in record["runs"]}
-    paired_seeds = complete_seeds(record, ["pacs", PRIMARY])
+    paired_seeds = complete_seeds(record, ["pacs", PRIMARY])[:full_seeds]  # [:None]: every one
     others = [m for m in methods if m not in ("pacs", PRIMARY)]
-    if full_seeds is None:
-        return [(m, s) for s in paired_seeds for m in others if (m, s) not in have]
-    due = {m: paired_seeds[:full_seeds] for m in others}
-    return [(m, s) for s in paired_seeds for m in others if s in due[m] and (m, s) not in have]
+    return [(m, s) for s in paired_seeds for m in others if (m, s) not in have]
