@@ -7,7 +7,8 @@ settings, and the figures and tables of docs/RESULTS.md. The engine is pacs_rl.c
     python benchmarks/pacs_vs_grpo.py summary --record noise_steps   # a closed record, by its name in CLOSED
     python benchmarks/pacs_vs_grpo.py plot               # docs/results/pacs_vs_grpo/comparison.png, pairs.png
     python benchmarks/pacs_vs_grpo.py plot --record noise_steps      # docs/results/pacs_vs_grpo_noise_steps/
-    python benchmarks/pacs_vs_grpo.py results            # docs/RESULTS.md's blocks of the current record
+    python benchmarks/pacs_vs_grpo.py results            # docs/RESULTS.md's blocks of every record
+    python benchmarks/pacs_vs_grpo.py summary --record later --dynamics  # item 5's 48-step runs: 24 against 48
     python benchmarks/pacs_vs_grpo.py plot --record restatement_leak \\
         --critic docs/benchmarks/pacs_critic.json
     python benchmarks/pacs_vs_grpo.py regrade --record FILE --work FOLDER   # a closed record's samples, re-graded
@@ -48,6 +49,10 @@ CLOSED = {
     "restatement_leak": Path("docs/benchmarks/pacs_vs_grpo_restatement_leak.json"),  # the first
 }
 CLOSED_WORK = {"noise_steps": Path("runs/pacs_vs_grpo")}  # the others' samples were not kept
+# issue 53's item 5: ten of the fourth record's pairs trained again to 48 steps on PINNED, evaluated at 24 and 48
+LATER = Path("docs/benchmarks/pacs_vs_grpo_48.json")
+LATER_WORK = Path("runs/pacs_vs_grpo_v4_48")
+NAMED = {**CLOSED, "later": LATER}
 # how the record is made: pacs and grpo on every seed, pacs_clip too on seeds 0-9, 24 steps, greedy only (pass@64 only
 # on seeds run on a GPU), until PACS − GRPO is within ±5 pp with at least ten pairs, or 40 pairs
 RUN = ["paired", "--record", str(RECORD), "--output-dir", str(WORK), "--methods", "pacs,grpo,pacs_clip",
@@ -55,8 +60,8 @@ RUN = ["paired", "--record", str(RECORD), "--output-dir", str(WORK), "--methods"
 
 
 def record_path(name: str) -> Path:
-    """A record by its name in CLOSED, or a path."""
-    return CLOSED.get(name, Path(name))
+    """A record by its name in NAMED (the closed ones and "later"), or a path."""
+    return NAMED.get(name, Path(name))
 
 
 def read_record(path: Path) -> dict:
@@ -133,6 +138,8 @@ CLOSED_BLOCKS = {
     "restatement_rule": ("restatement_rule", "tables"),
     "leak": ("restatement_leak", "tables"),
 }
+# the other records' blocks, which the page quotes as it quotes the closed ones': name -> (its name in NAMED, what)
+QUOTED_BLOCKS = {**CLOSED_BLOCKS, "later": ("later", "tables"), "later_checkpoints": ("later", "checkpoints")}
 
 
 def block(record: dict, what: str) -> str:
@@ -143,6 +150,7 @@ def block(record: dict, what: str) -> str:
         "dynamics": collapses.dynamics_table,
         "collapses": collapses.collapse_table,
         "critic": lambda r: critic_table([r]),
+        "checkpoints": collapses.checkpoint_table,
     }
     return makers[what](record)
 
@@ -154,10 +162,16 @@ def current_blocks(record: dict | None) -> dict[str, str]:
     return {name: "" if record is None else block(record, what.get(name, name)) for name in CURRENT_BLOCKS}
 
 
+def quoted_blocks() -> dict[str, str]:
+    """The blocks of the other records the page quotes (QUOTED_BLOCKS), each from its record's file."""
+    found = {name: read_record(path) for name, path in NAMED.items()}
+    return {name: block(found[record], what) for name, (record, what) in QUOTED_BLOCKS.items()}
+
+
 def refill_results(record: dict, path: Path = RESULTS) -> Path:
-    """Write the current record's blocks (current_blocks) into docs/RESULTS.md, where they stand."""
+    """Write every block docs/RESULTS.md quotes from a record (current_blocks, quoted_blocks) where it stands."""
     text = path.read_text()
-    for name, body in current_blocks(record).items():
+    for name, body in {**current_blocks(record), **quoted_blocks()}.items():
         start = text.index("\n", text.index(f"<!-- {name}:")) + 1
         text = text[:start] + body + "\n" + text[text.index(f"<!-- end {name} -->") :]
     path.write_text(text)
@@ -183,7 +197,7 @@ def parser() -> argparse.ArgumentParser:
         "--critic", type=Path, nargs="*", default=[], help="records of PACS variants (frozen π_ref)"
     )
     f.add_argument("--out", type=Path, default=None, help="[default: docs/results/<the record's file name>]")
-    sub.add_parser("results", help="rewrite docs/RESULTS.md's blocks of the current record from it")
+    sub.add_parser("results", help="rewrite docs/RESULTS.md's blocks of every record from it")
     g = sub.add_parser("regrade", help="score a record's kept samples again with its protocol's grader")
     g.add_argument("--record", type=record_path, default=RECORD, help=name)
     g.add_argument("--work", type=Path, default=WORK, help="the record's run folders")
@@ -211,7 +225,7 @@ def replay_command(p, a) -> None:
     from pacs_rl.sampling.transformers_backend import cpu_capability
 
     record = read_record(record_path(a.record))
-    work = a.work or CLOSED_WORK.get(a.record, WORK)
+    work = a.work or {**CLOSED_WORK, "later": LATER_WORK}.get(a.record, WORK)
     try:
         runs = replay_runs(record, a.runs, work)
     except ValueError as e:
@@ -233,6 +247,8 @@ def summary(a) -> None:
     record = read_record(a.record)  # whatever its protocol
     if a.dynamics:
         print(collapses.dynamics_table(record) + "\n\n" + collapses.collapse_table(record))
+        if collapses.checkpoint_table(record):
+            print("\n" + collapses.checkpoint_table(record))
     else:
         print(tables.markdown_tables(record) if a.markdown else tables.summary_text(record))
         # a closed record had no cap of 40

@@ -90,8 +90,8 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
     assert summary["grpo"]["sd"]["greedy_accuracy"] == pytest.approx(0.25166, abs=1e-4)  # 0.4, 0.6, 0.9
     tables = driver.markdown_tables(record)
     assert "| grpo | 3 | 31.7 (12.6) | 63.3 (25.2) |" in tables  # means (per-run SD) at steps 24 and 48, in %
-    # PACS − GRPO at step 24 over seeds 0, 1: 0.05 and 0, mean 2.5 pp, t(1) = 12.706 x 3.54 / sqrt(2)
-    assert "| grpo | 2 | 2.5 [-29.3, 34.3] | 5.0 [-58.5, 68.5] |" in tables
+    # PACS − GRPO at step 24 over seeds 0, 1: 0.05 and 0, mean 2.5 pp, paired SD 3.54, t(1) = 12.706 x 3.54 / sqrt(2)
+    assert "| grpo | 2 | 2.5 [-29.3, 34.3] (3.5) | 5.0 [-58.5, 68.5] (7.1) |" in tables
     # ±5 pp is a target for accuracies only: lengths (tokens) and entropies get an interval, no pairs_needed
     # (the search for one at a token-sized SD once ran for hours)
     assert "pairs_needed" in summary["grpo"]["pacs_minus_this"]["pass@64"]
@@ -115,6 +115,24 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
         "runs": [_run(m, s, 0.1 + 0.8 * (s % 2) * (m == "pacs")) for s in range(n) for m in ("pacs", "grpo")],
     }
     assert not driver.target_reached(wide)
+
+
+def test_the_checkpoint_table_counts_what_fell_between_the_checkpoint_and_the_end(driver):
+    """A record evaluated at 24 and at 48: per arm the runs below 20% at each, the seeds that collapsed between (above
+    20% at 24, below at 48), the runs that ended lower, the mean change and the largest fall, the lowest at 48."""
+    from pacs_rl.compare.collapses import checkpoint_table
+
+    runs = [_run("pacs", 0, 0.6), _run("pacs", 1, 0.3), _run("grpo", 0, 0.8), _run("grpo", 1, 0.5)]
+    runs[1]["greedy_at"]["24"]["accuracy"] = 0.45  # pacs seed 1: 45% at 24, 30% at 48: fell, not collapsed
+    runs[3]["greedy"]["accuracy"] = 0.1  # grpo seed 1: 25% at 24, 10% at 48: collapsed between
+    record = {"protocol": driver.protocol(), "runs": runs}
+    table = checkpoint_table(record).splitlines()
+    assert table[0].startswith("| method | runs | below 20% @24 | below 20% @48 | collapsed between |")
+    # pacs: 30 -> 60 (+30), 45 -> 30 (-15): mean +7.5, least -15; grpo: 40 -> 80 (+40), 25 -> 10 (-15)
+    assert table[2] == "| pacs | 2 | 0 | 0 | 0 | 1 | +7.5 (-15.0) | 30.0 |"
+    assert table[3] == "| grpo | 2 | 0 | 1 | 1 (1) | 1 | +12.5 (-15.0) | 10.0 |"
+    one_checkpoint = {**record, "protocol": {**record["protocol"], "greedy_at": [48]}}
+    assert checkpoint_table(one_checkpoint) == ""  # evaluated only at its end: nothing to say
 
 
 def test_jobs_come_seed_by_seed_and_skip_what_the_record_holds(driver):
@@ -400,8 +418,9 @@ def test_results_page_quotes_the_records(driver):
     script = load_script("benchmarks/pacs_vs_grpo.py")
     text = (REPO / "docs" / "RESULTS.md").read_text()
     bench = REPO / "docs" / "benchmarks"
-    closed = {name: json.loads((REPO / path).read_text()) for name, path in script.CLOSED.items()}
-    for name, (record_name, what) in script.CLOSED_BLOCKS.items():
+    closed = {name: json.loads((REPO / path).read_text()) for name, path in script.NAMED.items()}
+    assert set(script.CLOSED_BLOCKS) < set(script.QUOTED_BLOCKS)
+    for name, (record_name, what) in script.QUOTED_BLOCKS.items():
         assert _block(text, name) == script.block(closed[record_name], what).strip(), name
     current = REPO / script.RECORD
     record = json.loads(current.read_text()) if current.is_file() else None

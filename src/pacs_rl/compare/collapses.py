@@ -138,6 +138,38 @@ def collapse_table(record: dict, first: int = FIRST_STEPS) -> str:
     return "\n".join(lines)
 
 
+def checkpoint_table(record: dict) -> str:
+    """Per method, what happened between the record's first greedy checkpoint and its last step (a record whose runs
+    are evaluated part-way, ``greedy_at``): the runs below COLLAPSE_BELOW at each, the runs that collapsed between
+    them (above it at the checkpoint, below it at the end), the runs that ended lower than at the checkpoint, the
+    change in points (mean over runs, and the largest fall) and the lowest run at the end. Empty for a record
+    evaluated only at its end."""
+    steps = record["protocol"]["train"].get("max_steps")
+    early = sorted(s for s in record["protocol"].get("greedy_at", []) if s != steps)
+    if not early:
+        return ""
+    at, key = early[0], str(early[0])
+    lines = [f"| method | runs | below 20% @{at} | below 20% @{steps} | collapsed between | lower @{steps} than @{at} "
+             f"| change @{at} → @{steps}, mean (least) | lowest @{steps} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for method, runs in _by_method(record).items():
+        runs = [r for r in runs if key in r.get("greedy_at", {})]
+        if not runs:
+            continue
+        before = [r["greedy_at"][key]["accuracy"] for r in runs]
+        after = [r["greedy"]["accuracy"] for r in runs]
+        change = [b - a for a, b in zip(before, after, strict=True)]
+        between = [r["seed"] for r, a, b in zip(runs, before, after, strict=True)
+                   if a >= COLLAPSE_BELOW > b]  # fmt: skip
+        named = f"{len(between)}" + (f" ({', '.join(map(str, between))})" if between else "")
+        lines.append(
+            f"| {method} | {len(runs)} | {sum(a < COLLAPSE_BELOW for a in before)} "
+            f"| {sum(b < COLLAPSE_BELOW for b in after)} | {named} | {sum(c < 0 for c in change)} "
+            f"| {100 * sum(change) / len(change):+.1f} ({100 * min(change):+.1f}) | {100 * min(after):.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def steps_on_no_signal(run: dict) -> dict:
     """The optimizer steps of ``run`` whose rollout held no group with both labels (its ``mixed_groups``, logged at
     the rollout's first step, carried to the rollout's other steps): how many, and how many of them the optimizer

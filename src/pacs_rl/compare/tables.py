@@ -120,7 +120,8 @@ def summary_text(record: dict) -> str:
 
 def markdown_tables(record: dict) -> str:
     """The record as two markdown tables: each method's mean (and per-run SD over seeds), and PACS − method paired
-    by seed with its 95% interval and the pairs a ±5 pp interval would need. Accuracies in percent."""
+    by seed with its 95% interval, the SD of the paired differences (what sets the pairs a record needs) and the
+    pairs a ±5 pp interval would need. Accuracies in percent."""
     summary = summarize(record)
     steps = record["protocol"]["train"].get("max_steps", 24)
     # a checkpoint at the last step is the final model: one column, not two
@@ -139,7 +140,7 @@ def markdown_tables(record: dict) -> str:
         cells = [f"{pct(e['mean'][c])} ({pct(e['sd'][c])})" for c in cols]
         dyn = f"{e['mean']['entropy_last'] or 0:.2f}, {e['mean']['length_last'] or 0:.0f}"
         lines.append(f"| {method} | {len(e['seeds'])} | " + " | ".join(cells) + f" | {dyn} |")
-    lines += ["", "| PACS − method | pairs | " + " | ".join(head) + " | ±5 pp needs |",
+    lines += ["", "| PACS − method: mean [95% CI] (paired SD) | pairs | " + " | ".join(head) + " | ±5 pp needs |",
               "|---|---:|" + "---:|" * len(cols) + "---:|"]  # fmt: skip
     for method, e in summary.items():
         gaps = e.get("pacs_minus_this")
@@ -149,7 +150,7 @@ def markdown_tables(record: dict) -> str:
         for c in cols:
             g = gaps[c]
             if g.get("ci95"):
-                cells.append(f"{pct(g['mean'])} [{pct(g['ci95'][0])}, {pct(g['ci95'][1])}]")
+                cells.append(f"{pct(g['mean'])} [{pct(g['ci95'][0])}, {pct(g['ci95'][1])}] ({pct(g['sd'])})")
             else:  # one pair: its difference, no interval
                 cells.append(f"{pct(g.get('mean'))} [–]")
         need = gaps["greedy_accuracy"].get("pairs_needed", "–")
