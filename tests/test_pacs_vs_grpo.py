@@ -849,6 +849,30 @@ def test_a_record_of_two_devices_gives_each_devices_pairs_and_the_pooled_interva
     assert cost[1].startswith("cost per pair on NVIDIA H100 80GB HBM3")
 
 
+def test_the_48_step_runs_pass_through_the_fourth_records_runs():
+    """Item 5 trains pairs of the fourth record again to 48 steps on its pinned commit, under its protocol but for the
+    step count; with a constant learning rate a 48-step run is the 24-step run continued, so its greedy evaluation at
+    step 24 is the fourth record's for that method and seed, to the last digit. A run that differs is not a
+    continuation and must not be reported as one."""
+    script = load_script("benchmarks/pacs_vs_grpo.py")
+    later = json.loads((REPO / script.LATER).read_text())
+    fourth = json.loads((REPO / script.RECORD).read_text())
+    same = {k: v for k, v in later["protocol"].items() if k not in ("methods", "train")}
+    assert same == {k: v for k, v in fourth["protocol"].items() if k not in ("methods", "train")}
+    assert later["protocol"]["methods"] == {m: fourth["protocol"]["methods"][m] for m in ("pacs", "grpo")}
+    steps = {k: v for k, v in later["protocol"]["train"].items() if k != "max_steps"}
+    assert steps == {k: v for k, v in fourth["protocol"]["train"].items() if k != "max_steps"}
+    assert later["protocol"]["train"]["max_steps"] == 48 and later["protocol"]["greedy_at"] == [24]
+    assert fourth["protocol"]["train"]["max_steps"] == 24
+    runs = {(r["method"], r["seed"]): r for r in fourth["runs"]}
+    assert later["runs"]
+    for run in later["runs"]:
+        assert run["host"]["commit"] == script.PINNED
+        then = runs[run["method"], run["seed"]]["greedy"]
+        assert run["greedy_at"]["24"]["accuracy"] == then["accuracy"], (run["method"], run["seed"])
+        assert run["greedy_at"]["24"]["mean_length"] == then["mean_length"], (run["method"], run["seed"])
+
+
 def test_the_protocol_is_declared_once_and_every_record_reads_as_recorded():
     """The protocol's declarations give the protocol the sound record was made with, each value with its check; the
     records' methods are the method table's (or, for a name that changed, their own recorded overrides)."""
