@@ -53,6 +53,7 @@ CLOSED_WORK = {"noise_steps": Path("runs/pacs_vs_grpo")}  # the others' samples 
 LATER = Path("docs/benchmarks/pacs_vs_grpo_48.json")
 LATER_WORK = Path("runs/pacs_vs_grpo_v4_48")
 NAMED = {**CLOSED, "later": LATER}
+NAMED_WORK = {**CLOSED_WORK, "later": LATER_WORK}  # the run folders of the named records that kept theirs
 # how the record is made: pacs and grpo on every seed, pacs_clip too on seeds 0-9, 24 steps, greedy only (pass@64 only
 # on seeds run on a GPU), until PACS − GRPO is within ±5 pp with at least ten pairs, or 40 pairs
 RUN = ["paired", "--record", str(RECORD), "--output-dir", str(WORK), "--methods", "pacs,grpo,pacs_clip",
@@ -225,7 +226,7 @@ def replay_command(p, a) -> None:
     from pacs_rl.sampling.transformers_backend import cpu_capability
 
     record = read_record(record_path(a.record))
-    work = a.work or {**CLOSED_WORK, "later": LATER_WORK}.get(a.record, WORK)
+    work = a.work or NAMED_WORK.get(a.record, WORK)
     try:
         runs = replay_runs(record, a.runs, work)
     except ValueError as e:
@@ -247,8 +248,9 @@ def summary(a) -> None:
     record = read_record(a.record)  # whatever its protocol
     if a.dynamics:
         print(collapses.dynamics_table(record) + "\n\n" + collapses.collapse_table(record))
-        if collapses.checkpoint_table(record):
-            print("\n" + collapses.checkpoint_table(record))
+        between = collapses.checkpoint_table(record)  # empty for a record evaluated only at its end
+        if between:
+            print("\n" + between)
     else:
         print(tables.markdown_tables(record) if a.markdown else tables.summary_text(record))
         # a closed record had no cap of 40

@@ -119,7 +119,7 @@ def test_summary_pairs_by_seed_and_the_stopping_rule(driver):
 
 def test_the_checkpoint_table_counts_what_fell_between_the_checkpoint_and_the_end(driver):
     """A record evaluated at 24 and at 48: per arm the runs below 20% at each, the seeds that collapsed between (above
-    20% at 24, below at 48), the runs that ended lower, the mean change and the largest fall, the lowest at 48."""
+    20% at 24, below at 48), the runs that ended lower, the mean change and the least, the lowest at 48."""
     from pacs_rl.compare.collapses import checkpoint_table
 
     runs = [_run("pacs", 0, 0.6), _run("pacs", 1, 0.3), _run("grpo", 0, 0.8), _run("grpo", 1, 0.5)]

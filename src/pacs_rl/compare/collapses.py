@@ -142,7 +142,7 @@ def checkpoint_table(record: dict) -> str:
     """Per method, what happened between the record's first greedy checkpoint and its last step (a record whose runs
     are evaluated part-way, ``greedy_at``): the runs below COLLAPSE_BELOW at each, the runs that collapsed between
     them (above it at the checkpoint, below it at the end), the runs that ended lower than at the checkpoint, the
-    change in points (mean over runs, and the largest fall) and the lowest run at the end. Empty for a record
+    change in points (mean over runs, and the least: the largest fall where a run fell) and the lowest run at the end. Empty for a record
     evaluated only at its end."""
     steps = record["protocol"]["train"].get("max_steps")
     early = sorted(s for s in record["protocol"].get("greedy_at", []) if s != steps)
